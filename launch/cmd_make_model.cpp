@@ -1,0 +1,90 @@
+// moert make-model: writes a random-weight checkpoint directory.
+#include <boost/program_options.hpp>
+#include <iostream>
+
+#include "launch/commands.h"
+#include "runtime/core/thread_pool.h"
+#include "runtime/model/generator.h"
+
+namespace po = boost::program_options;
+
+namespace moert::launch {
+namespace {
+
+// Accepts the class name or a short alias (qwen3_moe, qwen2_moe, mixtral, glm4_moe).
+Architecture parse_architecture(const std::string& text) {
+  const std::pair<const char*, Architecture> aliases[] = {
+      {"qwen3_moe", Architecture::kQwen3Moe}, {"qwen3moe", Architecture::kQwen3Moe},
+      {"qwen2_moe", Architecture::kQwen2Moe}, {"qwen2moe", Architecture::kQwen2Moe},
+      {"mixtral", Architecture::kMixtral},    {"glm4_moe", Architecture::kGlm4Moe},
+      {"glm4moe", Architecture::kGlm4Moe},
+  };
+  for (const auto& [alias, arch] : aliases) {
+    if (text == alias) return arch;
+  }
+  Result<Architecture> arch = architecture_from_name(text);
+  if (!arch.is_ok()) throw CommandError(arch.status().message() + "; short names: qwen3_moe, qwen2_moe, mixtral, glm4_moe");
+  return arch.value();
+}
+
+}  // namespace
+
+int run_make_model(const std::vector<std::string>& args) {
+  po::options_description options("moert make-model options");
+  std::string arch_text, preset, out_dir;
+  uint64_t seed = 0;
+  double shard_mb = 16.0;
+  int threads = 0;
+  options.add_options()
+      ("help,h", "show this help")
+      ("arch", po::value(&arch_text)->default_value("qwen3_moe"),
+       "architecture: qwen3_moe, qwen2_moe, mixtral, glm4_moe (or the HF class name)")
+      ("preset", po::value(&preset)->default_value("tiny"), "size preset: tiny, small, large")
+      ("out", po::value(&out_dir)->required(), "output directory (created)")
+      ("seed", po::value(&seed)->default_value(0), "random seed; same seed and shape give the same bytes")
+      ("shard-mb", po::value(&shard_mb)->default_value(16.0), "maximum shard size in MiB")
+      ("threads", po::value(&threads)->default_value(0), "worker threads (0: MOERT_NUM_THREADS or all cores)")
+      ("vocab-size", po::value<int>(), "override: vocabulary size")
+      ("hidden-size", po::value<int>(), "override: hidden size")
+      ("num-layers", po::value<int>(), "override: number of layers")
+      ("num-experts", po::value<int>(), "override: routed experts per MoE layer")
+      ("top-k", po::value<int>(), "override: experts per token")
+      ("expert-size", po::value<int>(), "override: routed expert width (moe_intermediate_size)")
+      ("num-heads", po::value<int>(), "override: query heads")
+      ("num-kv-heads", po::value<int>(), "override: key/value heads")
+      ("head-dim", po::value<int>(), "override: head dimension");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(options).run(), vm);
+  if (vm.count("help")) {
+    std::cout << options << "\n";
+    return 0;
+  }
+  po::notify(vm);
+  ModelShapeOverrides overrides;
+  auto take = [&](const char* key, std::optional<int>& field) {
+    if (vm.count(key)) field = vm[key].as<int>();
+  };
+  take("vocab-size", overrides.vocab_size);
+  take("hidden-size", overrides.hidden_size);
+  take("num-layers", overrides.num_layers);
+  take("num-experts", overrides.num_experts);
+  take("top-k", overrides.top_k);
+  take("expert-size", overrides.moe_intermediate_size);
+  take("num-heads", overrides.num_heads);
+  take("num-kv-heads", overrides.num_kv_heads);
+  take("head-dim", overrides.head_dim);
+  if (!(shard_mb > 0.0)) throw CommandError("--shard-mb must be > 0");
+
+  Result<ModelConfig> config = preset_model_config(parse_architecture(arch_text), preset, overrides);
+  if (!config.is_ok()) throw CommandError(config.status().message());
+  ThreadPool pool(threads > 0 ? threads : default_num_threads());
+  const Status written = write_random_checkpoint(config.value(), seed, out_dir,
+                                                 static_cast<uint64_t>(shard_mb * 1024.0 * 1024.0), pool);
+  if (!written.is_ok()) throw CommandError(written.message());
+  const ParameterCounts counts = count_parameters(config.value());
+  std::cout << "wrote " << out_dir << ": " << describe_model_config(config.value()) << "\n"
+            << "parameters: " << counts.total << " total, " << counts.active_per_token << " active per token\n";
+  return 0;
+}
+
+}  // namespace moert::launch

@@ -1,0 +1,85 @@
+// moert score: the single-rank reference forward on one prompt, greedy.
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "launch/commands.h"
+#include "runtime/core/thread_pool.h"
+#include "runtime/io/npy.h"
+#include "runtime/model/reference_forward.h"
+#include "runtime/model/weights.h"
+
+namespace po = boost::program_options;
+
+namespace moert::launch {
+namespace {
+
+template <typename T>
+T value_or_throw(Result<T> result) {
+  if (!result.is_ok()) throw CommandError(result.status().message());
+  return std::move(result).value();
+}
+
+void throw_if_error(const Status& status) {
+  if (!status.is_ok()) throw CommandError(status.message());
+}
+
+std::string join(const std::vector<int32_t>& tokens) {
+  std::string text;
+  for (size_t i = 0; i < tokens.size(); ++i) text += (i ? " " : "") + std::to_string(tokens[i]);
+  return text;
+}
+
+}  // namespace
+
+int run_score(const std::vector<std::string>& args) {
+  po::options_description options("moert score options");
+  std::string model_dir, tokens_text, out_prefix;
+  int num_generate = 32;
+  int threads = 0;
+  options.add_options()
+      ("help,h", "show this help")
+      ("model", po::value(&model_dir)->required(), "Hugging Face model directory")
+      ("tokens", po::value(&tokens_text)->required(), "prompt token ids, comma separated (e.g. 1,2,3)")
+      ("num-tokens,n", po::value(&num_generate)->default_value(32), "greedy tokens to generate")
+      ("out", po::value(&out_prefix), "write PREFIX.json, PREFIX.prompt_logits.npy, PREFIX.gen_logits.npy")
+      ("threads", po::value(&threads)->default_value(0), "worker threads (0: MOERT_NUM_THREADS or all cores)");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(options).run(), vm);
+  if (vm.count("help")) {
+    std::cout << options << "\n";
+    return 0;
+  }
+  po::notify(vm);
+  if (num_generate < 0) throw CommandError("--num-tokens = " + std::to_string(num_generate) + " must be >= 0");
+  const std::vector<int> parsed = parse_int_list(tokens_text, "tokens");
+  const std::vector<int32_t> prompt(parsed.begin(), parsed.end());
+
+  std::unique_ptr<LoadedModel> model = value_or_throw(load_model(model_dir));
+  ThreadPool pool(threads > 0 ? threads : default_num_threads());
+  ReferenceForward forward(model->config, model->weights, pool);
+  const GreedyOutput output = value_or_throw(greedy_generate(forward, prompt, num_generate));
+
+  std::cout << "model: " << describe_model_config(model->config) << "\n";
+  std::cout << "prompt: " << join(prompt) << "\n";
+  std::cout << "generated: " << join(output.gen_tokens) << "\n";
+  if (!out_prefix.empty()) {
+    const int64_t vocab = model->config.vocab_size;
+    throw_if_error(io::write_npy_f32(out_prefix + ".prompt_logits.npy",
+                                     {static_cast<int64_t>(prompt.size()), vocab}, output.prompt_logits.data()));
+    throw_if_error(io::write_npy_f32(out_prefix + ".gen_logits.npy",
+                                     {static_cast<int64_t>(output.gen_tokens.size()), vocab},
+                                     output.gen_logits.data()));
+    const nlohmann::json summary = {{"model", model_dir}, {"dtype", "f32"}, {"prompt_tokens", prompt},
+                                    {"gen_tokens", output.gen_tokens}};
+    std::ofstream out(out_prefix + ".json");
+    out << summary.dump() << "\n";
+    out.close();
+    if (!out) throw CommandError("cannot write " + out_prefix + ".json");
+  }
+  return 0;
+}
+
+}  // namespace moert::launch

@@ -1,0 +1,28 @@
+#include "launch/commands.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+namespace moert::launch {
+
+std::vector<int> parse_int_list(const std::string& text, const std::string& option_name) {
+  std::vector<int> values;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(start, comma - start);
+    char* end = nullptr;
+    errno = 0;
+    const long value = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || errno != 0 || value < INT32_MIN || value > INT32_MAX) {
+      throw CommandError("--" + option_name + ": '" + item + "' (entry " + std::to_string(values.size()) +
+                         ") is not an integer");
+    }
+    values.push_back(static_cast<int>(value));
+    start = comma + 1;
+  }
+  return values;
+}
+
+}  // namespace moert::launch

@@ -1,0 +1,50 @@
+// moert: serve Mixture-of-Experts models across MPI ranks.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <boost/program_options/errors.hpp>
+
+#include "launch/commands.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: moert <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  make-model   write a random-weight Hugging Face checkpoint (any supported architecture)\n"
+    "  score        score a prompt and print greedy tokens with the single-rank reference forward\n"
+    "\n"
+    "`moert <command> --help` lists a command's options.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  try {
+    if (command == "make-model") return moert::launch::run_make_model(args);
+    if (command == "score") return moert::launch::run_score(args);
+    if (command == "--version") {
+      std::puts("moert 0.1.0");
+      return 0;
+    }
+    std::fprintf(stderr, "moert: error: unknown command '%s' (see moert --help)\n", command.c_str());
+    return 2;
+  } catch (const boost::program_options::error& e) {
+    std::fprintf(stderr, "moert %s: error: %s\n", command.c_str(), e.what());
+    return 2;
+  } catch (const moert::launch::CommandError& e) {
+    std::fprintf(stderr, "moert %s: error: %s\n", command.c_str(), e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moert %s: error: %s\n", command.c_str(), e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,23 @@
+// Dense linear layers on the CPU: y[T, N] = x[T, K] . W[N, K]^T (+ bias[N]).
+// W may be F32, BF16 or F16 (read in place, e.g. straight from an mmapped checkpoint);
+// x and y are F32. Invariant: every output element is one dot product whose summation
+// order depends only on K, never on T, the thread count or the other rows, so a row's
+// result is bit-identical whatever batch it is computed in.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/core/tensor.h"
+#include "runtime/core/thread_pool.h"
+
+namespace moert::quant {
+
+// weight: [N, K] contiguous, dtype F32/BF16/F16. bias: [N] F32 or nullptr.
+void linear_forward(const float* x, int64_t num_rows, const TensorView& weight, const float* bias, float* y,
+                    ThreadPool& pool);
+
+// The dot product used by linear_forward for one F32 weight row (exposed for tests and
+// for kernels that must agree with it bit for bit).
+float dot_f32(const float* a, const float* b, int64_t k);
+
+}  // namespace moert::quant

@@ -1,0 +1,51 @@
+// A small fixed thread pool for CPU kernels. parallel_for splits [0, n) into contiguous
+// chunks whose boundaries depend only on n, the grain and the thread count, never on
+// timing, so a kernel that writes disjoint outputs per index is deterministic.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace moert {
+
+class ThreadPool {
+ public:
+  // num_threads >= 1 counts the calling thread, which also runs work.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) on disjoint ranges covering [0, n), each at least `grain` long
+  // (except possibly the last); returns when all are done. Not reentrant: fn must not
+  // call parallel_for on the same pool.
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void worker_loop(int worker_idx);
+  void run_chunks(int64_t generation);
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::condition_variable work_done_;
+  const std::function<void(int64_t, int64_t)>* task_ = nullptr;
+  int64_t task_n_ = 0;
+  int64_t chunk_size_ = 0;
+  int64_t num_chunks_ = 0;
+  int64_t next_chunk_ = 0;
+  int64_t chunks_finished_ = 0;
+  int64_t generation_ = 0;
+  bool stopping_ = false;
+};
+
+// Number of threads to use by default: MOERT_NUM_THREADS, else the hardware concurrency.
+int default_num_threads();
+
+}  // namespace moert

@@ -1,0 +1,70 @@
+// ModelConfig: one description of every supported architecture, parsed from a Hugging
+// Face config.json. Everything the forward needs is resolved here (layer kinds, widths,
+// router rules, rotary width), so the forward never looks at architecture names.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "experts/router.h"
+#include "runtime/core/status.h"
+
+namespace moert {
+
+enum class Architecture { kQwen3Moe, kQwen2Moe, kMixtral, kGlm4Moe };
+
+// The `architectures` entry ("Qwen3MoeForCausalLM", ...).
+const char* architecture_name(Architecture arch);
+Result<Architecture> architecture_from_name(const std::string& name);
+// All supported names, comma separated, for error messages.
+std::string supported_architecture_names();
+
+enum class SharedExpertKind {
+  kNone,
+  kSigmoidGated,  // Qwen2-MoE: out += sigmoid(x . shared_expert_gate) * shared_expert(x)
+  kUngated,       // DeepSeek-V3 / GLM-4.5: out += shared_experts(x)
+};
+
+struct ModelConfig {
+  Architecture arch = Architecture::kQwen3Moe;
+  int vocab_size = 0;
+  int hidden_size = 0;           // D
+  int num_layers = 0;
+  int num_heads = 0;             // query heads
+  int num_kv_heads = 0;          // divides num_heads (GQA)
+  int head_dim = 0;
+  int rotary_dim = 0;            // channels of each head that RoPE rotates (even, <= head_dim)
+  double rope_theta = 10000.0;
+  float rms_norm_eps = 1e-6f;
+  int max_position_embeddings = 4096;
+  bool qkv_bias = false;         // q/k/v projections carry a bias
+  bool qk_norm = false;          // per-head RMSNorm of q and k before RoPE
+  bool tie_word_embeddings = false;
+
+  int dense_intermediate_size = 0;  // width of dense (non-MoE) MLP layers
+  int moe_intermediate_size = 0;    // width of each routed expert
+  experts::RouterConfig router;     // E, K, scoring, renormalisation, groups, scale
+  bool router_has_correction_bias = false;  // mlp.gate.e_score_correction_bias is read
+  SharedExpertKind shared_expert = SharedExpertKind::kNone;
+  int shared_intermediate_size = 0;  // width of the shared expert (0 when kNone)
+  std::vector<bool> layer_is_moe;    // [num_layers]
+
+  int bos_token_id = -1;
+  int eos_token_id = -1;
+
+  int num_experts() const { return router.num_experts; }
+  int top_k() const { return router.top_k; }
+};
+
+// Parses and validates; errors name the key and the value ("num_key_value_heads = 3 must divide num_attention_heads = 4").
+Result<ModelConfig> parse_model_config(const nlohmann::json& json);
+// Reads DIR/config.json.
+Result<ModelConfig> load_model_config(const std::string& model_dir);
+// The config.json text that Hugging Face would write for `config` (inverse of parse).
+nlohmann::json model_config_to_json(const ModelConfig& config);
+// One line per field group, for the start-up banner.
+std::string describe_model_config(const ModelConfig& config);
+
+}  // namespace moert

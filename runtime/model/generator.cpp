@@ -1,0 +1,244 @@
+#include "runtime/model/generator.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "quant/bf16.h"
+#include "runtime/core/tensor.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/model/weights.h"
+
+namespace moert {
+namespace {
+
+struct SizePreset {
+  const char* name;
+  int vocab_size, hidden_size, num_layers, num_experts, top_k, moe_intermediate_size, num_heads, num_kv_heads,
+      head_dim;
+};
+
+constexpr SizePreset kPresets[] = {
+    {"tiny", 1024, 256, 4, 8, 2, 512, 4, 2, 64},
+    {"small", 2048, 512, 6, 8, 2, 768, 8, 2, 64},
+    {"large", 4096, 1024, 8, 16, 4, 1024, 16, 4, 64},
+};
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char ch : text) hash = (hash ^ ch) * 0x100000001b3ull;
+  return hash;
+}
+
+// Counter-based: element i of a tensor depends only on (seed, name, i).
+float random_value(const TensorSpec& spec, uint64_t key, int64_t index) {
+  const uint64_t bits = splitmix64(key + static_cast<uint64_t>(index) * 0x632be59bd9b4e019ull);
+  const double u1 = (static_cast<double>(bits >> 40) + 0.5) / 16777216.0;              // (0, 1)
+  const double u2 = static_cast<double>((bits >> 16) & 0xffffffull) / 16777216.0;      // [0, 1)
+  if (spec.init == TensorSpec::Init::kUniform) return static_cast<float>(spec.a + (spec.b - spec.a) * u2);
+  const double normal = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  return static_cast<float>(normal * spec.a);
+}
+
+void add(std::vector<TensorSpec>& specs, std::string name, Shape shape, TensorSpec::Init init, float a, float b = 0.0f,
+         DType dtype = DType::kBF16) {
+  specs.push_back(TensorSpec{std::move(name), std::move(shape), dtype, init, a, b});
+}
+
+void add_linear(std::vector<TensorSpec>& specs, const std::string& prefix, int64_t out, int64_t in, bool bias) {
+  add(specs, prefix + ".weight", {out, in}, TensorSpec::Init::kNormal, static_cast<float>(1.0 / std::sqrt(in)));
+  if (bias) add(specs, prefix + ".bias", {out}, TensorSpec::Init::kNormal, 0.1f);
+}
+
+void add_norm(std::vector<TensorSpec>& specs, const std::string& name, int64_t dim) {
+  add(specs, name, {dim}, TensorSpec::Init::kUniform, 0.8f, 1.2f);
+}
+
+void add_mlp(std::vector<TensorSpec>& specs, const std::string& gate, const std::string& up, const std::string& down,
+             int64_t hidden, int64_t width) {
+  add_linear(specs, gate, width, hidden, false);
+  add_linear(specs, up, width, hidden, false);
+  add_linear(specs, down, hidden, width, false);
+}
+
+Status write_json(const std::string& path, const nlohmann::json& j) {
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  out.close();
+  if (!out) return io_error("cannot write " + path);
+  return Status::ok();
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const SizePreset& p : kPresets) names.push_back(p.name);
+  return names;
+}
+
+Result<ModelConfig> preset_model_config(Architecture arch, const std::string& preset,
+                                        const ModelShapeOverrides& overrides) {
+  const SizePreset* size = nullptr;
+  for (const SizePreset& p : kPresets) {
+    if (preset == p.name) size = &p;
+  }
+  if (size == nullptr) return invalid_argument("unknown preset '" + preset + "' (presets: tiny, small, large)");
+  ModelConfig c;
+  c.arch = arch;
+  c.vocab_size = overrides.vocab_size.value_or(size->vocab_size);
+  c.hidden_size = overrides.hidden_size.value_or(size->hidden_size);
+  c.num_layers = overrides.num_layers.value_or(size->num_layers);
+  c.router.num_experts = overrides.num_experts.value_or(size->num_experts);
+  c.router.top_k = overrides.top_k.value_or(size->top_k);
+  c.moe_intermediate_size = overrides.moe_intermediate_size.value_or(size->moe_intermediate_size);
+  c.num_heads = overrides.num_heads.value_or(size->num_heads);
+  c.num_kv_heads = overrides.num_kv_heads.value_or(size->num_kv_heads);
+  c.head_dim = overrides.head_dim.value_or(size->head_dim);
+  c.rotary_dim = c.head_dim;
+  c.dense_intermediate_size = 2 * c.moe_intermediate_size;
+  c.bos_token_id = c.eos_token_id = c.vocab_size - 3;
+  c.layer_is_moe.assign(static_cast<size_t>(std::max(0, c.num_layers)), true);
+  switch (arch) {
+    case Architecture::kQwen3Moe:
+      c.router.norm_topk_prob = true;
+      c.qk_norm = true;
+      break;
+    case Architecture::kQwen2Moe:
+      c.qkv_bias = true;
+      c.shared_expert = SharedExpertKind::kSigmoidGated;
+      c.shared_intermediate_size = c.moe_intermediate_size;
+      break;
+    case Architecture::kMixtral:
+      c.router.norm_topk_prob = true;
+      c.dense_intermediate_size = c.moe_intermediate_size;
+      break;
+    case Architecture::kGlm4Moe:
+      c.router.score_func = experts::ScoreFunc::kSigmoid;
+      c.router.norm_topk_prob = true;
+      c.router.routed_scaling_factor = 2.5f;
+      c.router.n_group = c.router.num_experts % 2 == 0 ? 2 : 1;
+      c.router.topk_group = 1;
+      if (c.router.top_k > c.router.num_experts / c.router.n_group) c.router.n_group = 1;
+      c.router_has_correction_bias = true;
+      c.shared_expert = SharedExpertKind::kUngated;
+      c.shared_intermediate_size = c.moe_intermediate_size;
+      if (c.num_layers > 1) c.layer_is_moe[0] = false;
+      c.qkv_bias = true;
+      c.qk_norm = true;
+      c.rotary_dim = c.head_dim / 2 - (c.head_dim / 2) % 2;
+      c.rms_norm_eps = 1e-5f;
+      break;
+  }
+  // Round-trip through the parser so a preset obeys exactly the rules a config.json does.
+  return parse_model_config(model_config_to_json(c));
+}
+
+std::vector<TensorSpec> checkpoint_tensor_specs(const ModelConfig& c) {
+  using Init = TensorSpec::Init;
+  std::vector<TensorSpec> specs;
+  const int64_t d = c.hidden_size;
+  add(specs, "model.embed_tokens.weight", {c.vocab_size, d}, Init::kNormal, 1.0f);
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const std::string p = "model.layers." + std::to_string(layer) + ".";
+    add_norm(specs, p + "input_layernorm.weight", d);
+    add_norm(specs, p + "post_attention_layernorm.weight", d);
+    const int64_t q_out = static_cast<int64_t>(c.num_heads) * c.head_dim;
+    const int64_t kv_out = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
+    add_linear(specs, p + "self_attn.q_proj", q_out, d, c.qkv_bias);
+    add_linear(specs, p + "self_attn.k_proj", kv_out, d, c.qkv_bias);
+    add_linear(specs, p + "self_attn.v_proj", kv_out, d, c.qkv_bias);
+    add_linear(specs, p + "self_attn.o_proj", d, q_out, false);
+    if (c.qk_norm) {
+      add_norm(specs, p + "self_attn.q_norm.weight", c.head_dim);
+      add_norm(specs, p + "self_attn.k_norm.weight", c.head_dim);
+    }
+    if (!c.layer_is_moe[static_cast<size_t>(layer)]) {
+      add_mlp(specs, p + "mlp.gate_proj", p + "mlp.up_proj", p + "mlp.down_proj", d, c.dense_intermediate_size);
+      continue;
+    }
+    const std::string router = moe_block_prefix(c, layer) + "gate";
+    add_linear(specs, router, c.num_experts(), d, false);
+    if (c.router_has_correction_bias) {
+      add(specs, router + ".e_score_correction_bias", {c.num_experts()}, Init::kUniform, 0.0f,
+          0.1f, DType::kF32);
+    }
+    for (int e = 0; e < c.num_experts(); ++e) {
+      add_mlp(specs, expert_projection_prefix(c, layer, e, "gate"), expert_projection_prefix(c, layer, e, "up"),
+              expert_projection_prefix(c, layer, e, "down"), d, c.moe_intermediate_size);
+    }
+    if (c.shared_expert == SharedExpertKind::kSigmoidGated) {
+      add_mlp(specs, p + "mlp.shared_expert.gate_proj", p + "mlp.shared_expert.up_proj",
+              p + "mlp.shared_expert.down_proj", d, c.shared_intermediate_size);
+      add_linear(specs, p + "mlp.shared_expert_gate", 1, d, false);
+    } else if (c.shared_expert == SharedExpertKind::kUngated) {
+      add_mlp(specs, p + "mlp.shared_experts.gate_proj", p + "mlp.shared_experts.up_proj",
+              p + "mlp.shared_experts.down_proj", d, c.shared_intermediate_size);
+    }
+  }
+  add_norm(specs, "model.norm.weight", d);
+  if (!c.tie_word_embeddings) {
+    add(specs, "lm_head.weight", {c.vocab_size, d}, Init::kNormal, static_cast<float>(2.0 / std::sqrt(d)));
+  }
+  return specs;
+}
+
+ParameterCounts count_parameters(const ModelConfig& c) {
+  ParameterCounts counts;
+  const std::string expert_marker = ".experts.";
+  for (const TensorSpec& spec : checkpoint_tensor_specs(c)) {
+    const int64_t numel = shape_numel(spec.shape);
+    counts.total += numel;
+    const bool routed = spec.name.find(expert_marker) != std::string::npos;
+    counts.active_per_token += routed ? 0 : numel;
+  }
+  int num_moe = 0;
+  for (bool moe : c.layer_is_moe) num_moe += moe ? 1 : 0;
+  counts.active_per_token += static_cast<int64_t>(num_moe) * c.top_k() * 3 * c.hidden_size * c.moe_intermediate_size;
+  return counts;
+}
+
+Status write_random_checkpoint(const ModelConfig& config, uint64_t seed, const std::string& dir,
+                               uint64_t max_shard_bytes, ThreadPool& pool) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return io_error("cannot create " + dir + ": " + ec.message());
+  const std::vector<TensorSpec> specs = checkpoint_tensor_specs(config);
+  std::vector<Buffer> buffers;
+  buffers.reserve(specs.size());
+  for (const TensorSpec& spec : specs) buffers.emplace_back(spec.dtype, spec.shape);
+  // Fill element ranges in parallel; values depend on (seed, name, index) only.
+  for (size_t s = 0; s < specs.size(); ++s) {
+    const TensorSpec& spec = specs[s];
+    const uint64_t key = splitmix64(seed ^ fnv1a(spec.name));
+    const TensorView& view = buffers[s].view();
+    pool.parallel_for(view.numel(), 4096, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float value = random_value(spec, key, i);
+        if (spec.dtype == DType::kF32) {
+          view.as<float>()[i] = value;
+        } else {
+          view.as<uint16_t>()[i] = quant::f32_to_bf16(value);
+        }
+      }
+    });
+  }
+  std::vector<io::NamedTensor> named;
+  for (size_t s = 0; s < specs.size(); ++s) named.push_back({specs[s].name, buffers[s].view()});
+  MOERT_RETURN_IF_ERROR(io::write_sharded_checkpoint(dir, named, max_shard_bytes));
+  MOERT_RETURN_IF_ERROR(write_json(dir + "/config.json", model_config_to_json(config)));
+  nlohmann::json generation = {{"bos_token_id", config.bos_token_id}, {"eos_token_id", config.eos_token_id},
+                               {"do_sample", false}};
+  return write_json(dir + "/generation_config.json", generation);
+}
+
+}  // namespace moert

@@ -1,0 +1,61 @@
+// `moert make-model`: writes a valid Hugging Face checkpoint directory (config.json,
+// generation_config.json, sharded safetensors + index) for any supported architecture,
+// with seeded random BF16 weights scaled so activations stay well-conditioned:
+// embeddings ~ N(0, 1), every projection ~ N(0, 1/fan_in), norms ~ U(0.8, 1.2), biases
+// ~ N(0, 0.1^2). The same (config, seed) always gives the same bytes, whatever the thread count.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+#include "runtime/core/tensor.h"
+#include "runtime/core/thread_pool.h"
+#include "runtime/model/config.h"
+
+namespace moert {
+
+// Explicit sizes; each set field overrides the preset's value.
+struct ModelShapeOverrides {
+  std::optional<int> vocab_size, hidden_size, num_layers, num_experts, top_k, moe_intermediate_size,
+      num_heads, num_kv_heads, head_dim;
+};
+
+// Presets: "tiny" (the shared reference shape: hidden 256, 4 layers, 8 experts top-2,
+// width 512, 4 q / 2 kv heads x 64, vocab 1024), "small" (hidden 512, 6 layers, 8 experts
+// top-2, width 768, 8 q / 2 kv heads x 64, vocab 2048) and "large" (hidden 1024, 8 layers,
+// 16 experts top-4, width 1024, 16 q / 4 kv heads x 64, vocab 4096; ~432M parameters for
+// Qwen3-MoE). Architecture-specific parts follow the shared reference models (Qwen2-MoE:
+// gated shared expert of the expert width; GLM-4.5: 2 groups keep 1, scale 2.5, one shared
+// expert, layer 0 dense, partial rotary 0.5, qkv bias, qk-norm).
+Result<ModelConfig> preset_model_config(Architecture arch, const std::string& preset,
+                                        const ModelShapeOverrides& overrides = {});
+std::vector<std::string> preset_names();
+
+struct TensorSpec {
+  enum class Init { kNormal, kUniform };
+  std::string name;
+  Shape shape;
+  DType dtype = DType::kBF16;
+  Init init = Init::kNormal;
+  float a = 0.0f;  // kNormal: mean 0, std a; kUniform: [a, b)
+  float b = 0.0f;
+};
+
+// Every tensor that moert reads for `config`, with its initialisation rule, in checkpoint order.
+std::vector<TensorSpec> checkpoint_tensor_specs(const ModelConfig& config);
+
+// Total parameter count and the count touched per token (dense + top-k experts + shared).
+struct ParameterCounts {
+  int64_t total = 0;
+  int64_t active_per_token = 0;
+};
+ParameterCounts count_parameters(const ModelConfig& config);
+
+// Writes the directory (created if needed). Shards hold at most max_shard_bytes each.
+Status write_random_checkpoint(const ModelConfig& config, uint64_t seed, const std::string& dir,
+                               uint64_t max_shard_bytes, ThreadPool& pool);
+
+}  // namespace moert

@@ -1,0 +1,170 @@
+#include "runtime/model/weights.h"
+
+#include "quant/bf16.h"
+
+namespace moert {
+namespace {
+
+std::string layer_prefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
+
+// Mixtral keeps its MoE block under `block_sparse_moe` with w1/w3/w2 expert names.
+bool uses_mixtral_names(const ModelConfig& config) { return config.arch == Architecture::kMixtral; }
+
+class WeightBinder {
+ public:
+  WeightBinder(const io::Checkpoint& checkpoint) : checkpoint_(checkpoint) {}
+
+  Result<TensorView> matrix(const std::string& name, int64_t rows, int64_t cols) const {
+    MOERT_ASSIGN_OR_RETURN(TensorView view, checked(name, {rows, cols}));
+    if (view.dtype != DType::kF32 && view.dtype != DType::kBF16 && view.dtype != DType::kF16) {
+      return unsupported("tensor '" + name + "' has dtype " + std::string(dtype_name(view.dtype)) +
+                         " (expected F32, BF16 or F16)");
+    }
+    return view;
+  }
+
+  Result<std::vector<float>> vector(const std::string& name, int64_t size) const {
+    MOERT_ASSIGN_OR_RETURN(TensorView view, checked(name, {size}));
+    return widen(name, view);
+  }
+
+  Result<Linear> linear(const std::string& prefix, int64_t out, int64_t in, bool has_bias) const {
+    Linear linear;
+    MOERT_ASSIGN_OR_RETURN(linear.weight, matrix(prefix + ".weight", out, in));
+    if (has_bias) {
+      MOERT_ASSIGN_OR_RETURN(linear.bias, vector(prefix + ".bias", out));
+    }
+    return linear;
+  }
+
+  Result<GatedMlp> mlp(const std::string& gate, const std::string& up, const std::string& down, int64_t hidden,
+                       int64_t width) const {
+    GatedMlp mlp;
+    MOERT_ASSIGN_OR_RETURN(mlp.gate, linear(gate, width, hidden, false));
+    MOERT_ASSIGN_OR_RETURN(mlp.up, linear(up, width, hidden, false));
+    MOERT_ASSIGN_OR_RETURN(mlp.down, linear(down, hidden, width, false));
+    return mlp;
+  }
+
+ private:
+  Result<TensorView> checked(const std::string& name, const Shape& expected) const {
+    MOERT_ASSIGN_OR_RETURN(TensorView view, checkpoint_.get(name));
+    if (view.shape != expected) {
+      return invalid_argument("tensor '" + name + "' has shape " + shape_to_string(view.shape) + ", expected " +
+                              shape_to_string(expected));
+    }
+    return view;
+  }
+
+  static Result<std::vector<float>> widen(const std::string& name, const TensorView& view) {
+    std::vector<float> out(static_cast<size_t>(view.numel()));
+    for (size_t i = 0; i < out.size(); ++i) {
+      switch (view.dtype) {
+        case DType::kF32: out[i] = view.as<const float>()[i]; break;
+        case DType::kBF16: out[i] = quant::bf16_to_f32(view.as<const uint16_t>()[i]); break;
+        case DType::kF16: out[i] = quant::f16_to_f32(view.as<const uint16_t>()[i]); break;
+        default:
+          return unsupported("tensor '" + name + "' has dtype " + std::string(dtype_name(view.dtype)) +
+                             " (expected F32, BF16 or F16)");
+      }
+    }
+    return out;
+  }
+
+  const io::Checkpoint& checkpoint_;
+};
+
+Result<AttentionWeights> bind_attention(const ModelConfig& c, const WeightBinder& w, int layer) {
+  const std::string p = layer_prefix(layer) + "self_attn.";
+  const int64_t q_out = static_cast<int64_t>(c.num_heads) * c.head_dim;
+  const int64_t kv_out = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
+  AttentionWeights a;
+  MOERT_ASSIGN_OR_RETURN(a.q, w.linear(p + "q_proj", q_out, c.hidden_size, c.qkv_bias));
+  MOERT_ASSIGN_OR_RETURN(a.k, w.linear(p + "k_proj", kv_out, c.hidden_size, c.qkv_bias));
+  MOERT_ASSIGN_OR_RETURN(a.v, w.linear(p + "v_proj", kv_out, c.hidden_size, c.qkv_bias));
+  MOERT_ASSIGN_OR_RETURN(a.o, w.linear(p + "o_proj", c.hidden_size, q_out, false));
+  if (c.qk_norm) {
+    MOERT_ASSIGN_OR_RETURN(a.q_norm, w.vector(p + "q_norm.weight", c.head_dim));
+    MOERT_ASSIGN_OR_RETURN(a.k_norm, w.vector(p + "k_norm.weight", c.head_dim));
+  }
+  return a;
+}
+
+Result<MoeWeights> bind_moe(const ModelConfig& c, const WeightBinder& w, int layer) {
+  MoeWeights moe;
+  const std::string p = moe_block_prefix(c, layer);
+  MOERT_ASSIGN_OR_RETURN(moe.router, w.matrix(p + "gate.weight", c.num_experts(), c.hidden_size));
+  if (c.router_has_correction_bias) {
+    MOERT_ASSIGN_OR_RETURN(moe.correction_bias, w.vector(p + "gate.e_score_correction_bias", c.num_experts()));
+  }
+  for (int e = 0; e < c.num_experts(); ++e) {
+    MOERT_ASSIGN_OR_RETURN(GatedMlp expert,
+                           w.mlp(expert_projection_prefix(c, layer, e, "gate"), expert_projection_prefix(c, layer, e, "up"),
+                                 expert_projection_prefix(c, layer, e, "down"), c.hidden_size, c.moe_intermediate_size));
+    moe.experts.push_back(std::move(expert));
+  }
+  if (c.shared_expert != SharedExpertKind::kNone) {
+    const std::string s = p + (c.shared_expert == SharedExpertKind::kSigmoidGated ? "shared_expert." : "shared_experts.");
+    MOERT_ASSIGN_OR_RETURN(GatedMlp shared, w.mlp(s + "gate_proj", s + "up_proj", s + "down_proj", c.hidden_size,
+                                                  c.shared_intermediate_size));
+    moe.shared_expert = std::move(shared);
+    if (c.shared_expert == SharedExpertKind::kSigmoidGated) {
+      MOERT_ASSIGN_OR_RETURN(moe.shared_expert_gate, w.matrix(p + "shared_expert_gate.weight", 1, c.hidden_size));
+    }
+  }
+  return moe;
+}
+
+}  // namespace
+
+std::string moe_block_prefix(const ModelConfig& config, int layer) {
+  return layer_prefix(layer) + (uses_mixtral_names(config) ? "block_sparse_moe." : "mlp.");
+}
+
+std::string expert_projection_prefix(const ModelConfig& config, int layer, int expert, const char* projection) {
+  const std::string proj(projection);
+  const std::string experts = moe_block_prefix(config, layer) + "experts." + std::to_string(expert) + ".";
+  if (uses_mixtral_names(config)) return experts + (proj == "gate" ? "w1" : proj == "up" ? "w3" : "w2");
+  return experts + proj + "_proj";
+}
+
+Result<ModelWeights> bind_model_weights(const ModelConfig& c, const io::Checkpoint& checkpoint) {
+  WeightBinder w(checkpoint);
+  ModelWeights m;
+  MOERT_ASSIGN_OR_RETURN(m.embed_tokens, w.matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    LayerWeights l;
+    const std::string p = layer_prefix(layer);
+    MOERT_ASSIGN_OR_RETURN(l.input_norm, w.vector(p + "input_layernorm.weight", c.hidden_size));
+    MOERT_ASSIGN_OR_RETURN(l.post_attention_norm, w.vector(p + "post_attention_layernorm.weight", c.hidden_size));
+    MOERT_ASSIGN_OR_RETURN(l.attention, bind_attention(c, w, layer));
+    l.is_moe = c.layer_is_moe[static_cast<size_t>(layer)];
+    if (l.is_moe) {
+      MOERT_ASSIGN_OR_RETURN(l.moe, bind_moe(c, w, layer));
+    } else {
+      MOERT_ASSIGN_OR_RETURN(l.dense_mlp, w.mlp(p + "mlp.gate_proj", p + "mlp.up_proj", p + "mlp.down_proj",
+                                                c.hidden_size, c.dense_intermediate_size));
+    }
+    m.layers.push_back(std::move(l));
+  }
+  MOERT_ASSIGN_OR_RETURN(m.final_norm, w.vector("model.norm.weight", c.hidden_size));
+  if (c.tie_word_embeddings && checkpoint.find("lm_head.weight") == nullptr) {
+    m.lm_head = m.embed_tokens;
+  } else {
+    MOERT_ASSIGN_OR_RETURN(m.lm_head, w.matrix("lm_head.weight", c.vocab_size, c.hidden_size));
+  }
+  return m;
+}
+
+Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir) {
+  auto model = std::make_unique<LoadedModel>();
+  MOERT_ASSIGN_OR_RETURN(model->config, load_model_config(model_dir));
+  MOERT_ASSIGN_OR_RETURN(io::Checkpoint checkpoint, io::Checkpoint::open(model_dir));
+  model->checkpoint = std::make_unique<io::Checkpoint>(std::move(checkpoint));
+  Result<ModelWeights> weights = bind_model_weights(model->config, *model->checkpoint);
+  if (!weights.is_ok()) return weights.status().with_context(model_dir);
+  model->weights = std::move(weights).value();
+  return model;
+}
+
+}  // namespace moert

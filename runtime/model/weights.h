@@ -1,0 +1,81 @@
+// ModelWeights: every tensor the forward reads, looked up once by its Hugging Face name
+// (spec/moe.md §1) and shape-checked against the ModelConfig. Matrices stay views into
+// the mmapped checkpoint (F32/BF16/F16, read in place); vectors (norms, biases, router
+// correction biases) are widened to F32 copies.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+#include "runtime/core/tensor.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/model/config.h"
+
+namespace moert {
+
+struct Linear {
+  TensorView weight;          // [out, in]
+  std::vector<float> bias;    // [out] or empty
+  int64_t out_features() const { return weight.dim(0); }
+  int64_t in_features() const { return weight.dim(1); }
+};
+
+// SwiGLU MLP: down(silu(gate x) * up x).
+struct GatedMlp {
+  Linear gate;  // [I, D]
+  Linear up;    // [I, D]
+  Linear down;  // [D, I]
+};
+
+struct AttentionWeights {
+  Linear q, k, v, o;
+  std::vector<float> q_norm, k_norm;  // [head_dim] each, empty without qk-norm
+};
+
+struct MoeWeights {
+  TensorView router;                     // [E, D]
+  std::vector<float> correction_bias;    // [E] or empty
+  std::vector<GatedMlp> experts;         // [E]
+  std::optional<GatedMlp> shared_expert;
+  TensorView shared_expert_gate;         // [1, D], Qwen2-MoE only (data == nullptr otherwise)
+};
+
+struct LayerWeights {
+  std::vector<float> input_norm;          // [D]
+  std::vector<float> post_attention_norm; // [D]
+  AttentionWeights attention;
+  bool is_moe = false;
+  GatedMlp dense_mlp;  // when !is_moe
+  MoeWeights moe;      // when is_moe
+};
+
+struct ModelWeights {
+  TensorView embed_tokens;  // [V, D]
+  std::vector<LayerWeights> layers;
+  std::vector<float> final_norm;  // [D]
+  TensorView lm_head;       // [V, D] (the embedding when tied)
+};
+
+// A model directory opened for inference: its config, its checkpoint (kept open: the
+// weights point into its mappings) and the weights.
+struct LoadedModel {
+  ModelConfig config;
+  std::unique_ptr<io::Checkpoint> checkpoint;
+  ModelWeights weights;
+};
+
+// Errors name the tensor and the expected shape:
+// "tensor 'model.layers.1.mlp.gate.weight' has shape [8, 255], expected [8, 256]".
+Result<ModelWeights> bind_model_weights(const ModelConfig& config, const io::Checkpoint& checkpoint);
+Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir);
+
+// Checkpoint tensor names, per architecture (spec/moe.md §1), without the ".weight" suffix.
+// "model.layers.{i}.mlp." or, for Mixtral, "model.layers.{i}.block_sparse_moe."
+std::string moe_block_prefix(const ModelConfig& config, int layer);
+// projection: "gate", "up" or "down" (Mixtral: w1, w3, w2).
+std::string expert_projection_prefix(const ModelConfig& config, int layer, int expert, const char* projection);
+
+}  // namespace moert

@@ -1,0 +1,151 @@
+// End-to-end tests of the `moert` binary on real files: make-model, score, and the
+// one-line errors for bad checkpoints and configs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/io/npy.h"
+#include "tests/support/test_support.h"
+
+namespace moert {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_command;
+
+std::string moert() { return testing::moert_binary(); }
+
+int count_lines(const std::string& text) {
+  int lines = 0;
+  for (char ch : text) lines += ch == '\n' ? 1 : 0;
+  return lines;
+}
+
+// Makes a small two-layer model with several shards; returns its directory.
+std::string make_small_model(const testing::ScratchDir& scratch, const std::string& name, const std::string& arch) {
+  const std::string dir = scratch / name;
+  const testing::CommandResult made =
+      run_command(moert() + " make-model --arch " + arch + " --preset tiny --num-layers 2 --hidden-size 64 "
+                  "--expert-size 64 --vocab-size 256 --head-dim 16 --shard-mb 0.05 --seed 3 --out " + dir);
+  EXPECT_EQ(made.exit_code, 0) << made.err;
+  return dir;
+}
+
+std::string first_shard(const std::string& dir) {
+  return dir + "/model-00001-of-" + [&] {
+    int n = 0;
+    for (const auto& entry : fs::directory_iterator(dir)) n += entry.path().extension() == ".safetensors";
+    char buffer[16];
+    std::snprintf(buffer, sizeof(buffer), "%05d", n);
+    return std::string(buffer);
+  }() + ".safetensors";
+}
+
+TEST(Cli, MakeModelThenScoreWritesTheReferenceLayout) {
+  testing::ScratchDir scratch("cli-score");
+  for (const char* arch : {"qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe"}) {
+    const std::string dir = make_small_model(scratch, arch, arch);
+    const std::string prefix = scratch / (std::string(arch) + "-out");
+    const testing::CommandResult scored =
+        run_command(moert() + " score --model " + dir + " --tokens 5,9,2,7 -n 5 --threads 2 --out " + prefix);
+    ASSERT_EQ(scored.exit_code, 0) << scored.err;
+    EXPECT_NE(scored.out.find("generated: "), std::string::npos);
+    const nlohmann::json summary = nlohmann::json::parse(testing::read_file(prefix + ".json"));
+    EXPECT_EQ(summary.at("prompt_tokens"), nlohmann::json({5, 9, 2, 7}));
+    EXPECT_EQ(summary.at("gen_tokens").size(), 5u);
+    Result<io::NpyArray> prompt_logits = io::read_npy(prefix + ".prompt_logits.npy");
+    Result<io::NpyArray> gen_logits = io::read_npy(prefix + ".gen_logits.npy");
+    ASSERT_TRUE(prompt_logits.is_ok() && gen_logits.is_ok());
+    EXPECT_EQ(prompt_logits->shape, (Shape{4, 256}));
+    EXPECT_EQ(gen_logits->shape, (Shape{5, 256}));
+    // gen_logits row 0 is the last prompt row, and each generated token is its row's argmax.
+    for (int i = 0; i < 256; ++i) ASSERT_EQ(gen_logits->values[i], prompt_logits->values[3 * 256 + i]);
+    for (int j = 0; j < 5; ++j) {
+      const double* row = gen_logits->values.data() + j * 256;
+      const int argmax = static_cast<int>(std::max_element(row, row + 256) - row);
+      EXPECT_EQ(summary.at("gen_tokens")[j].get<int>(), argmax);
+    }
+  }
+}
+
+TEST(Cli, ScoreReproducesTheSharedReference) {
+  if (testing::reference_model_names().empty()) GTEST_SKIP() << "no shared reference models";
+  testing::ScratchDir scratch("cli-ref");
+  const std::string ref = testing::shared_dir() + "/reference/qwen3moe-tiny";
+  const nlohmann::json expected = nlohmann::json::parse(testing::read_file(ref + "/ref.json"));
+  std::string tokens;
+  for (const auto& t : expected.at("prompt_tokens")) tokens += (tokens.empty() ? "" : ",") + std::to_string(t.get<int>());
+  const testing::CommandResult scored =
+      run_command(moert() + " score --model " + ref + "/hf --tokens " + tokens + " -n 32 --out " + (scratch / "q3"));
+  ASSERT_EQ(scored.exit_code, 0) << scored.err;
+  const nlohmann::json got = nlohmann::json::parse(testing::read_file(scratch / "q3.json"));
+  EXPECT_EQ(got.at("gen_tokens"), expected.at("gen_tokens"));
+}
+
+// Each bad input: exit code != 0 and exactly one line on stderr naming the problem.
+void expect_one_line_error(const testing::CommandResult& result, const std::string& needle) {
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_EQ(count_lines(result.err), 1) << result.err;
+  EXPECT_NE(result.err.find(needle), std::string::npos) << result.err;
+}
+
+class CliBadInput : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = make_small_model(scratch_, "model", "qwen3_moe"); }
+  testing::CommandResult score() { return run_command(moert() + " score --model " + dir_ + " --tokens 1,2,3 -n 2"); }
+
+  testing::ScratchDir scratch_{"cli-bad"};
+  std::string dir_;
+};
+
+TEST_F(CliBadInput, TruncatedShard) {
+  const std::string shard = first_shard(dir_);
+  const std::string bytes = testing::read_file(shard);
+  testing::write_file(shard, bytes.substr(0, bytes.size() - 100));
+  expect_one_line_error(score(), "model-00001-of-");
+}
+
+TEST_F(CliBadInput, CorruptHeader) {
+  const std::string shard = first_shard(dir_);
+  std::string bytes = testing::read_file(shard);
+  bytes[9] = '#';  // inside the JSON header
+  testing::write_file(shard, bytes);
+  expect_one_line_error(score(), "corrupt");
+}
+
+TEST_F(CliBadInput, UnknownArchitecture) {
+  nlohmann::json config = nlohmann::json::parse(testing::read_file(dir_ + "/config.json"));
+  config["architectures"] = {"FancyMoeForCausalLM"};
+  testing::write_file(dir_ + "/config.json", config.dump());
+  expect_one_line_error(score(), "unknown architecture 'FancyMoeForCausalLM'");
+}
+
+TEST_F(CliBadInput, MissingTensor) {
+  nlohmann::json index = nlohmann::json::parse(testing::read_file(dir_ + "/model.safetensors.index.json"));
+  index["weight_map"].erase("model.layers.1.mlp.experts.3.up_proj.weight");
+  testing::write_file(dir_ + "/model.safetensors.index.json", index.dump());
+  expect_one_line_error(score(), "model.layers.1.mlp.experts.3.up_proj.weight");
+}
+
+TEST_F(CliBadInput, MisShapedTensor) {
+  nlohmann::json config = nlohmann::json::parse(testing::read_file(dir_ + "/config.json"));
+  config["moe_intermediate_size"] = 63;
+  testing::write_file(dir_ + "/config.json", config.dump());
+  expect_one_line_error(score(), "has shape [64, 64], expected [63, 64]");
+}
+
+TEST_F(CliBadInput, MissingModelAndBadTokens) {
+  expect_one_line_error(run_command(moert() + " score --model " + (scratch_ / "nowhere") + " --tokens 1"), "nowhere");
+  expect_one_line_error(run_command(moert() + " score --model " + dir_ + " --tokens 1,x,3"), "'x'");
+  expect_one_line_error(run_command(moert() + " score --model " + dir_ + " --tokens 1,999"),
+                        "token id 999 at index 1 is outside the vocabulary [0, 256)");
+  expect_one_line_error(run_command(moert() + " score --model " + dir_), "tokens");
+  expect_one_line_error(run_command(moert() + " frobnicate"), "unknown command 'frobnicate'");
+}
+
+}  // namespace
+}  // namespace moert

@@ -1,0 +1,136 @@
+#include "runtime/model/config.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/test_support.h"
+
+namespace moert {
+namespace {
+
+using nlohmann::json;
+
+json qwen3_json() {
+  return json::parse(R"({"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 1024, "hidden_size": 256,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+    "intermediate_size": 1024, "moe_intermediate_size": 512, "num_experts": 8, "num_experts_per_tok": 2,
+    "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [1], "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0, "rope_scaling": null, "eos_token_id": 1021})");
+}
+
+TEST(ModelConfig, Qwen3ResolvesLayerKindsAndRouter) {
+  Result<ModelConfig> c = parse_model_config(qwen3_json());
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->arch, Architecture::kQwen3Moe);
+  EXPECT_EQ(c->layer_is_moe, (std::vector<bool>{true, false, true, true}));
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_TRUE(c->router.norm_topk_prob);
+  EXPECT_EQ(c->router.score_func, experts::ScoreFunc::kSoftmax);
+  EXPECT_EQ(c->rotary_dim, 64);
+  EXPECT_EQ(c->shared_expert, SharedExpertKind::kNone);
+  EXPECT_EQ(c->eos_token_id, 1021);
+}
+
+TEST(ModelConfig, UnknownArchitectureIsNamed) {
+  json j = qwen3_json();
+  j["architectures"] = {"LlamaForCausalLM"};
+  Result<ModelConfig> c = parse_model_config(j);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(c.status().message().find("unknown architecture 'LlamaForCausalLM'"), std::string::npos);
+  EXPECT_NE(c.status().message().find("Qwen3MoeForCausalLM"), std::string::npos);
+}
+
+TEST(ModelConfig, BadValuesAreNamed) {
+  struct Case {
+    const char* key;
+    json value;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"num_key_value_heads", 3, "'num_key_value_heads' = 3 must divide 'num_attention_heads' = 4"},
+      {"hidden_size", 0, "'hidden_size' = 0 must be > 0"},
+      {"num_experts_per_tok", 9, "top_k"},
+      {"vocab_size", "big", "'vocab_size' = \"big\" must be an integer"},
+      {"rope_scaling", json{{"type", "yarn"}}, "'rope_scaling'"},
+  };
+  for (const Case& test : cases) {
+    json j = qwen3_json();
+    j[test.key] = test.value;
+    Result<ModelConfig> c = parse_model_config(j);
+    ASSERT_FALSE(c.is_ok()) << test.key;
+    EXPECT_NE(c.status().message().find(test.expected), std::string::npos) << c.status().message();
+  }
+  json missing = qwen3_json();
+  missing.erase("num_experts");
+  EXPECT_NE(parse_model_config(missing).status().message().find("lacks 'num_experts'"), std::string::npos);
+}
+
+TEST(ModelConfig, SharedReferenceConfigsParse) {
+  if (testing::reference_model_names().empty()) GTEST_SKIP() << "no shared reference models";
+  for (const std::string& name : testing::reference_model_names()) {
+    Result<ModelConfig> c = load_model_config(testing::shared_dir() + "/reference/" + name + "/hf");
+    ASSERT_TRUE(c.is_ok()) << name << ": " << c.status().to_string();
+    EXPECT_EQ(c->hidden_size, 256) << name;
+    if (name == "glm4moe-tiny") {
+      EXPECT_EQ(c->router.score_func, experts::ScoreFunc::kSigmoid);
+      EXPECT_EQ(c->router.n_group, 2);
+      EXPECT_EQ(c->router.topk_group, 1);
+      EXPECT_FLOAT_EQ(c->router.routed_scaling_factor, 2.5f);
+      EXPECT_EQ(c->rotary_dim, 32);
+      EXPECT_EQ(c->layer_is_moe, (std::vector<bool>{false, true, true, true}));
+      EXPECT_EQ(c->shared_expert, SharedExpertKind::kUngated);
+      EXPECT_EQ(c->shared_intermediate_size, 512);
+      EXPECT_EQ(c->dense_intermediate_size, 1024);
+      EXPECT_TRUE(c->qkv_bias && c->qk_norm);
+    }
+    if (name == "qwen2moe-tiny") {
+      EXPECT_EQ(c->shared_expert, SharedExpertKind::kSigmoidGated);
+      EXPECT_FALSE(c->router.norm_topk_prob);
+      EXPECT_TRUE(c->qkv_bias);
+    }
+    if (name == "mixtral-tiny") EXPECT_TRUE(c->router.norm_topk_prob);
+  }
+}
+
+TEST(ModelConfig, JsonRoundTripForEveryArchitecture) {
+  for (Architecture arch : {Architecture::kQwen3Moe, Architecture::kQwen2Moe, Architecture::kMixtral,
+                            Architecture::kGlm4Moe}) {
+    json j = qwen3_json();
+    ModelConfig base = parse_model_config(j).value();
+    base.arch = arch;
+    if (arch == Architecture::kGlm4Moe) {
+      base.router.score_func = experts::ScoreFunc::kSigmoid;
+      base.router.n_group = 2;
+      base.router.routed_scaling_factor = 2.5f;
+      base.router_has_correction_bias = true;
+      base.rotary_dim = 32;
+      base.shared_expert = SharedExpertKind::kUngated;
+      base.shared_intermediate_size = 512;
+      base.layer_is_moe = {false, true, true, true};
+    }
+    if (arch == Architecture::kQwen2Moe) {
+      base.shared_expert = SharedExpertKind::kSigmoidGated;
+      base.shared_intermediate_size = 256;
+      base.qkv_bias = true;
+      base.qk_norm = false;
+    }
+    if (arch == Architecture::kMixtral) {
+      base.qk_norm = false;
+      base.layer_is_moe.assign(4, true);
+      base.dense_intermediate_size = base.moe_intermediate_size;
+    }
+    if (arch == Architecture::kGlm4Moe) base.qk_norm = true;
+    Result<ModelConfig> again = parse_model_config(model_config_to_json(base));
+    ASSERT_TRUE(again.is_ok()) << architecture_name(arch) << ": " << again.status().to_string();
+    EXPECT_EQ(model_config_to_json(again.value()), model_config_to_json(base)) << architecture_name(arch);
+    EXPECT_EQ(again->layer_is_moe, base.layer_is_moe);
+    EXPECT_EQ(again->rotary_dim, base.rotary_dim);
+    EXPECT_EQ(again->shared_expert, base.shared_expert);
+  }
+}
+
+}  // namespace
+}  // namespace moert

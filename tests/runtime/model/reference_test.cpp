@@ -1,0 +1,109 @@
+// The reference forward against the shared float64 references: logits within 1e-4
+// relative L2 per row and identical greedy tokens, for every model in shared/reference.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/io/npy.h"
+#include "runtime/model/reference_forward.h"
+#include "tests/support/test_support.h"
+
+namespace moert {
+namespace {
+
+constexpr double kMaxRelativeError = 1e-4;
+
+class SharedReference : public ::testing::TestWithParam<std::string> {};
+
+// Returns the largest per-row relative error of `actual` [rows, vocab] against the .npy file.
+double max_row_error(const std::vector<float>& actual, const std::string& npy_path, int64_t rows, int64_t vocab) {
+  Result<io::NpyArray> expected = io::read_npy(npy_path);
+  EXPECT_TRUE(expected.is_ok()) << expected.status().to_string();
+  if (!expected.is_ok()) return 1.0;
+  EXPECT_EQ(expected->shape, (Shape{rows, vocab})) << npy_path;
+  if (expected->shape != Shape{rows, vocab} || static_cast<int64_t>(actual.size()) != rows * vocab) return 1.0;
+  double worst = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double error = testing::relative_l2_error(actual.data() + r * vocab, expected->values.data() + r * vocab, vocab);
+    EXPECT_LT(error, kMaxRelativeError) << npy_path << " row " << r;
+    worst = std::max(worst, error);
+  }
+  return worst;
+}
+
+TEST_P(SharedReference, LogitsAndGreedyTokensMatchFloat64Reference) {
+  if (GetParam() == "missing") GTEST_SKIP() << "no shared reference models";
+  const std::string dir = testing::shared_dir() + "/reference/" + GetParam();
+  Result<std::unique_ptr<LoadedModel>> model = load_model(dir + "/hf");
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  const nlohmann::json ref = nlohmann::json::parse(testing::read_file(dir + "/ref.json"));
+  const std::vector<int32_t> prompt = ref.at("prompt_tokens").get<std::vector<int32_t>>();
+  const std::vector<int32_t> expected_tokens = ref.at("gen_tokens").get<std::vector<int32_t>>();
+
+  ThreadPool pool(2);
+  ReferenceForward forward((*model)->config, (*model)->weights, pool);
+  Result<GreedyOutput> output = greedy_generate(forward, prompt, static_cast<int>(expected_tokens.size()));
+  ASSERT_TRUE(output.is_ok()) << output.status().to_string();
+  EXPECT_EQ(output->gen_tokens, expected_tokens);
+  const int64_t vocab = (*model)->config.vocab_size;
+  const double prompt_error = max_row_error(output->prompt_logits, dir + "/ref.prompt_logits.npy",
+                                            static_cast<int64_t>(prompt.size()), vocab);
+  const double gen_error = max_row_error(output->gen_logits, dir + "/ref.gen_logits.npy",
+                                         static_cast<int64_t>(expected_tokens.size()), vocab);
+  std::printf("%s: max relative L2 error per row: prompt %.3g, generated %.3g\n", GetParam().c_str(), prompt_error,
+              gen_error);
+}
+
+TEST_P(SharedReference, ChunkedPrefillEqualsTokenByTokenBitForBit) {
+  if (GetParam() == "missing") GTEST_SKIP() << "no shared reference models";
+  const std::string dir = testing::shared_dir() + "/reference/" + GetParam();
+  Result<std::unique_ptr<LoadedModel>> model = load_model(dir + "/hf");
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  const std::vector<int32_t> prompt = {84, 464, 280, 117, 397, 107, 275, 114, 374, 110, 271};
+  ThreadPool pool(2);
+  ReferenceForward forward((*model)->config, (*model)->weights, pool);
+  DenseKvCache whole = forward.new_cache();
+  Result<std::vector<float>> all_at_once = forward.forward(whole, prompt);
+  ASSERT_TRUE(all_at_once.is_ok());
+  DenseKvCache pieces = forward.new_cache();
+  std::vector<float> stitched;
+  // Chunks of 1, 4 and 6 tokens.
+  for (auto [begin, end] : {std::pair{0, 1}, {1, 5}, {5, 11}}) {
+    Result<std::vector<float>> part =
+        forward.forward(pieces, std::vector<int32_t>(prompt.begin() + begin, prompt.begin() + end));
+    ASSERT_TRUE(part.is_ok());
+    stitched.insert(stitched.end(), part->begin(), part->end());
+  }
+  ASSERT_EQ(stitched.size(), all_at_once->size());
+  EXPECT_EQ(0, std::memcmp(stitched.data(), all_at_once->data(), stitched.size() * sizeof(float)));
+}
+
+std::vector<std::string> models_or_placeholder() {
+  std::vector<std::string> names = testing::reference_model_names();
+  if (names.empty()) names.push_back("missing");
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModels, SharedReference, ::testing::ValuesIn(models_or_placeholder()),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                           return name;
+                         });
+
+// The shared folder is expected in CI; its absence is a failure there, a skip elsewhere.
+TEST(SharedReferenceData, IsPresent) {
+  const bool in_ci = std::getenv("CI") != nullptr;
+  if (testing::reference_model_names().empty()) {
+    if (in_ci) FAIL() << "MOERT_SHARED_DIR has no reference models";
+    GTEST_SKIP() << "no shared reference models (set -DMOERT_SHARED_DIR=...)";
+  }
+  EXPECT_GE(testing::reference_model_names().size(), 3u);
+}
+
+}  // namespace
+}  // namespace moert

@@ -1,0 +1,88 @@
+#include "tests/support/test_support.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace moert::testing {
+
+namespace fs = std::filesystem;
+
+std::string shared_dir() {
+  const char* dir = std::getenv("MOERT_SHARED_DIR");
+  if (dir == nullptr || !fs::is_directory(fs::path(dir) / "reference")) return "";
+  return dir;
+}
+
+std::vector<std::string> reference_model_names() {
+  std::vector<std::string> names;
+  const std::string dir = shared_dir();
+  if (dir.empty()) return names;
+  for (const auto& entry : fs::directory_iterator(fs::path(dir) / "reference")) {
+    if (fs::is_regular_file(entry.path() / "hf" / "config.json")) names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string moert_binary() {
+  const char* bin = std::getenv("MOERT_BIN");
+  if (bin == nullptr) throw std::runtime_error("MOERT_BIN is not set (run the tests through ctest)");
+  return bin;
+}
+
+CommandResult run_command(const std::string& command) {
+  static int counter = 0;
+  const std::string base = fs::temp_directory_path().string() + "/moert-cmd-" + std::to_string(getpid()) + "-" +
+                           std::to_string(counter++);
+  const std::string full = command + " >" + base + ".out 2>" + base + ".err";
+  CommandResult result;
+  const int status = std::system(full.c_str());
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.out = read_file(base + ".out");
+  result.err = read_file(base + ".err");
+  fs::remove(base + ".out");
+  fs::remove(base + ".err");
+  return result;
+}
+
+ScratchDir::ScratchDir(const std::string& name) {
+  path_ = (fs::current_path() / ("scratch-" + name + "-" + std::to_string(getpid()))).string();
+  fs::remove_all(path_);
+  fs::create_directories(path_);
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+void write_file(const std::string& path, const std::string& contents) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << contents;
+}
+
+double relative_l2_error(const float* a, const double* b, int64_t count) {
+  double diff = 0.0, norm = 0.0;
+  for (int64_t i = 0; i < count; ++i) {
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    norm += b[i] * b[i];
+  }
+  if (norm == 0.0) throw std::runtime_error("relative_l2_error: the reference is all zeros");
+  return std::sqrt(diff / norm);
+}
+
+}  // namespace moert::testing

@@ -1,0 +1,44 @@
+// Helpers shared by the tests: locating the shared reference data and the moert binary,
+// running a command with its output captured, scratch directories, relative errors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moert::testing {
+
+// MOERT_SHARED_DIR (set by CTest) or "" when unset or absent.
+std::string shared_dir();
+// The reference model folders present under shared/reference ("qwen3moe-tiny", ...).
+std::vector<std::string> reference_model_names();
+// The moert executable (MOERT_BIN, set by CTest).
+std::string moert_binary();
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+// Runs `command` through /bin/sh, capturing stdout and stderr.
+CommandResult run_command(const std::string& command);
+
+// A fresh directory under the test's working directory, removed on destruction.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& name);
+  ~ScratchDir();
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& child) const { return path_ + "/" + child; }
+
+ private:
+  std::string path_;
+};
+
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, const std::string& contents);
+
+// ||a - b||_2 / ||b||_2 over `count` values (b is the reference and must not be all zero).
+double relative_l2_error(const float* a, const double* b, int64_t count);
+
+}  // namespace moert::testing
