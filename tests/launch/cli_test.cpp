@@ -114,7 +114,7 @@ TEST_F(CliBadInput, CorruptHeader) {
   std::string bytes = testing::read_file(shard);
   bytes[9] = '#';  // inside the JSON header
   testing::write_file(shard, bytes);
-  expect_one_line_error(score(), "corrupt");
+  expect_one_line_error(score(), "model-00001-of-00011.safetensors: header is not valid JSON");
 }
 
 TEST_F(CliBadInput, UnknownArchitecture) {

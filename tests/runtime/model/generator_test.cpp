@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+
+#include <nlohmann/json.hpp>
 
 #include "runtime/io/checkpoint.h"
 #include "runtime/model/reference_forward.h"
