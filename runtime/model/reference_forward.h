@@ -1,56 +1,46 @@
-// The single-rank reference forward: the simple, exact F32 transformer that every engine
-// path is tested against. Layer by layer as in DESIGN.md "One step on one rank", with a
-// contiguous per-sequence K/V history instead of paged blocks.
-// Shapes: T new tokens, D hidden, V vocab, H/KVH heads, Dh head_dim, E experts, K top-k.
+// The single-rank reference forward: the transformer (runtime/model/transformer.h) over
+// one sequence with a contiguous K/V history. Simple and exact; every engine path is
+// tested against it.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "attention/rope.h"
-#include "runtime/core/status.h"
-#include "runtime/core/thread_pool.h"
-#include "runtime/model/config.h"
-#include "runtime/model/weights.h"
+#include "runtime/model/transformer.h"
 
 namespace moert {
 
 // K/V of one sequence for every layer; row p holds position p.
-struct DenseKvCache {
-  std::vector<std::vector<float>> keys;    // [layers][L * KVH * Dh]
-  std::vector<std::vector<float>> values;  // [layers][L * KVH * Dh]
-  int64_t length = 0;                      // positions already written
+class DenseKvCache : public AttentionContext {
+ public:
+  DenseKvCache(const ModelConfig& config);
+  void attend(int layer, const float* q, const float* k, const float* v, int64_t num_tokens, float* out) override;
+  // Positions already written; advanced by ReferenceForward::forward after all layers ran.
+  int64_t length() const { return length_; }
+  void advance(int64_t num_tokens) { length_ += num_tokens; }
+
+ private:
+  const ModelConfig& config_;
+  std::vector<std::vector<float>> keys_;    // [layers][L * KVH * Dh]
+  std::vector<std::vector<float>> values_;  // [layers][L * KVH * Dh]
+  int64_t length_ = 0;
 };
 
 class ReferenceForward {
  public:
-  // config, weights and pool must outlive this object.
   ReferenceForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool);
 
-  DenseKvCache new_cache() const;
+  DenseKvCache new_cache() const { return DenseKvCache(transformer_.config()); }
 
-  // Runs `tokens` at positions cache.length .. cache.length + T - 1, appends their K/V and
-  // returns the logits of every new position, [T, V] row-major. Token ids must lie in [0, V).
+  // Runs `tokens` at positions cache.length() .. + T - 1, appends their K/V and returns the
+  // logits of every new position, [T, V] row-major.
   Result<std::vector<float>> forward(DenseKvCache& cache, const std::vector<int32_t>& tokens) const;
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const { return transformer_.config(); }
 
  private:
-  void attention_block(int layer, DenseKvCache& cache, int64_t num_tokens, std::vector<float>& x) const;
-  void ffn_block(int layer, int64_t num_tokens, std::vector<float>& x) const;
-  void moe_ffn(const MoeWeights& moe, const float* h, int64_t num_tokens, float* out) const;
-
-  const ModelConfig& config_;
-  const ModelWeights& weights_;
-  ThreadPool& pool_;
-  attention::RotaryEmbedding rope_;
+  TransformerForward transformer_;
 };
-
-// x: [T, D] normalised in place: x * rsqrt(mean(x^2) + eps) * weight.
-void rms_norm_rows(float* x, int64_t num_rows, int64_t dim, const float* weight, float eps);
-
-// Index of the largest value; the lowest index wins ties.
-int32_t argmax_lowest_index(const float* values, int64_t count);
 
 struct GreedyOutput {
   std::vector<int32_t> gen_tokens;   // [n_gen]

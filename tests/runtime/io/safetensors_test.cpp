@@ -47,11 +47,11 @@ void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
 // File image: u64 LE header size, `header`, then `data_bytes` zero bytes.
 std::vector<uint8_t> image(const std::string& header, size_t data_bytes, uint64_t declared_size = UINT64_MAX) {
   const uint64_t n = declared_size == UINT64_MAX ? header.size() : declared_size;
-  std::vector<uint8_t> bytes(8);
-  for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<uint8_t>((n >> (8 * i)) & 0xff);
-  bytes.insert(bytes.end(), header.begin(), header.end());
-  bytes.resize(bytes.size() + data_bytes, 0);
-  return bytes;
+  std::string text;
+  for (int i = 0; i < 8; ++i) text += static_cast<char>((n >> (8 * i)) & 0xff);
+  text += header;
+  text.append(data_bytes, '\0');
+  return std::vector<uint8_t>(text.begin(), text.end());
 }
 
 Status parse_image(const std::vector<uint8_t>& bytes) {

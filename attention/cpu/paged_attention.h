@@ -1,0 +1,67 @@
+// Paged K/V storage and causal GQA attention over it, on the CPU (the twin of a future
+// CUDA kernel). The planner (CPU scheduler) hands the kernel plain data in the style of
+// FlashInfer's page.cuh: qo_indptr, kv_page_indptr, kv_page_indices, kv_last_page_len.
+//
+// Shape legend: B sequences in the step, T query/new-token rows in the step (all
+// sequences together), H query heads, KVH kv heads (H % KVH == 0), Dh head_dim,
+// NB physical blocks, BS block_size (tokens per block).
+//
+// Terms: a sequence's kv_len = (num_pages - 1) * BS + last_page_len is the number of
+// positions whose K/V are in its pages; q_len = its rows in this step, which are always
+// the LAST q_len positions (position of row i = kv_len - q_len + i).
+//
+// Invariant: for every (query row, head) the output is bit-identical to
+// causal_attention_one_token (attention/dense_attention.h) run on the same K/V laid out
+// contiguously: the same float operations in the same order. Hence a row's result never
+// depends on the other sequences in the batch, on how a prefill is chunked, or on the
+// thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/core/thread_pool.h"
+
+namespace moert::attention {
+
+// One layer's paged K/V storage, F32, layout [NB, BS, KVH, Dh] for each of K and V
+// (vLLM V1 flash layout). Slot s = block * BS + offset addresses row [s, KVH, Dh].
+// Block 0 is the reserved null block of the block pool: attention never reads it.
+struct PagedKvLayer {
+  float* k_cache = nullptr;  // [NB, BS, KVH, Dh]
+  float* v_cache = nullptr;  // [NB, BS, KVH, Dh]
+  int num_blocks = 0;        // NB
+  int block_size = 0;        // BS
+  int num_kv_heads = 0;      // KVH
+  int head_dim = 0;          // Dh
+};
+
+// The plan for one step, plain data built by the CPU scheduler. The kernel only reads it.
+struct PagedAttentionPlan {
+  int num_seqs = 0;                          // B
+  const int32_t* qo_indptr = nullptr;        // [B+1] rows of q/out of sequence b: [qo_indptr[b], qo_indptr[b+1])
+  const int32_t* kv_page_indptr = nullptr;   // [B+1] range of kv_page_indices of sequence b
+  const int32_t* kv_page_indices = nullptr;  // [kv_page_indptr[B]] block ids, in logical order
+  const int32_t* kv_last_page_len = nullptr; // [B] tokens in the last page, in [1, BS]
+};
+
+// Writes the K/V rows of T new tokens into their slots. k, v: [T, KVH, Dh]; slots: [T]
+// (slot = block * BS + offset). A slot of -1 is padding and is skipped (vLLM's
+// PAD_SLOT_ID); any other slot must lie in [0, NB * BS) (MOERT_CHECK).
+void write_kv_slots(const PagedKvLayer& layer, const float* k, const float* v, const int64_t* slots,
+                    int64_t num_tokens);
+
+// Copy-on-write of whole blocks: for each i, block dst[i] := block src[i], K and V.
+// src, dst: [num_copies], ids in [0, NB). Copies run in order i = 0, 1, ...
+void copy_kv_blocks(const PagedKvLayer& layer, const int32_t* src, const int32_t* dst, int64_t num_copies);
+
+// Causal GQA attention over pages. The K/V of all kv_len positions of every sequence,
+// including this step's new tokens, must already be written (write_kv_slots). Query row i
+// of sequence b attends to kv positions [0, kv_len - q_len + i]. q, out: [T, H, Dh] with
+// T >= qo_indptr[B]; rows outside every [qo_indptr[b], qo_indptr[b+1]) are left untouched.
+// Scale 1/sqrt(Dh). The plan is validated up front with MOERT_CHECK (monotone indptrs,
+// 0 <= q_len <= kv_len, last_page_len in [1, BS], page ids in [1, NB)), naming the
+// offending value. K/V are read only through the page indices.
+void paged_attention_forward(const float* q, const PagedKvLayer& layer, const PagedAttentionPlan& plan,
+                             int num_heads, float* out, ThreadPool& pool);
+
+}  // namespace moert::attention

@@ -1,0 +1,197 @@
+#include "runtime/model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "experts/expert_ffn.h"
+#include "experts/router.h"
+#include "quant/bf16.h"
+#include "quant/cpu/linear.h"
+
+namespace moert {
+
+void rms_norm_rows(float* x, int64_t num_rows, int64_t dim, const float* weight, float eps) {
+  for (int64_t t = 0; t < num_rows; ++t) {
+    float* row = x + t * dim;
+    double sum_squares = 0.0;
+    for (int64_t i = 0; i < dim; ++i) sum_squares += static_cast<double>(row[i]) * row[i];
+    const float inv_rms = static_cast<float>(1.0 / std::sqrt(sum_squares / dim + eps));
+    for (int64_t i = 0; i < dim; ++i) row[i] = row[i] * inv_rms * weight[i];
+  }
+}
+
+int32_t argmax_lowest_index(const float* values, int64_t count) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < count; ++i) {
+    if (values[i] > values[best]) best = i;
+  }
+  return static_cast<int32_t>(best);
+}
+
+TransformerForward::TransformerForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool)
+    : config_(config), weights_(weights), pool_(pool), rope_(config.head_dim, config.rotary_dim, config.rope_theta) {}
+
+Result<std::vector<float>> TransformerForward::forward(const ForwardBatch& batch, AttentionContext& attention) const {
+  const ModelConfig& c = config_;
+  const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
+  const int64_t dim = c.hidden_size;
+  if (batch.positions.size() != batch.tokens.size()) {
+    return invalid_argument("batch has " + std::to_string(batch.tokens.size()) + " tokens but " +
+                            std::to_string(batch.positions.size()) + " positions");
+  }
+  for (size_t i = 0; i < batch.tokens.size(); ++i) {
+    if (batch.tokens[i] < 0 || batch.tokens[i] >= c.vocab_size) {
+      return invalid_argument("token id " + std::to_string(batch.tokens[i]) + " at index " + std::to_string(i) +
+                              " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+    }
+    if (batch.positions[i] < 0 || batch.positions[i] >= c.max_position_embeddings) {
+      return invalid_argument("position " + std::to_string(batch.positions[i]) + " at index " + std::to_string(i) +
+                              " is outside [0, max_position_embeddings = " +
+                              std::to_string(c.max_position_embeddings) + ")");
+    }
+  }
+  for (size_t i = 0; i < batch.logit_rows.size(); ++i) {
+    if (batch.logit_rows[i] < 0 || batch.logit_rows[i] >= num_tokens) {
+      return invalid_argument("logit row " + std::to_string(batch.logit_rows[i]) + " is outside the batch of " +
+                              std::to_string(num_tokens) + " tokens");
+    }
+  }
+  // x: [T, D] residual stream, embedded.
+  std::vector<float> x(static_cast<size_t>(num_tokens * dim));
+  const TensorView& embed = weights_.embed_tokens;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const TensorView row = embed.row(batch.tokens[static_cast<size_t>(t)]);
+    float* dst = x.data() + t * dim;
+    for (int64_t i = 0; i < dim; ++i) {
+      dst[i] = embed.dtype == DType::kF32    ? row.as<const float>()[i]
+               : embed.dtype == DType::kBF16 ? quant::bf16_to_f32(row.as<const uint16_t>()[i])
+                                             : quant::f16_to_f32(row.as<const uint16_t>()[i]);
+    }
+  }
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    attention_block(layer, batch, attention, x);
+    ffn_block(layer, num_tokens, x);
+  }
+  // Final norm and LM head only for the rows that need logits.
+  const int64_t num_rows = static_cast<int64_t>(batch.logit_rows.size());
+  std::vector<float> selected(static_cast<size_t>(num_rows * dim));
+  for (int64_t r = 0; r < num_rows; ++r) {
+    std::copy_n(x.data() + batch.logit_rows[static_cast<size_t>(r)] * dim, dim, selected.data() + r * dim);
+  }
+  rms_norm_rows(selected.data(), num_rows, dim, weights_.final_norm.data(), c.rms_norm_eps);
+  std::vector<float> logits(static_cast<size_t>(num_rows * c.vocab_size));
+  quant::linear_forward(selected.data(), num_rows, weights_.lm_head, nullptr, logits.data(), pool_);
+  return logits;
+}
+
+void TransformerForward::attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention,
+                                         std::vector<float>& x) const {
+  const ModelConfig& c = config_;
+  const LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
+  const AttentionWeights& a = l.attention;
+  const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
+  const int64_t dim = c.hidden_size;
+  const int64_t q_width = static_cast<int64_t>(c.num_heads) * c.head_dim;
+  const int64_t kv_width = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
+
+  std::vector<float> h(x);  // [T, D]
+  rms_norm_rows(h.data(), num_tokens, dim, l.input_norm.data(), c.rms_norm_eps);
+  std::vector<float> q(static_cast<size_t>(num_tokens * q_width));   // [T, H, Dh]
+  std::vector<float> k(static_cast<size_t>(num_tokens * kv_width));  // [T, KVH, Dh]
+  std::vector<float> v(static_cast<size_t>(num_tokens * kv_width));  // [T, KVH, Dh]
+  auto bias_or_null = [](const Linear& linear) { return linear.bias.empty() ? nullptr : linear.bias.data(); };
+  quant::linear_forward(h.data(), num_tokens, a.q.weight, bias_or_null(a.q), q.data(), pool_);
+  quant::linear_forward(h.data(), num_tokens, a.k.weight, bias_or_null(a.k), k.data(), pool_);
+  quant::linear_forward(h.data(), num_tokens, a.v.weight, bias_or_null(a.v), v.data(), pool_);
+  if (c.qk_norm) {
+    rms_norm_rows(q.data(), num_tokens * c.num_heads, c.head_dim, a.q_norm.data(), c.rms_norm_eps);
+    rms_norm_rows(k.data(), num_tokens * c.num_kv_heads, c.head_dim, a.k_norm.data(), c.rms_norm_eps);
+  }
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const int64_t position = batch.positions[static_cast<size_t>(t)];
+    rope_.apply(q.data() + t * q_width, c.num_heads, position);
+    rope_.apply(k.data() + t * kv_width, c.num_kv_heads, position);
+  }
+  std::vector<float> attn(static_cast<size_t>(num_tokens * q_width));  // [T, H, Dh]
+  attention.attend(layer, q.data(), k.data(), v.data(), num_tokens, attn.data());
+  std::vector<float> projected(static_cast<size_t>(num_tokens * dim));
+  quant::linear_forward(attn.data(), num_tokens, a.o.weight, nullptr, projected.data(), pool_);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += projected[i];
+}
+
+void TransformerForward::ffn_block(int layer, int64_t num_tokens, std::vector<float>& x) const {
+  const ModelConfig& c = config_;
+  const LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
+  const int64_t dim = c.hidden_size;
+  std::vector<float> h(x);
+  rms_norm_rows(h.data(), num_tokens, dim, l.post_attention_norm.data(), c.rms_norm_eps);
+  std::vector<float> out(static_cast<size_t>(num_tokens * dim));
+  if (l.is_moe) {
+    moe_ffn(l.moe, h.data(), num_tokens, out.data());
+  } else {
+    experts::swiglu_ffn_forward(h.data(), num_tokens, l.dense_mlp.gate.weight, l.dense_mlp.up.weight,
+                                l.dense_mlp.down.weight, out.data(), pool_);
+  }
+  for (size_t i = 0; i < x.size(); ++i) x[i] += out[i];
+}
+
+// out[t] = sum over t's selected experts in ascending expert id of w * expert(h[t]),
+// then + the (gated) shared expert. The fixed order is what lets expert-parallel runs
+// reproduce this bit for bit.
+void TransformerForward::moe_ffn(const MoeWeights& moe, const float* h, int64_t num_tokens, float* out) const {
+  const ModelConfig& c = config_;
+  const int64_t dim = c.hidden_size;
+  const int num_experts = c.num_experts();
+  const int top_k = c.top_k();
+  std::vector<float> router_logits(static_cast<size_t>(num_tokens * num_experts));  // [T, E]
+  quant::linear_forward(h, num_tokens, moe.router, nullptr, router_logits.data(), pool_);
+  std::vector<int32_t> expert_ids(static_cast<size_t>(num_tokens * top_k));  // [T, K]
+  std::vector<float> gate_weights(static_cast<size_t>(num_tokens * top_k));  // [T, K]
+  experts::route_tokens(c.router, router_logits.data(), num_tokens,
+                        moe.correction_bias.empty() ? nullptr : moe.correction_bias.data(), expert_ids.data(),
+                        gate_weights.data());
+
+  std::fill(out, out + num_tokens * dim, 0.0f);
+  std::vector<float> rows;
+  std::vector<float> expert_out;
+  for (int e = 0; e < num_experts; ++e) {
+    std::vector<int64_t> token_idx;
+    std::vector<float> token_weight;
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      for (int j = 0; j < top_k; ++j) {
+        if (expert_ids[static_cast<size_t>(t * top_k + j)] == e) {
+          token_idx.push_back(t);
+          token_weight.push_back(gate_weights[static_cast<size_t>(t * top_k + j)]);
+        }
+      }
+    }
+    if (token_idx.empty()) continue;
+    const int64_t n = static_cast<int64_t>(token_idx.size());
+    rows.resize(static_cast<size_t>(n * dim));
+    expert_out.resize(static_cast<size_t>(n * dim));
+    for (int64_t r = 0; r < n; ++r) std::copy(h + token_idx[r] * dim, h + (token_idx[r] + 1) * dim, rows.begin() + r * dim);
+    const GatedMlp& expert = moe.experts[static_cast<size_t>(e)];
+    experts::swiglu_ffn_forward(rows.data(), n, expert.gate.weight, expert.up.weight, expert.down.weight,
+                                expert_out.data(), pool_);
+    for (int64_t r = 0; r < n; ++r) {
+      float* dst = out + token_idx[r] * dim;
+      const float* src = expert_out.data() + r * dim;
+      for (int64_t i = 0; i < dim; ++i) dst[i] += token_weight[r] * src[i];
+    }
+  }
+  if (moe.shared_expert.has_value()) {
+    std::vector<float> shared(static_cast<size_t>(num_tokens * dim));
+    experts::swiglu_ffn_forward(h, num_tokens, moe.shared_expert->gate.weight, moe.shared_expert->up.weight,
+                                moe.shared_expert->down.weight, shared.data(), pool_);
+    std::vector<float> gate(static_cast<size_t>(num_tokens), 1.0f);
+    if (moe.shared_expert_gate.data != nullptr) {
+      quant::linear_forward(h, num_tokens, moe.shared_expert_gate, nullptr, gate.data(), pool_);
+      for (float& g : gate) g = 1.0f / (1.0f + std::exp(-g));
+    }
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      for (int64_t i = 0; i < dim; ++i) out[t * dim + i] += gate[static_cast<size_t>(t)] * shared[static_cast<size_t>(t * dim + i)];
+    }
+  }
+}
+
+}  // namespace moert

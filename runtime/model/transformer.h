@@ -1,0 +1,68 @@
+// The transformer forward for any batch of tokens, written once for one rank: embedding,
+// per layer (RMSNorm, q/k/v, qk-norm, RoPE, attention, o-proj, residual, RMSNorm, dense or
+// MoE FFN with shared experts, residual), final norm and the LM head for the rows that
+// need logits. Where K/V live is the AttentionContext's business (a contiguous history
+// for the reference, paged blocks for the engine), so both paths share every other line.
+// Shapes: T tokens in the step, D hidden, V vocab, H/KVH heads, Dh head_dim, E experts, K top-k.
+//
+// Invariant (batch invariance): every row's result depends only on that token and its own
+// sequence's K/V history, never on the other rows: linear kernels are row-invariant, the
+// MoE sum runs in ascending expert id, and attention contexts must keep the same property.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "attention/rope.h"
+#include "runtime/core/status.h"
+#include "runtime/core/thread_pool.h"
+#include "runtime/model/config.h"
+#include "runtime/model/weights.h"
+
+namespace moert {
+
+class AttentionContext {
+ public:
+  virtual ~AttentionContext() = default;
+  // Stores this step's k/v of `layer` (already RoPE'd), then computes causal attention of
+  // the step's queries over each row's sequence history including the new rows.
+  // q: [T, H, Dh]; k, v: [T, KVH, Dh]; out: [T, H, Dh].
+  virtual void attend(int layer, const float* q, const float* k, const float* v, int64_t num_tokens, float* out) = 0;
+};
+
+struct ForwardBatch {
+  std::vector<int32_t> tokens;       // [T]
+  std::vector<int64_t> positions;    // [T] absolute position of each token in its sequence
+  std::vector<int64_t> logit_rows;   // rows (indices into tokens) whose logits are returned, ascending
+};
+
+class TransformerForward {
+ public:
+  // config, weights and pool must outlive this object.
+  TransformerForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool);
+
+  // Logits of batch.logit_rows, [logit_rows.size(), V]. Token ids must be in [0, V) and
+  // positions below max_position_embeddings (errors name the offending index).
+  Result<std::vector<float>> forward(const ForwardBatch& batch, AttentionContext& attention) const;
+
+  const ModelConfig& config() const { return config_; }
+  ThreadPool& pool() const { return pool_; }
+
+ private:
+  void attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, std::vector<float>& x) const;
+  void ffn_block(int layer, int64_t num_tokens, std::vector<float>& x) const;
+  void moe_ffn(const MoeWeights& moe, const float* h, int64_t num_tokens, float* out) const;
+
+  const ModelConfig& config_;
+  const ModelWeights& weights_;
+  ThreadPool& pool_;
+  attention::RotaryEmbedding rope_;
+};
+
+// x: [T, D] normalised in place: x * rsqrt(mean(x^2) + eps) * weight (sum of squares in float64).
+void rms_norm_rows(float* x, int64_t num_rows, int64_t dim, const float* weight, float eps);
+
+// Index of the largest value; the lowest index wins ties.
+int32_t argmax_lowest_index(const float* values, int64_t count);
+
+}  // namespace moert
