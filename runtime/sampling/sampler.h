@@ -1,0 +1,86 @@
+// Token sampling for one row of logits: temperature, top-k, top-p (applied in that order,
+// as vLLM applies them), the inverse-CDF draw and the stop rule.
+//
+// Shape legend: V vocabulary size. logits are [V] float, probabilities [V] double.
+//
+// Randomness is passed in: every draw takes a `uniform` in [0, 1) from the caller, so the
+// sampler is a pure function under test. counter_uniform() makes those uniforms from
+// (seed, stream, counter), so a request's tokens never depend on batching or on other
+// requests.
+//
+// Terms: the *support* is the set of token ids of non-zero probability after all filters.
+// Orderings "by probability" are descending probability with ties broken by lower id.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+
+namespace moert::sampling {
+
+// Per-request sampling parameters as in the JSONL input. Validate once with
+// validate_sampling_params() before handing them to the functions below.
+struct SamplingParams {
+  // Softmax temperature; logits are divided by it. 0 = greedy (argmax, lowest id wins
+  // ties), which ignores top_k, top_p and the uniform. Default 0.
+  float temperature = 0.0f;
+  // Keep only the top_k most probable tokens (ties: the lower id is kept). 0 = off; a value
+  // >= V keeps every token. Default 0.
+  int top_k = 0;
+  // Nucleus: keep the smallest set, taken by probability (ties lower id first), whose mass
+  // is >= top_p; always keeps at least one token. 1 = off. Default 1.
+  float top_p = 1.0f;
+  // -1 = the caller derives the seed from the request's position in the input; any other
+  // value makes the request reproducible on its own. Default -1.
+  int64_t seed = -1;
+  // Number of parallel samples of one prompt (stream index 0..n-1). Default 1.
+  int n = 1;
+  // Generated tokens per sample before finishing with "length". Default 16.
+  int max_tokens = 16;
+  // Generating any of these finishes the sample with "stop" (the token is kept in the
+  // output). Default none.
+  std::vector<int32_t> stop_token_ids;
+
+  bool is_greedy() const { return temperature == 0.0f; }
+};
+
+// Checks: temperature finite and >= 0, top_k >= 0, top_p in (0, 1], n >= 1,
+// max_tokens >= 1. The error names the value, e.g. "top_p = 1.5 must be in (0, 1]".
+Status validate_sampling_params(const SamplingParams& p);
+
+// Writes into *probs ([V], resized) the distribution after temperature, top-k and top-p,
+// renormalised over the support; computed in double. Greedy: one-hot at the argmax.
+// Precondition: p is valid; logits has vocab_size >= 1 entries, none NaN or +inf, at
+// least one finite (-inf masks a token). Broken preconditions abort via MOERT_CHECK.
+// Cost: O(V) exps; top-k by nth_element (O(V)); top-p by a heap popped only until the
+// nucleus is complete (O(V + m log V) for a nucleus of m tokens).
+void sampling_distribution(const float* logits, int vocab_size, const SamplingParams& p,
+                           std::vector<double>* probs);
+
+// Draws one token. Greedy: argmax (lowest id on ties), `uniform` and `scratch` unused.
+// Otherwise: sampling_distribution() into *scratch, then sample_from_distribution().
+// Never returns a token of probability 0. `uniform` must be in [0, 1).
+int32_t sample_token(const float* logits, int vocab_size, const SamplingParams& p,
+                     double uniform, std::vector<double>* scratch);
+
+// Inverse CDF over `probs` in ascending token-id order: returns the first id whose
+// cumulative mass exceeds uniform * sum(probs). `probs` are non-negative finite weights
+// (need not sum to 1) with at least one > 0; `uniform` in [0, 1). Never returns an id of
+// weight 0 (rounding near uniform -> 1 falls back to the last id of positive weight).
+int32_t sample_from_distribution(const std::vector<double>& probs, double uniform);
+
+// Counter-based uniform in [0, 1) with 53 random bits: a pure function of
+// (seed, stream, counter), built from splitmix64 finalisers. stream = sample index within
+// a request, counter = output position. For fixed seed and stream the map counter -> bits
+// is a bijection (likewise stream -> bits for fixed seed and counter).
+double counter_uniform(uint64_t seed, uint64_t stream, uint64_t counter);
+
+// Stop rule after `token` was generated; num_generated counts the sample's generated
+// tokens including `token`. Returns "stop" if token is in stop_token_ids (checked first),
+// "length" if num_generated >= max_tokens, otherwise nullopt (continue).
+std::optional<std::string> finish_reason(const SamplingParams& p, int32_t token, int num_generated);
+
+}  // namespace moert::sampling
