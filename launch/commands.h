@@ -15,6 +15,8 @@ struct CommandError : std::runtime_error {
 
 int run_make_model(const std::vector<std::string>& args);
 int run_score(const std::vector<std::string>& args);
+int run_serve_batch(const std::vector<std::string>& args);
+int run_bench(const std::vector<std::string>& args);
 
 // "1,2,3" -> {1, 2, 3}; names the bad entry on error.
 std::vector<int> parse_int_list(const std::string& text, const std::string& option_name);

@@ -16,6 +16,8 @@ constexpr const char* kUsage =
     "commands:\n"
     "  make-model   write a random-weight Hugging Face checkpoint (any supported architecture)\n"
     "  score        score a prompt and print greedy tokens with the single-rank reference forward\n"
+    "  run          serve a JSONL batch of requests (continuous batching, paged KV cache)\n"
+    "  bench        offline throughput on synthetic requests\n"
     "\n"
     "`moert <command> --help` lists a command's options.\n";
 
@@ -31,6 +33,8 @@ int main(int argc, char** argv) {
   try {
     if (command == "make-model") return moert::launch::run_make_model(args);
     if (command == "score") return moert::launch::run_score(args);
+    if (command == "run") return moert::launch::run_serve_batch(args);
+    if (command == "bench") return moert::launch::run_bench(args);
     if (command == "--version") {
       std::puts("moert 0.1.0");
       return 0;

@@ -1,0 +1,262 @@
+#include "attention/cpu/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "quant/cpu/linear.h"
+#include "runtime/core/check.h"
+
+namespace moert::attention {
+namespace {
+
+// Row stride (floats) of one slot: [KVH, Dh].
+int64_t slot_stride(const PagedKvLayer& layer) { return static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim; }
+
+void check_layer(const PagedKvLayer& layer) {
+  MOERT_CHECK(layer.k_cache != nullptr && layer.v_cache != nullptr, "paged kv layer has a null cache pointer");
+  MOERT_CHECK(layer.num_blocks > 0, "num_blocks = " << layer.num_blocks << " must be > 0");
+  MOERT_CHECK(layer.block_size > 0, "block_size = " << layer.block_size << " must be > 0");
+  MOERT_CHECK(layer.num_kv_heads > 0, "num_kv_heads = " << layer.num_kv_heads << " must be > 0");
+  MOERT_CHECK(layer.head_dim > 0, "head_dim = " << layer.head_dim << " must be > 0");
+}
+
+// Validates the plan against the layer; returns the largest kv_len (0 if no sequence).
+int64_t check_plan(const PagedKvLayer& layer, const PagedAttentionPlan& plan, int num_heads) {
+  MOERT_CHECK(num_heads > 0 && num_heads % layer.num_kv_heads == 0,
+              "num_heads = " << num_heads << " must be a positive multiple of num_kv_heads = " << layer.num_kv_heads);
+  MOERT_CHECK(plan.num_seqs >= 0, "num_seqs = " << plan.num_seqs << " must be >= 0");
+  if (plan.num_seqs == 0) return 0;
+  MOERT_CHECK(plan.qo_indptr != nullptr && plan.kv_page_indptr != nullptr && plan.kv_page_indices != nullptr &&
+                  plan.kv_last_page_len != nullptr,
+              "paged attention plan has a null array");
+  MOERT_CHECK(plan.qo_indptr[0] >= 0, "qo_indptr[0] = " << plan.qo_indptr[0] << " must be >= 0");
+  MOERT_CHECK(plan.kv_page_indptr[0] >= 0, "kv_page_indptr[0] = " << plan.kv_page_indptr[0] << " must be >= 0");
+  int64_t max_kv_len = 0;
+  for (int b = 0; b < plan.num_seqs; ++b) {
+    const int32_t q_len = plan.qo_indptr[b + 1] - plan.qo_indptr[b];
+    MOERT_CHECK(q_len >= 0, "qo_indptr[" << b + 1 << "] = " << plan.qo_indptr[b + 1] << " must be >= qo_indptr[" << b
+                                         << "] = " << plan.qo_indptr[b]);
+    const int32_t num_pages = plan.kv_page_indptr[b + 1] - plan.kv_page_indptr[b];
+    MOERT_CHECK(num_pages >= 1, "sequence " << b << " has " << num_pages << " pages (kv_page_indptr[" << b
+                                            << "] = " << plan.kv_page_indptr[b] << ", kv_page_indptr[" << b + 1
+                                            << "] = " << plan.kv_page_indptr[b + 1] << "); it needs >= 1");
+    const int32_t last_page_len = plan.kv_last_page_len[b];
+    MOERT_CHECK(last_page_len >= 1 && last_page_len <= layer.block_size,
+                "kv_last_page_len[" << b << "] = " << last_page_len << " must be in [1, block_size = "
+                                    << layer.block_size << "]");
+    for (int32_t p = plan.kv_page_indptr[b]; p < plan.kv_page_indptr[b + 1]; ++p) {
+      const int32_t block = plan.kv_page_indices[p];
+      MOERT_CHECK(block >= 1 && block < layer.num_blocks,
+                  "kv_page_indices[" << p << "] = " << block << " (sequence " << b << ") must be in [1, num_blocks = "
+                                     << layer.num_blocks << ")");
+    }
+    const int64_t kv_len = static_cast<int64_t>(num_pages - 1) * layer.block_size + last_page_len;
+    MOERT_CHECK(q_len <= kv_len, "sequence " << b << ": q_len = " << q_len << " must be <= kv_len = " << kv_len);
+    max_kv_len = std::max(max_kv_len, kv_len);
+  }
+  return max_kv_len;
+}
+
+// Where one (row, kv head) work item reads and writes.
+struct WorkItem {
+  const int32_t* pages;  // the sequence's block ids, logical order
+  int64_t num_keys;      // kv positions attended: position + 1
+  int64_t row;           // row of q / out
+  int kv_head;
+};
+
+// Per-thread scratch, allocated once per chunk and reused by all its items.
+struct Scratch {
+  std::vector<float> scores;  // [group, max_kv_len]: scores, then probabilities
+  std::vector<float> acc;     // [group, Dh]
+  std::vector<float> max_score, inv_denominator;  // [group]
+};
+
+// Attention of the `group` query heads sharing kv head item.kv_head for one query row.
+// Each head's arithmetic is exactly that of causal_attention_one_token: the group only
+// shares the loads of K/V rows; per-head values never mix.
+void attend(const float* q, const PagedKvLayer& layer, int num_heads, const WorkItem& item, Scratch& scratch,
+            float* out) {
+  const int head_dim = layer.head_dim;
+  const int block_size = layer.block_size;
+  const int group = num_heads / layer.num_kv_heads;
+  const int64_t stride = slot_stride(layer);
+  const int64_t n = item.num_keys;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int first_head = item.kv_head * group;
+  const float* q_row = q + (item.row * num_heads + first_head) * static_cast<int64_t>(head_dim);
+  float* scores = scratch.scores.data();
+  float* max_score = scratch.max_score.data();
+  float* inv_denominator = scratch.inv_denominator.data();
+  const int64_t num_pages = (n + block_size - 1) / block_size;
+  const int64_t head_offset = static_cast<int64_t>(item.kv_head) * head_dim;
+
+  // Pass 1: scores and running max, in ascending j.
+  for (int g = 0; g < group; ++g) max_score[g] = -INFINITY;
+  for (int64_t page = 0, j = 0; page < num_pages; ++page) {
+    const int64_t count = std::min<int64_t>(block_size, n - j);
+    const float* k_page = layer.k_cache + static_cast<int64_t>(item.pages[page]) * block_size * stride + head_offset;
+    for (int64_t offset = 0; offset < count; ++offset, ++j) {
+      const float* k_row = k_page + offset * stride;
+      for (int g = 0; g < group; ++g) {
+        const float score = quant::dot_f32(q_row + static_cast<int64_t>(g) * head_dim, k_row, head_dim) * scale;
+        scores[g * n + j] = score;
+        max_score[g] = std::max(max_score[g], score);
+      }
+    }
+  }
+  // Pass 2: probabilities; the denominator is summed in double in ascending j.
+  for (int g = 0; g < group; ++g) {
+    float* s = scores + g * n;
+    const float m = max_score[g];
+    double denominator = 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+      const float p = std::exp(s[j] - m);
+      s[j] = p;
+      denominator += p;
+    }
+    inv_denominator[g] = static_cast<float>(1.0 / denominator);
+  }
+  // Pass 3: out[d] = sum_j (p_j * inv) * v_j[d], ascending j, from 0.0f. Lanes are d.
+  float* __restrict acc = scratch.acc.data();
+  std::fill(acc, acc + static_cast<int64_t>(group) * head_dim, 0.0f);
+  for (int64_t page = 0, j = 0; page < num_pages; ++page) {
+    const int64_t count = std::min<int64_t>(block_size, n - j);
+    const float* v_page = layer.v_cache + static_cast<int64_t>(item.pages[page]) * block_size * stride + head_offset;
+    for (int64_t offset = 0; offset < count; ++offset, ++j) {
+      const float* __restrict v_row = v_page + offset * stride;
+      for (int g = 0; g < group; ++g) {
+        const float p = scores[g * n + j] * inv_denominator[g];
+        float* __restrict a = acc + static_cast<int64_t>(g) * head_dim;
+        for (int d = 0; d < head_dim; ++d) a[d] += p * v_row[d];
+      }
+    }
+  }
+  std::memcpy(out + (item.row * num_heads + first_head) * static_cast<int64_t>(head_dim), acc,
+              sizeof(float) * static_cast<size_t>(group) * head_dim);
+}
+
+}  // namespace
+
+void write_kv_slots(const PagedKvLayer& layer, const float* k, const float* v, const int64_t* slots,
+                    int64_t num_tokens) {
+  check_layer(layer);
+  const int64_t stride = slot_stride(layer);
+  const int64_t num_slots = static_cast<int64_t>(layer.num_blocks) * layer.block_size;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const int64_t slot = slots[t];
+    if (slot == -1) continue;
+    MOERT_CHECK(slot >= 0 && slot < num_slots,
+                "slots[" << t << "] = " << slot << " must be -1 (padding) or in [0, num_blocks * block_size = "
+                         << num_slots << ")");
+    std::memcpy(layer.k_cache + slot * stride, k + t * stride, sizeof(float) * static_cast<size_t>(stride));
+    std::memcpy(layer.v_cache + slot * stride, v + t * stride, sizeof(float) * static_cast<size_t>(stride));
+  }
+}
+
+void copy_kv_blocks(const PagedKvLayer& layer, const int32_t* src, const int32_t* dst, int64_t num_copies) {
+  check_layer(layer);
+  const int64_t block_floats = static_cast<int64_t>(layer.block_size) * slot_stride(layer);
+  for (int64_t i = 0; i < num_copies; ++i) {
+    MOERT_CHECK(src[i] >= 0 && src[i] < layer.num_blocks,
+                "src[" << i << "] = " << src[i] << " must be in [0, num_blocks = " << layer.num_blocks << ")");
+    MOERT_CHECK(dst[i] >= 0 && dst[i] < layer.num_blocks,
+                "dst[" << i << "] = " << dst[i] << " must be in [0, num_blocks = " << layer.num_blocks << ")");
+    if (src[i] == dst[i]) continue;
+    const size_t bytes = sizeof(float) * static_cast<size_t>(block_floats);
+    std::memcpy(layer.k_cache + static_cast<int64_t>(dst[i]) * block_floats,
+                layer.k_cache + static_cast<int64_t>(src[i]) * block_floats, bytes);
+    std::memcpy(layer.v_cache + static_cast<int64_t>(dst[i]) * block_floats,
+                layer.v_cache + static_cast<int64_t>(src[i]) * block_floats, bytes);
+  }
+}
+
+void paged_attention_forward(const float* q, const PagedKvLayer& layer, const PagedAttentionPlan& plan,
+                             int num_heads, float* out, ThreadPool& pool) {
+  check_layer(layer);
+  const int64_t max_kv_len = check_plan(layer, plan, num_heads);
+  const int kv_heads = layer.num_kv_heads;
+  const int group = num_heads / kv_heads;
+
+  // Items are (sequence, row, kv head) in that order. Split them into contiguous ranges of
+  // about equal cost (keys attended), one per thread: causal rows and mixed context
+  // lengths make per-item cost uneven. The split never affects results.
+  int64_t total_cost = 0;
+  for (int b = 0; b < plan.num_seqs; ++b) {
+    const int64_t num_pages = plan.kv_page_indptr[b + 1] - plan.kv_page_indptr[b];
+    const int64_t kv_len = (num_pages - 1) * layer.block_size + plan.kv_last_page_len[b];
+    const int64_t q_len = plan.qo_indptr[b + 1] - plan.qo_indptr[b];
+    // sum over rows of (kv_len - q_len + i + 1), i in [0, q_len)
+    total_cost += kv_heads * (q_len * (kv_len - q_len + 1) + q_len * (q_len - 1) / 2);
+  }
+  if (total_cost == 0) return;
+  const int num_chunks = pool.num_threads();
+  // Chunk c covers the items from cursor chunk_begin[c] (inclusive) to chunk_begin[c + 1].
+  struct Cursor {
+    int seq;
+    int64_t row;
+    int kv_head;
+    bool operator<(const Cursor& o) const {
+      return seq != o.seq ? seq < o.seq : row != o.row ? row < o.row : kv_head < o.kv_head;
+    }
+  };
+  const Cursor end_cursor{plan.num_seqs, 0, 0};
+  std::vector<Cursor> chunk_begin(static_cast<size_t>(num_chunks) + 1, end_cursor);
+  {
+    int chunk = 0;
+    int64_t cost = 0;
+    for (int b = 0; b < plan.num_seqs && chunk < num_chunks; ++b) {
+      const int64_t num_pages = plan.kv_page_indptr[b + 1] - plan.kv_page_indptr[b];
+      const int64_t kv_len = (num_pages - 1) * layer.block_size + plan.kv_last_page_len[b];
+      const int64_t q_len = plan.qo_indptr[b + 1] - plan.qo_indptr[b];
+      for (int64_t i = 0; i < q_len && chunk < num_chunks; ++i) {
+        for (int kv_head = 0; kv_head < kv_heads; ++kv_head) {
+          while (chunk < num_chunks && cost >= total_cost * chunk / num_chunks) {
+            chunk_begin[static_cast<size_t>(chunk)] = Cursor{b, plan.qo_indptr[b] + i, kv_head};
+            ++chunk;
+          }
+          cost += kv_len - q_len + i + 1;
+        }
+      }
+    }
+    // Chunks never opened start at the end cursor and so are empty.
+  }
+
+  pool.parallel_for(num_chunks, 1, [&](int64_t chunk_lo, int64_t chunk_hi) {
+    Scratch scratch;
+    scratch.scores.resize(static_cast<size_t>(group * max_kv_len));
+    scratch.acc.resize(static_cast<size_t>(group) * layer.head_dim);
+    scratch.max_score.resize(static_cast<size_t>(group));
+    scratch.inv_denominator.resize(static_cast<size_t>(group));
+    for (int64_t chunk = chunk_lo; chunk < chunk_hi; ++chunk) {
+      Cursor at = chunk_begin[static_cast<size_t>(chunk)];
+      const Cursor end = chunk_begin[static_cast<size_t>(chunk) + 1];
+      while (at < end) {
+        if (at.row >= plan.qo_indptr[at.seq + 1]) {  // next sequence (skips those with q_len == 0)
+          ++at.seq;
+          at.row = at.seq < plan.num_seqs ? plan.qo_indptr[at.seq] : 0;
+          at.kv_head = 0;
+          continue;
+        }
+        const int b = at.seq;
+        const int64_t num_pages = plan.kv_page_indptr[b + 1] - plan.kv_page_indptr[b];
+        const int64_t kv_len = (num_pages - 1) * layer.block_size + plan.kv_last_page_len[b];
+        const int64_t q_len = plan.qo_indptr[b + 1] - plan.qo_indptr[b];
+        WorkItem item;
+        item.pages = plan.kv_page_indices + plan.kv_page_indptr[b];
+        item.num_keys = kv_len - q_len + (at.row - plan.qo_indptr[b]) + 1;
+        item.row = at.row;
+        item.kv_head = at.kv_head;
+        attend(q, layer, num_heads, item, scratch, out);
+        if (++at.kv_head == kv_heads) {
+          at.kv_head = 0;
+          ++at.row;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace moert::attention

@@ -1,0 +1,75 @@
+#include "launch/engine_options.h"
+
+#include <cstdio>
+
+#include "launch/commands.h"
+#include "runtime/core/thread_pool.h"
+
+namespace po = boost::program_options;
+
+namespace moert::launch {
+
+void add_engine_options(po::options_description& options, EngineOptions& v) {
+  options.add_options()
+      ("block-size", po::value(&v.block_size)->default_value(16), "tokens per KV block")
+      ("kv-blocks", po::value(&v.kv_blocks)->default_value(0), "KV blocks in the pool (0: from --kv-cache-mb)")
+      ("kv-cache-mb", po::value(&v.kv_cache_mb)->default_value(1024), "KV pool size in MiB when --kv-blocks is 0")
+      ("max-batched-tokens", po::value(&v.max_batched_tokens)->default_value(2048),
+       "token budget of one step (chunked prefill splits longer prompts)")
+      ("max-seqs", po::value(&v.max_seqs)->default_value(64), "sequences running at once")
+      ("no-prefix-caching", po::bool_switch(&v.no_prefix_caching), "disable prefix caching")
+      ("threads", po::value(&v.threads)->default_value(0), "worker threads (0: MOERT_NUM_THREADS or all cores)");
+}
+
+engine::EngineConfig resolve_engine_config(const EngineOptions& v, const ModelConfig& model) {
+  engine::EngineConfig c;
+  c.block_size = v.block_size;
+  c.enable_prefix_caching = !v.no_prefix_caching;
+  c.scheduler.max_batched_tokens = v.max_batched_tokens;
+  c.scheduler.max_seqs = v.max_seqs;
+  if (v.block_size < 1) throw CommandError("--block-size = " + std::to_string(v.block_size) + " must be >= 1");
+  if (v.kv_blocks < 0) throw CommandError("--kv-blocks = " + std::to_string(v.kv_blocks) + " must be >= 0");
+  if (v.kv_blocks > 0) {
+    c.num_kv_blocks = v.kv_blocks;
+  } else {
+    if (!(v.kv_cache_mb > 0)) throw CommandError("--kv-cache-mb must be > 0");
+    const double bytes = v.kv_cache_mb * 1024.0 * 1024.0;
+    c.num_kv_blocks = static_cast<int>(bytes / static_cast<double>(engine::PagedKvStorage::bytes_per_block(model, v.block_size)));
+  }
+  const Status valid = engine::validate_engine_config(c);
+  if (!valid.is_ok()) throw CommandError(valid.message());
+  return c;
+}
+
+int resolve_threads(const EngineOptions& v) { return v.threads > 0 ? v.threads : default_num_threads(); }
+
+std::string describe_engine_config(const engine::EngineConfig& c, int threads) {
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "engine: %d KV blocks x %d tokens, prefix caching %s, max batched tokens %d, max seqs %d, %d threads",
+                c.num_kv_blocks, c.block_size, c.enable_prefix_caching ? "on" : "off", c.scheduler.max_batched_tokens,
+                c.scheduler.max_seqs, threads);
+  return line;
+}
+
+std::string engine_summary(const engine::EngineStats& s, const engine::EngineConfig& c, double wall_s) {
+  const double wall = wall_s > 0 ? wall_s : 1e-9;
+  const double hit_rate = s.prefix_query_tokens > 0 ? static_cast<double>(s.prefix_hit_tokens) / s.prefix_query_tokens : 0.0;
+  char text[1024];
+  std::snprintf(text, sizeof(text),
+                "summary: %.2f s, %lld steps, input %.1f tok/s (%lld tokens), output %.1f tok/s (%lld tokens), "
+                "computed %lld tokens (forward %.2f s, sampling %.2f s)\n"
+                "kv: peak %d of %d blocks used (%d usable), %lld unused reserved slots over %lld running sequences at "
+                "the peak, prefix-cache hit rate %.3f (%lld of %lld prompt tokens), %lld copy-on-write copies, "
+                "%lld preemptions",
+                wall_s, static_cast<long long>(s.steps), s.prompt_tokens / wall, static_cast<long long>(s.prompt_tokens),
+                s.output_tokens / wall, static_cast<long long>(s.output_tokens),
+                static_cast<long long>(s.computed_tokens), s.forward_s, s.sample_s, s.peak_used_blocks,
+                c.num_kv_blocks, c.num_kv_blocks - 1, static_cast<long long>(s.unused_slots_at_peak),
+                static_cast<long long>(s.running_at_peak), hit_rate, static_cast<long long>(s.prefix_hit_tokens),
+                static_cast<long long>(s.prefix_query_tokens), static_cast<long long>(s.cow_copies),
+                static_cast<long long>(s.preemptions));
+  return text;
+}
+
+}  // namespace moert::launch

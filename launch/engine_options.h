@@ -1,0 +1,31 @@
+// Engine options shared by `moert run` and `moert bench`, and the summary both print.
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <string>
+
+#include "runtime/engine/engine.h"
+#include "runtime/model/config.h"
+
+namespace moert::launch {
+
+struct EngineOptions {
+  int block_size = 16;
+  int kv_blocks = 0;           // 0: derived from kv_cache_mb
+  double kv_cache_mb = 1024;   // KV pool size when kv_blocks is 0
+  int max_batched_tokens = 2048;
+  int max_seqs = 64;
+  bool no_prefix_caching = false;
+  int threads = 0;
+};
+
+void add_engine_options(boost::program_options::options_description& options, EngineOptions& values);
+// Validates and resolves the pool size for `config`; throws CommandError naming the option.
+engine::EngineConfig resolve_engine_config(const EngineOptions& values, const ModelConfig& config);
+int resolve_threads(const EngineOptions& values);
+// One line with the effective configuration (printed at start-up).
+std::string describe_engine_config(const engine::EngineConfig& config, int threads);
+// The end-of-run summary lines.
+std::string engine_summary(const engine::EngineStats& stats, const engine::EngineConfig& config, double wall_s);
+
+}  // namespace moert::launch

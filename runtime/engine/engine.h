@@ -1,0 +1,134 @@
+// The single-rank serving engine: continuous batching over the paged KV cache. One step =
+// schedule (scheduler.h) -> copy-on-write block copies -> one transformer forward over all
+// scheduled chunks with paged attention -> sample the sequences whose chunk reached their
+// last token -> finish requests. Requests with n > 1 prefill once and fork into n samples
+// that share the prompt's blocks.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "attention/cache/kv_cache_manager.h"
+#include "attention/cpu/paged_attention.h"
+#include "runtime/core/status.h"
+#include "runtime/engine/scheduler.h"
+#include "runtime/model/transformer.h"
+#include "runtime/sampling/sampler.h"
+
+namespace moert::engine {
+
+struct Request {
+  std::string id;
+  std::vector<int32_t> prompt;
+  sampling::SamplingParams params;
+  uint64_t default_seed = 0;  // used when params.seed == -1 (derived from the id by the reader)
+};
+
+struct SampleOutput {
+  std::vector<int32_t> token_ids;
+  std::string finish_reason;  // "stop" or "length"
+};
+
+struct RequestOutput {
+  std::string id;
+  std::vector<SampleOutput> outputs;  // [n], by sample index
+  int64_t prompt_tokens = 0;
+  int64_t output_tokens = 0;          // over all samples
+  int64_t cached_prompt_tokens = 0;   // served by the prefix cache at first admission
+  int num_preemptions = 0;
+  double time_s = 0.0;                // from add_request to finish
+};
+
+struct EngineConfig {
+  int block_size = 16;           // tokens per KV block
+  int num_kv_blocks = 4096;      // blocks in the pool, including the reserved null block
+  bool enable_prefix_caching = true;
+  SchedulerConfig scheduler;
+};
+Status validate_engine_config(const EngineConfig& config);
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t prompt_tokens = 0;     // prompt tokens of finished requests
+  int64_t computed_tokens = 0;   // tokens run through the model (prefill + decode + recompute)
+  int64_t output_tokens = 0;
+  int64_t preemptions = 0;
+  int64_t cow_copies = 0;
+  int peak_used_blocks = 0;
+  int64_t unused_slots_at_peak = 0;    // reserved-but-empty slots when used blocks peaked
+  int64_t running_at_peak = 0;         // running sequences then
+  int64_t max_unused_slots_per_seq = 0;
+  int64_t prefix_query_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  double forward_s = 0.0;
+  double sample_s = 0.0;
+};
+
+// K/V of every layer, F32, [num_blocks, block_size, KVH, Dh] each; uninitialised memory
+// (a slot is always written before it is read).
+class PagedKvStorage {
+ public:
+  PagedKvStorage(const ModelConfig& config, int num_blocks, int block_size);
+  attention::PagedKvLayer layer(int index) const;
+  static int64_t bytes_per_block(const ModelConfig& config, int block_size);
+
+ private:
+  int num_blocks_, block_size_, num_kv_heads_, head_dim_;
+  std::vector<std::unique_ptr<float[]>> keys_, values_;
+};
+
+class Engine {
+ public:
+  // model must outlive the engine.
+  Engine(const TransformerForward& model, const EngineConfig& config);
+
+  // Errors name the request id: token ids outside the vocabulary, prompt + max_tokens past
+  // max_position_embeddings or larger than the whole KV pool, bad sampling parameters.
+  Status add_request(Request request);
+  bool has_unfinished() const { return scheduler_.has_unfinished(); }
+  size_t num_running() const { return scheduler_.num_running(); }
+
+  // Runs one iteration; returns the requests that finished in it.
+  Result<std::vector<RequestOutput>> step();
+
+  const EngineStats& stats() const { return stats_; }
+  const EngineConfig& config() const { return config_; }
+
+ private:
+  struct RequestState {
+    Request request;
+    std::vector<SampleOutput> samples;
+    int samples_finished = 0;
+    bool forked = false;
+    int64_t cached_prompt_tokens = -1;
+    int num_preemptions = 0;  // over the samples finished so far
+    std::chrono::steady_clock::time_point added;
+  };
+  struct SeqOwner {
+    int64_t request_idx = 0;
+    int sample_idx = 0;
+  };
+
+  void sample_and_append(SeqId seq, const float* logits, std::vector<RequestOutput>& finished);
+  // Returns true when the sample finished.
+  bool push_token(SeqId seq, int32_t token);
+  void record_kv_stats();
+
+  const TransformerForward& model_;
+  EngineConfig config_;
+  attention::KvCacheManager kv_;
+  Scheduler scheduler_;
+  PagedKvStorage storage_;
+  std::unordered_map<int64_t, RequestState> requests_;
+  std::unordered_map<SeqId, SeqOwner> owners_;
+  int64_t next_request_idx_ = 0;
+  SeqId next_seq_id_ = 1;
+  EngineStats stats_;
+  std::vector<double> scratch_probs_;
+};
+
+}  // namespace moert::engine
