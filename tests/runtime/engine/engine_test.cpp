@@ -1,0 +1,264 @@
+// The paged continuous-batching engine against the reference forward, on the shared
+// reference models and generated ones: greedy outputs token for token, prefix sharing,
+// n > 1 copy-on-write, KV waste, preemption and batch invariance.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+#include "runtime/engine/engine.h"
+#include "runtime/model/generator.h"
+#include "runtime/model/reference_forward.h"
+#include "tests/support/test_support.h"
+
+namespace moert::engine {
+namespace {
+
+struct MixedRequest {
+  std::vector<int32_t> prompt;
+  int max_tokens;
+};
+
+// Deterministic pseudo-random prompts of varied lengths (1..100 tokens).
+std::vector<MixedRequest> mixed_requests(int count, int vocab, uint64_t seed) {
+  std::vector<MixedRequest> requests;
+  uint64_t state = seed * 2654435761u + 1;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>((state >> 33) % 1000003);
+  };
+  for (int r = 0; r < count; ++r) {
+    MixedRequest request;
+    const int length = 1 + next() % 100;
+    for (int i = 0; i < length; ++i) request.prompt.push_back(next() % vocab);
+    request.max_tokens = 1 + next() % 24;
+    requests.push_back(std::move(request));
+  }
+  return requests;
+}
+
+std::map<std::string, RequestOutput> run_all(const TransformerForward& model, const EngineConfig& config,
+                                             const std::vector<Request>& requests, EngineStats* stats = nullptr) {
+  Engine engine(model, config);
+  for (const Request& request : requests) {
+    const Status added = engine.add_request(request);
+    EXPECT_TRUE(added.is_ok()) << added.to_string();
+  }
+  std::map<std::string, RequestOutput> outputs;
+  while (engine.has_unfinished()) {
+    Result<std::vector<RequestOutput>> finished = engine.step();
+    EXPECT_TRUE(finished.is_ok()) << finished.status().to_string();
+    if (!finished.is_ok()) break;
+    for (RequestOutput& output : *finished) outputs[output.id] = std::move(output);
+  }
+  if (stats != nullptr) *stats = engine.stats();
+  return outputs;
+}
+
+std::vector<Request> greedy_requests(const std::vector<MixedRequest>& mixed) {
+  std::vector<Request> requests;
+  for (size_t r = 0; r < mixed.size(); ++r) {
+    Request request;
+    request.id = "r" + std::to_string(r);
+    request.prompt = mixed[r].prompt;
+    request.params.max_tokens = mixed[r].max_tokens;
+    requests.push_back(std::move(request));
+  }
+  return requests;
+}
+
+class EngineOnReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EngineOnReference, MixedBatchGreedyEqualsReferenceForward) {
+  if (GetParam() == "missing") GTEST_SKIP() << "no shared reference models";
+  Result<std::unique_ptr<LoadedModel>> model = load_model(testing::shared_dir() + "/reference/" + GetParam() + "/hf");
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  ThreadPool pool(2);
+  TransformerForward transformer((*model)->config, (*model)->weights, pool);
+  ReferenceForward reference((*model)->config, (*model)->weights, pool);
+  const std::vector<MixedRequest> mixed = mixed_requests(34, (*model)->config.vocab_size, 5);
+  EngineConfig config;
+  config.block_size = 16;
+  config.num_kv_blocks = 1024;
+  config.scheduler.max_batched_tokens = 96;  // forces chunked prefill of the longer prompts
+  config.scheduler.max_seqs = 24;
+  EngineStats stats;
+  const std::map<std::string, RequestOutput> outputs = run_all(transformer, config, greedy_requests(mixed), &stats);
+  ASSERT_EQ(outputs.size(), mixed.size());
+  for (size_t r = 0; r < mixed.size(); ++r) {
+    Result<GreedyOutput> expected = greedy_generate(reference, mixed[r].prompt, mixed[r].max_tokens);
+    ASSERT_TRUE(expected.is_ok());
+    const RequestOutput& got = outputs.at("r" + std::to_string(r));
+    ASSERT_EQ(got.outputs.size(), 1u);
+    EXPECT_EQ(got.outputs[0].token_ids, expected->gen_tokens) << GetParam() << " request " << r;
+    EXPECT_EQ(got.outputs[0].finish_reason, "length");
+  }
+  // KV waste: reserved-but-empty slots stay below one block per running sequence.
+  EXPECT_GT(stats.running_at_peak, 0);
+  EXPECT_LT(stats.unused_slots_at_peak, stats.running_at_peak * config.block_size);
+}
+
+std::vector<std::string> models_or_placeholder() {
+  std::vector<std::string> names = testing::reference_model_names();
+  if (names.empty()) names.push_back("missing");
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModels, EngineOnReference, ::testing::ValuesIn(models_or_placeholder()),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                           return name;
+                         });
+
+// A small generated model shared by the remaining tests.
+class EngineOnGeneratedModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    scratch_ = new testing::ScratchDir("engine-model");
+    ModelShapeOverrides shape;
+    shape.vocab_size = 512;
+    shape.hidden_size = 64;
+    shape.num_layers = 2;
+    shape.moe_intermediate_size = 64;
+    shape.head_dim = 16;
+    ThreadPool pool(2);
+    const ModelConfig config = preset_model_config(Architecture::kGlm4Moe, "tiny", shape).value();
+    ASSERT_TRUE(write_random_checkpoint(config, 9, scratch_->path(), 1 << 30, pool).is_ok());
+    model_ = load_model(scratch_->path()).value().release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete scratch_;
+  }
+  void SetUp() override { transformer_ = std::make_unique<TransformerForward>(model_->config, model_->weights, pool_); }
+
+  static testing::ScratchDir* scratch_;
+  static LoadedModel* model_;
+  ThreadPool pool_{2};
+  std::unique_ptr<TransformerForward> transformer_;
+};
+testing::ScratchDir* EngineOnGeneratedModel::scratch_ = nullptr;
+LoadedModel* EngineOnGeneratedModel::model_ = nullptr;
+
+TEST_F(EngineOnGeneratedModel, SharedPrefixIsHeldOnce) {
+  const std::vector<MixedRequest> mixed = mixed_requests(16, 512, 11);
+  std::vector<int32_t> prefix(mixed[0].prompt.begin(), mixed[0].prompt.end());
+  prefix.resize(64, 7);
+  std::vector<Request> requests;
+  for (int r = 0; r < 16; ++r) {
+    Request request;
+    request.id = "p" + std::to_string(r);
+    request.prompt = prefix;
+    for (int i = 0; i <= r % 5; ++i) request.prompt.push_back((r * 31 + i) % 512);  // 1..5 own tokens
+    request.params.max_tokens = 4;
+    requests.push_back(std::move(request));
+  }
+  EngineConfig config;
+  config.num_kv_blocks = 512;
+  EngineStats stats;
+  const auto outputs = run_all(*transformer_, config, requests, &stats);
+  ASSERT_EQ(outputs.size(), 16u);
+  // One copy of the 4 prefix blocks, plus at most one own block per request (<= 5 prompt
+  // tokens + 4 generated fit in one 16-token block).
+  EXPECT_LE(stats.peak_used_blocks, 4 + 16);
+  EXPECT_EQ(stats.prefix_hit_tokens, 15 * 64);
+  // Caching changes nothing in the outputs.
+  config.enable_prefix_caching = false;
+  EngineStats uncached_stats;
+  const auto uncached = run_all(*transformer_, config, requests, &uncached_stats);
+  EXPECT_EQ(uncached_stats.prefix_hit_tokens, 0);
+  EXPECT_GT(uncached_stats.peak_used_blocks, 16 * 4);
+  for (const auto& [id, output] : outputs) EXPECT_EQ(output.outputs[0].token_ids, uncached.at(id).outputs[0].token_ids);
+}
+
+TEST_F(EngineOnGeneratedModel, ParallelSamplesShareThePromptBlocks) {
+  Request request;
+  request.id = "n4";
+  for (int i = 0; i < 40; ++i) request.prompt.push_back((i * 37) % 512);  // 2 full blocks + 8 tokens
+  request.params.n = 4;
+  request.params.temperature = 1.0f;
+  request.params.seed = 3;
+  request.params.max_tokens = 6;  // 40 + 6 tokens stay inside the third block
+  EngineConfig config;
+  config.num_kv_blocks = 64;
+  EngineStats stats;
+  const auto outputs = run_all(*transformer_, config, {request}, &stats);
+  const RequestOutput& output = outputs.at("n4");
+  ASSERT_EQ(output.outputs.size(), 4u);
+  for (const SampleOutput& sample : output.outputs) EXPECT_EQ(sample.token_ids.size(), 6u);
+  EXPECT_EQ(output.output_tokens, 24);
+  // The 2 full prompt blocks are shared; the partial third is copied on write by 3 of the 4.
+  EXPECT_EQ(stats.cow_copies, 3);
+  EXPECT_EQ(stats.peak_used_blocks, 2 + 4);
+  // The samples differ (temperature 1 over a random model), and a rerun reproduces them.
+  EXPECT_NE(output.outputs[0].token_ids, output.outputs[1].token_ids);
+  const auto again = run_all(*transformer_, config, {request});
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(again.at("n4").outputs[s].token_ids, output.outputs[s].token_ids);
+}
+
+TEST_F(EngineOnGeneratedModel, PreemptionByRecomputeKeepsGreedyOutputs) {
+  const std::vector<Request> requests = greedy_requests(mixed_requests(12, 512, 21));
+  EngineConfig roomy;
+  roomy.num_kv_blocks = 1024;
+  const auto expected = run_all(*transformer_, roomy, requests);
+  EngineConfig tight = roomy;
+  tight.num_kv_blocks = 9;  // 8 usable blocks = 128 tokens: the longest request fits alone, the batch does not
+  EngineStats stats;
+  const auto got = run_all(*transformer_, tight, requests, &stats);
+  ASSERT_EQ(got.size(), requests.size());
+  EXPECT_GT(stats.preemptions, 0);
+  for (const auto& [id, output] : expected) EXPECT_EQ(got.at(id).outputs[0].token_ids, output.outputs[0].token_ids) << id;
+}
+
+TEST_F(EngineOnGeneratedModel, OutputsDoNotDependOnTheBatch) {
+  // Sampled and greedy requests, alone versus together with others and other chunk sizes.
+  std::vector<Request> requests = greedy_requests(mixed_requests(10, 512, 33));
+  for (size_t r = 0; r < requests.size(); r += 2) {
+    requests[r].params.temperature = 0.8f;
+    requests[r].params.top_k = 50;
+    requests[r].params.top_p = 0.9f;
+  }
+  EngineConfig batched;
+  batched.scheduler.max_batched_tokens = 37;
+  const auto together = run_all(*transformer_, batched, requests);
+  EngineConfig alone_config;
+  alone_config.scheduler.max_batched_tokens = 1000;
+  for (const Request& request : requests) {
+    const auto alone = run_all(*transformer_, alone_config, {request});
+    EXPECT_EQ(alone.at(request.id).outputs[0].token_ids, together.at(request.id).outputs[0].token_ids) << request.id;
+  }
+}
+
+TEST_F(EngineOnGeneratedModel, StopTokensAndBadRequests) {
+  Engine engine(*transformer_, EngineConfig{});
+  Request request;
+  request.id = "bad";
+  request.prompt = {1, 512};
+  EXPECT_NE(engine.add_request(request).message().find("prompt token 512 at index 1 is outside the vocabulary"),
+            std::string::npos);
+  request.prompt = {1, 2};
+  request.params.top_p = 0.0f;
+  EXPECT_NE(engine.add_request(request).message().find("top_p"), std::string::npos);
+  request.params.top_p = 1.0f;
+  request.params.max_tokens = 100000;
+  EXPECT_NE(engine.add_request(request).message().find("max_position_embeddings"), std::string::npos);
+
+  // The stop token ends generation with "stop" and is kept in the output.
+  Request greedy;
+  greedy.id = "g";
+  greedy.prompt = {3, 4, 5};
+  greedy.params.max_tokens = 8;
+  const auto first = run_all(*transformer_, EngineConfig{}, {greedy});
+  const std::vector<int32_t> tokens = first.at("g").outputs[0].token_ids;
+  ASSERT_EQ(tokens.size(), 8u);
+  greedy.params.stop_token_ids = {tokens[2]};
+  const auto stopped = run_all(*transformer_, EngineConfig{}, {greedy});
+  const size_t stop_at = std::find(tokens.begin(), tokens.end(), tokens[2]) - tokens.begin();
+  EXPECT_EQ(stopped.at("g").outputs[0].finish_reason, "stop");
+  EXPECT_EQ(stopped.at("g").outputs[0].token_ids, std::vector<int32_t>(tokens.begin(), tokens.begin() + stop_at + 1));
+}
+
+}  // namespace
+}  // namespace moert::engine
