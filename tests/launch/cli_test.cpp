@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -145,6 +147,80 @@ TEST_F(CliBadInput, MissingModelAndBadTokens) {
                         "token id 999 at index 1 is outside the vocabulary [0, 256)");
   expect_one_line_error(run_command(moert() + " score --model " + dir_), "tokens");
   expect_one_line_error(run_command(moert() + " frobnicate"), "unknown command 'frobnicate'");
+}
+
+}  // namespace
+}  // namespace moert
+
+namespace moert {
+namespace {
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(testing::read_file(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  }
+  return lines;
+}
+
+TEST(CliRun, ServesABatchSkipsBadLinesAndResumes) {
+  testing::ScratchDir scratch("cli-run");
+  const std::string model = make_small_model(scratch, "model", "qwen2_moe");
+  const std::string input = scratch / "in.jsonl";
+  std::string text;
+  for (int r = 0; r < 6; ++r) {
+    text += R"({"id": "r)" + std::to_string(r) + R"(", "prompt_token_ids": [)" + std::to_string(r + 1) + ", 7, 9], " +
+            R"("max_tokens": )" + std::to_string(3 + r) + "}\n";
+  }
+  text += "{broken json\n";
+  text += R"({"id": "sampled", "prompt_token_ids": [4, 4, 4], "max_tokens": 5, "temperature": 0.9, "n": 2, "seed": 1})" "\n";
+  testing::write_file(input, text);
+  const std::string output = scratch / "out.jsonl";
+  const std::string run = moert() + " run --model " + model + " --input " + input + " --output " + output + " --threads 2";
+  const testing::CommandResult first = run_command(run);
+  EXPECT_EQ(first.exit_code, 3) << first.err;  // one malformed line
+  EXPECT_NE(first.err.find("in.jsonl line 7: not valid JSON"), std::string::npos) << first.err;
+  EXPECT_NE(first.err.find("summary: "), std::string::npos);
+  EXPECT_NE(first.err.find("prefix-cache hit rate"), std::string::npos);
+  const std::vector<nlohmann::json> lines = read_jsonl(output);
+  ASSERT_EQ(lines.size(), 7u);
+  std::map<std::string, nlohmann::json> by_id;
+  for (const auto& line : lines) by_id[line["id"]] = line;
+  for (int r = 0; r < 6; ++r) {
+    const nlohmann::json& line = by_id.at("r" + std::to_string(r));
+    EXPECT_EQ(line["outputs"][0]["token_ids"].size(), static_cast<size_t>(3 + r));
+    EXPECT_EQ(line["outputs"][0]["finish_reason"], "length");
+    EXPECT_EQ(line["prompt_tokens"], 3);
+  }
+  EXPECT_EQ(by_id.at("sampled")["outputs"].size(), 2u);
+  EXPECT_EQ(by_id.at("sampled")["output_tokens"], 10);
+
+  // A rerun after a "kill": drop two finished lines; only those two are served again,
+  // with the same tokens.
+  std::string kept;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i]["id"] != "r2" && lines[i]["id"] != "r4") kept += lines[i].dump() + "\n";
+  }
+  testing::write_file(output, kept);
+  const testing::CommandResult second = run_command(run);
+  EXPECT_EQ(second.exit_code, 3);
+  EXPECT_NE(second.err.find("2 finished, 5 skipped"), std::string::npos) << second.err;
+  const std::vector<nlohmann::json> resumed = read_jsonl(output);
+  ASSERT_EQ(resumed.size(), 7u);
+  for (const auto& line : resumed) EXPECT_EQ(line["outputs"], by_id.at(line["id"])["outputs"]) << line["id"];
+}
+
+TEST(CliRun, BenchPrintsThroughput) {
+  testing::ScratchDir scratch("cli-bench");
+  const std::string model = make_small_model(scratch, "model", "mixtral");
+  const testing::CommandResult bench = run_command(moert() + " bench --model " + model +
+                                                   " --num-requests 6 --input-len 20 --output-len 5 --threads 2");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  EXPECT_NE(bench.out.find("bench: requests=6 input_len=20 output_len=5"), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("output_tok_s="), std::string::npos);
+  EXPECT_NE(bench.out.find("(120 tokens), output"), std::string::npos) << bench.out;
 }
 
 }  // namespace
