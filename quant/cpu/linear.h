@@ -17,7 +17,13 @@ void linear_forward(const float* x, int64_t num_rows, const TensorView& weight, 
                     ThreadPool& pool);
 
 // The dot product used by linear_forward for one F32 weight row (exposed for tests and
-// for kernels that must agree with it bit for bit).
+// for kernels that must agree with it bit for bit). Every instruction-set path (AVX-512,
+// AVX2+FMA, portable) computes the same canonical sum (see linear.cpp), so results do not
+// depend on which one the CPU selects.
 float dot_f32(const float* a, const float* b, int64_t k);
+// The portable path of dot_f32, whatever the CPU (tests compare the two).
+float dot_f32_reference(const float* a, const float* b, int64_t k);
+// "avx512", "avx2" or "portable": the path chosen at run time (MOERT_CPU_ISA caps it).
+const char* cpu_isa_name();
 
 }  // namespace moert::quant

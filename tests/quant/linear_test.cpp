@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -91,6 +92,28 @@ TEST(Linear, RowsAreBitIdenticalWhateverTheBatchAndThreads) {
     std::vector<float> single(static_cast<size_t>(n));
     linear_forward(x.data() + t * k, 1, view, nullptr, single.data(), one);
     EXPECT_EQ(0, std::memcmp(single.data(), batched.data() + t * n, sizeof(float) * n)) << "row " << t;
+  }
+}
+
+}  // namespace
+}  // namespace moert::quant
+
+namespace moert::quant {
+namespace {
+
+// Every instruction-set path computes the canonical sum: the run-time path equals the
+// portable one bit for bit, at lengths with and without a tail.
+TEST(Linear, DispatchedDotEqualsPortableBitForBit) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::printf("cpu path: %s\n", cpu_isa_name());
+  for (int64_t k : {1, 7, 16, 17, 64, 100, 1000, 1024}) {
+    std::vector<float> a(static_cast<size_t>(k)), b(static_cast<size_t>(k));
+    for (float& v : a) v = normal(rng);
+    for (float& v : b) v = normal(rng);
+    const float fast = dot_f32(a.data(), b.data(), k);
+    const float slow = dot_f32_reference(a.data(), b.data(), k);
+    EXPECT_EQ(0, std::memcmp(&fast, &slow, sizeof(float))) << "k=" << k << ": " << fast << " vs " << slow;
   }
 }
 
