@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+
+#include <immintrin.h>
 #include <vector>
 
 #include "quant/cpu/linear.h"
@@ -74,6 +77,48 @@ struct Scratch {
   std::vector<float> max_score, inv_denominator;  // [group]
 };
 
+// acc[g, d] += weights[g * weight_stride + r] * v[r * v_stride + d] for r = 0..count-1 in
+// order: a separate multiply then add per element (never fused), exactly as
+// causal_attention_one_token's `out[d] += p * v[d]`. Lanes are d, so vector width does not
+// change any result.
+void accumulate_values(const float* v, int64_t v_stride, int64_t count, const float* weights, int64_t weight_stride,
+                       int group, int head_dim, float* __restrict acc) {
+  for (int64_t r = 0; r < count; ++r) {
+    const float* __restrict v_row = v + r * v_stride;
+    for (int g = 0; g < group; ++g) {
+      const float p = weights[g * weight_stride + r];
+      float* __restrict a = acc + static_cast<int64_t>(g) * head_dim;
+      for (int d = 0; d < head_dim; ++d) a[d] += p * v_row[d];
+    }
+  }
+}
+
+// The same for head_dim % 16 == 0 with AVX-512 (mul and add as two instructions).
+__attribute__((target("avx512f"))) void accumulate_values_avx512(const float* v, int64_t v_stride, int64_t count,
+                                                                 const float* weights, int64_t weight_stride,
+                                                                 int group, int head_dim, float* acc) {
+  for (int64_t r = 0; r < count; ++r) {
+    const float* v_row = v + r * v_stride;
+    for (int g = 0; g < group; ++g) {
+      const __m512 p = _mm512_set1_ps(weights[g * weight_stride + r]);
+      float* a = acc + static_cast<int64_t>(g) * head_dim;
+      for (int d = 0; d < head_dim; d += 16) {
+        _mm512_storeu_ps(a + d, _mm512_add_ps(_mm512_loadu_ps(a + d), _mm512_mul_ps(p, _mm512_loadu_ps(v_row + d))));
+      }
+    }
+  }
+}
+
+bool use_avx512() {
+  static const bool supported = [] {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f")) return false;
+    const char* cap = std::getenv("MOERT_CPU_ISA");  // same cap as quant/cpu/linear.cpp
+    return cap == nullptr || std::strcmp(cap, "avx512") == 0;
+  }();
+  return supported;
+}
+
 // Attention of the `group` query heads sharing kv head item.kv_head for one query row.
 // Each head's arithmetic is exactly that of causal_attention_one_token: the group only
 // shares the loads of K/V rows; per-head values never mix.
@@ -120,19 +165,23 @@ void attend(const float* q, const PagedKvLayer& layer, int num_heads, const Work
     inv_denominator[g] = static_cast<float>(1.0 / denominator);
   }
   // Pass 3: out[d] = sum_j (p_j * inv) * v_j[d], ascending j, from 0.0f. Lanes are d.
-  float* __restrict acc = scratch.acc.data();
+  for (int g = 0; g < group; ++g) {
+    float* s = scores + g * n;
+    const float inv = inv_denominator[g];
+    for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+  }
+  float* acc = scratch.acc.data();
   std::fill(acc, acc + static_cast<int64_t>(group) * head_dim, 0.0f);
+  const bool wide = use_avx512() && head_dim % 16 == 0;
   for (int64_t page = 0, j = 0; page < num_pages; ++page) {
     const int64_t count = std::min<int64_t>(block_size, n - j);
     const float* v_page = layer.v_cache + static_cast<int64_t>(item.pages[page]) * block_size * stride + head_offset;
-    for (int64_t offset = 0; offset < count; ++offset, ++j) {
-      const float* __restrict v_row = v_page + offset * stride;
-      for (int g = 0; g < group; ++g) {
-        const float p = scores[g * n + j] * inv_denominator[g];
-        float* __restrict a = acc + static_cast<int64_t>(g) * head_dim;
-        for (int d = 0; d < head_dim; ++d) a[d] += p * v_row[d];
-      }
+    if (wide) {
+      accumulate_values_avx512(v_page, stride, count, scores + j, n, group, head_dim, acc);
+    } else {
+      accumulate_values(v_page, stride, count, scores + j, n, group, head_dim, acc);
     }
+    j += count;
   }
   std::memcpy(out + (item.row * num_heads + first_head) * static_cast<int64_t>(head_dim), acc,
               sizeof(float) * static_cast<size_t>(group) * head_dim);

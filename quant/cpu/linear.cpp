@@ -87,6 +87,36 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void dot_rows_avx5
   }
 }
 
+// rows x cols accumulators: x rows against `cols` weight rows (w_rows[c]); out[r * cols + c].
+template <WeightKind kind, int rows, int cols>
+__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void dot_block_avx512(const float* x, int64_t x_stride,
+                                                                                   int64_t k, const void* const* w_rows,
+                                                                                   float* out) {
+  __m512 acc[rows][cols];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  int64_t i = 0;
+  for (; i + kLanes <= k; i += kLanes) {
+    __m512 wv[cols];
+    for (int c = 0; c < cols; ++c) wv[c] = load16_avx512<kind>(w_rows[c], i);
+    for (int r = 0; r < rows; ++r) {
+      const __m512 xv = _mm512_loadu_ps(x + r * x_stride + i);
+      for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+    }
+  }
+  alignas(64) float lanes[kLanes];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) {
+      _mm512_store_ps(lanes, acc[r][c]);
+      for (int64_t j = i, l = 0; j < k; ++j, ++l) {
+        lanes[l] = std::fma(x[r * x_stride + j], scalar_weight<kind>(w_rows[c], j), lanes[l]);
+      }
+      out[r * cols + c] = reduce_lanes(lanes);
+    }
+  }
+}
+
 // ---- AVX2 + FMA (lanes 0-7 and 8-15 in two registers) -------------------------------------
 template <WeightKind kind>
 __attribute__((target("avx2,fma,f16c"))) inline __m256 load8_avx2(const void* w, int64_t i) {
@@ -173,11 +203,33 @@ void linear_rows(const float* x, int64_t num_rows, const void* w, int64_t n, int
   // Rows of x are taken in tiles so a tile stays in cache while the weights stream past it.
   constexpr int64_t kRowTile = 64;
   const int64_t grain = std::max<int64_t>(8, 8192 / std::max<int64_t>(1, k));
+  constexpr int kCols = 4;
+  const bool blocked = active_isa() == Isa::kAvx512;
   pool.parallel_for(n, grain, [&](int64_t begin, int64_t end) {
-    float dots[kMaxRows];
+    float dots[kMaxRows * kCols];
     for (int64_t t0 = 0; t0 < num_rows; t0 += kRowTile) {
       const int64_t t_end = std::min(num_rows, t0 + kRowTile);
-      for (int64_t col = begin; col < end; ++col) {
+      int64_t col = begin;
+      // AVX-512: 4 weight rows x up to 4 x rows per pass (16 accumulators).
+      for (; blocked && col + kCols <= end; col += kCols) {
+        const void* w_rows[kCols];
+        for (int c = 0; c < kCols; ++c) w_rows[c] = static_cast<const char*>(w) + (col + c) * k * elem_bytes;
+        for (int64_t t = t0; t < t_end; t += kMaxRows) {
+          const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, t_end - t));
+          switch (rows) {
+            case 1: dot_block_avx512<kind, 1, kCols>(x + t * k, k, k, w_rows, dots); break;
+            case 2: dot_block_avx512<kind, 2, kCols>(x + t * k, k, k, w_rows, dots); break;
+            case 3: dot_block_avx512<kind, 3, kCols>(x + t * k, k, k, w_rows, dots); break;
+            default: dot_block_avx512<kind, 4, kCols>(x + t * k, k, k, w_rows, dots); break;
+          }
+          for (int r = 0; r < rows; ++r) {
+            for (int c = 0; c < kCols; ++c) {
+              y[(t + r) * n + col + c] = dots[r * kCols + c] + (bias != nullptr ? bias[col + c] : 0.0f);
+            }
+          }
+        }
+      }
+      for (; col < end; ++col) {
         const void* w_row = static_cast<const char*>(w) + col * k * elem_bytes;
         const float b = bias != nullptr ? bias[col] : 0.0f;
         for (int64_t t = t0; t < t_end; t += kMaxRows) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "quant/bf16.h"
@@ -114,6 +115,31 @@ TEST(Linear, DispatchedDotEqualsPortableBitForBit) {
     const float fast = dot_f32(a.data(), b.data(), k);
     const float slow = dot_f32_reference(a.data(), b.data(), k);
     EXPECT_EQ(0, std::memcmp(&fast, &slow, sizeof(float))) << "k=" << k << ": " << fast << " vs " << slow;
+  }
+}
+
+}  // namespace
+}  // namespace moert::quant
+
+namespace moert::quant {
+namespace {
+
+// The blocked multi-row, multi-column kernel is the canonical dot for every element.
+TEST(Linear, EveryOutputIsTheCanonicalDot) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  ThreadPool pool(2);
+  for (auto [rows, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 9, 33}, {7, 23, 64}, {70, 13, 17}}) {
+    std::vector<float> x(static_cast<size_t>(rows * k)), w(static_cast<size_t>(n * k)), y(static_cast<size_t>(rows * n));
+    for (float& v : x) v = normal(rng);
+    for (float& v : w) v = normal(rng);
+    linear_forward(x.data(), rows, TensorView::contiguous(DType::kF32, {n, k}, w.data()), nullptr, y.data(), pool);
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int64_t j = 0; j < n; ++j) {
+        const float expected = dot_f32_reference(x.data() + t * k, w.data() + j * k, k);
+        ASSERT_EQ(0, std::memcmp(&expected, &y[t * n + j], sizeof(float))) << t << "," << j << " k=" << k;
+      }
+    }
   }
 }
 

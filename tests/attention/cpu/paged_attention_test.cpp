@@ -457,7 +457,7 @@ TEST(PagedAttentionDeathTest, ValidatesPlan) {
   EXPECT_DEATH(run({0, 2, 1}, {0, 1, 2}, {1, 2}, {3, 3}), "qo_indptr\\[2\\] = 1");
   EXPECT_DEATH(run({0, 1}, {0, 0}, {1}, {1}), "sequence 0 has 0 pages");
   PagedAttentionPlan plan{1, nullptr, nullptr, nullptr, nullptr};
-  EXPECT_DEATH(paged_attention_forward(q.data(), layer, plan, 3, out.data(), pool), "num_heads = 3");
+  EXPECT_DEATH(paged_attention_forward(q.data(), layer, plan, 0, out.data(), pool), "num_heads = 0");
 
   const float row[4] = {0, 0, 0, 0};
   const int64_t bad_slot = num_blocks * block_size;
