@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The built-in example: install what is missing, build, make a small Qwen3-MoE model and
-# score a prompt with greedy decoding.
+# score a prompt with greedy decoding, then serve a small batch with `moert run`.
 set -euo pipefail
 here="$(dirname "$0")"
 bash "$here/install-deps.sh"
@@ -11,3 +11,18 @@ model="$MOERT_BUILD_DIR/example/qwen3moe-tiny"
 "$MOERT_BUILD_DIR/launch/moert" score --model "$model" --tokens 84,464,280,117,397,107,275,114 -n 16 \
   --out "$MOERT_BUILD_DIR/example/score"
 echo "logits written to $MOERT_BUILD_DIR/example/score.{json,prompt_logits.npy,gen_logits.npy}"
+
+# A batch of 8 requests through the continuous-batching engine (paged KV cache).
+requests="$MOERT_BUILD_DIR/example/requests.jsonl"
+: > "$requests"
+for i in 0 1 2 3 4 5 6 7; do
+  echo "{\"id\": \"req$i\", \"prompt_token_ids\": [84, 464, 280, $((100 + i)), $((200 + 7 * i))], \"max_tokens\": 12}" \
+    >> "$requests"
+done
+echo '{"id": "sampled", "prompt_token_ids": [84, 464, 280], "max_tokens": 12, "temperature": 0.8, "top_p": 0.95, "n": 2, "seed": 1}' \
+  >> "$requests"
+rm -f "$MOERT_BUILD_DIR/example/results.jsonl"
+"$MOERT_BUILD_DIR/launch/moert" run --model "$model" --input "$requests" \
+  --output "$MOERT_BUILD_DIR/example/results.jsonl"
+echo "results written to $MOERT_BUILD_DIR/example/results.jsonl:"
+head -3 "$MOERT_BUILD_DIR/example/results.jsonl"
