@@ -27,18 +27,12 @@ int run_bench(const std::vector<std::string>& args) {
       ("seed", po::value(&seed)->default_value(0), "seed of the random prompts");
   add_engine_options(options, engine_options);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(options).run(), vm);
-  if (vm.count("help")) {
-    std::cout << options << "\n";
-    return 0;
-  }
-  po::notify(vm);
+  if (!parse_command_line(args, options, &vm)) return 0;
   if (num_requests < 1 || input_len < 1 || output_len < 1) {
     throw CommandError("--num-requests, --input-len and --output-len must be >= 1");
   }
-  Result<std::unique_ptr<LoadedModel>> loaded = load_model(model_dir);
-  if (!loaded.is_ok()) throw CommandError(loaded.status().message());
-  const LoadedModel& model = *loaded.value();
+  const std::unique_ptr<LoadedModel> loaded = value_or_throw(load_model(model_dir));
+  const LoadedModel& model = *loaded;
   const engine::EngineConfig config = resolve_engine_config(engine_options, model.config);
   const int threads = resolve_threads(engine_options);
   std::cout << "model: " << describe_model_config(model.config) << "\n" << describe_engine_config(config, threads) << "\n";

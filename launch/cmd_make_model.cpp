@@ -54,12 +54,7 @@ int run_make_model(const std::vector<std::string>& args) {
       ("num-kv-heads", po::value<int>(), "override: key/value heads")
       ("head-dim", po::value<int>(), "override: head dimension");
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(options).run(), vm);
-  if (vm.count("help")) {
-    std::cout << options << "\n";
-    return 0;
-  }
-  po::notify(vm);
+  if (!parse_command_line(args, options, &vm)) return 0;
   ModelShapeOverrides overrides;
   auto take = [&](const char* key, std::optional<int>& field) {
     if (vm.count(key)) field = vm[key].as<int>();

@@ -28,12 +28,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
       ("progress-interval", po::value(&progress_s)->default_value(2.0), "seconds between progress lines on stderr");
   add_engine_options(options, engine_options);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(options).run(), vm);
-  if (vm.count("help")) {
-    std::cout << options << "\n";
-    return 0;
-  }
-  po::notify(vm);
+  if (!parse_command_line(args, options, &vm)) return 0;
 
   std::ifstream input(input_path);
   if (!input) throw CommandError("cannot open input " + input_path);
@@ -42,9 +37,8 @@ int run_serve_batch(const std::vector<std::string>& args) {
   if (!done.is_ok()) throw CommandError(done.status().message());
   if (torn_lines > 0) MOERT_WARN(output_path << ": ignored " << torn_lines << " incomplete line(s) from an earlier run");
 
-  Result<std::unique_ptr<LoadedModel>> loaded = load_model(model_dir);
-  if (!loaded.is_ok()) throw CommandError(loaded.status().message());
-  const LoadedModel& model = *loaded.value();
+  const std::unique_ptr<LoadedModel> loaded = value_or_throw(load_model(model_dir));
+  const LoadedModel& model = *loaded;
   const engine::EngineConfig config = resolve_engine_config(engine_options, model.config);
   const int threads = resolve_threads(engine_options);
   MOERT_INFO("model: " << describe_model_config(model.config));

@@ -16,16 +16,6 @@ namespace po = boost::program_options;
 namespace moert::launch {
 namespace {
 
-template <typename T>
-T value_or_throw(Result<T> result) {
-  if (!result.is_ok()) throw CommandError(result.status().message());
-  return std::move(result).value();
-}
-
-void throw_if_error(const Status& status) {
-  if (!status.is_ok()) throw CommandError(status.message());
-}
-
 std::string join(const std::vector<int32_t>& tokens) {
   std::string text;
   for (size_t i = 0; i < tokens.size(); ++i) text += (i ? " " : "") + std::to_string(tokens[i]);
@@ -47,12 +37,7 @@ int run_score(const std::vector<std::string>& args) {
       ("out", po::value(&out_prefix), "write PREFIX.json, PREFIX.prompt_logits.npy, PREFIX.gen_logits.npy")
       ("threads", po::value(&threads)->default_value(0), "worker threads (0: MOERT_NUM_THREADS or all cores)");
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(options).run(), vm);
-  if (vm.count("help")) {
-    std::cout << options << "\n";
-    return 0;
-  }
-  po::notify(vm);
+  if (!parse_command_line(args, options, &vm)) return 0;
   if (num_generate < 0) throw CommandError("--num-tokens = " + std::to_string(num_generate) + " must be >= 0");
   const std::vector<int> parsed = parse_int_list(tokens_text, "tokens");
   const std::vector<int32_t> prompt(parsed.begin(), parsed.end());

@@ -2,9 +2,13 @@
 // process exit code; errors are reported as one line on stderr by the caller.
 #pragma once
 
+#include <boost/program_options.hpp>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "runtime/core/status.h"
 
 namespace moert::launch {
 
@@ -17,6 +21,21 @@ int run_make_model(const std::vector<std::string>& args);
 int run_score(const std::vector<std::string>& args);
 int run_serve_batch(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);
+
+// Parses a subcommand's options. Returns false after printing the help when --help was
+// given; throws boost::program_options errors for bad or missing options.
+bool parse_command_line(const std::vector<std::string>& args, const boost::program_options::options_description& options,
+                        boost::program_options::variables_map* vm);
+
+// Unwrap a Result / check a Status, or throw CommandError with its message.
+template <typename T>
+T value_or_throw(Result<T> result) {
+  if (!result.is_ok()) throw CommandError(result.status().message());
+  return std::move(result).value();
+}
+inline void throw_if_error(const Status& status) {
+  if (!status.is_ok()) throw CommandError(status.message());
+}
 
 // "1,2,3" -> {1, 2, 3}; names the bad entry on error.
 std::vector<int> parse_int_list(const std::string& text, const std::string& option_name);

@@ -2,8 +2,21 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <iostream>
 
 namespace moert::launch {
+
+bool parse_command_line(const std::vector<std::string>& args, const boost::program_options::options_description& options,
+                        boost::program_options::variables_map* vm) {
+  namespace po = boost::program_options;
+  po::store(po::command_line_parser(args).options(options).run(), *vm);
+  if (vm->count("help")) {
+    std::cout << options << "\n";
+    return false;
+  }
+  po::notify(*vm);
+  return true;
+}
 
 std::vector<int> parse_int_list(const std::string& text, const std::string& option_name) {
   std::vector<int> values;
