@@ -119,6 +119,9 @@ bool use_avx512() {
   return supported;
 }
 
+// Query heads per kv head that one work item handles (GQA group size).
+constexpr int kMaxGroup = 128;
+
 // Attention of the `group` query heads sharing kv head item.kv_head for one query row.
 // Each head's arithmetic is exactly that of causal_attention_one_token: the group only
 // shares the loads of K/V rows; per-head values never mix.
@@ -145,8 +148,10 @@ void attend(const float* q, const PagedKvLayer& layer, int num_heads, const Work
     const float* k_page = layer.k_cache + static_cast<int64_t>(item.pages[page]) * block_size * stride + head_offset;
     for (int64_t offset = 0; offset < count; ++offset, ++j) {
       const float* k_row = k_page + offset * stride;
+      float dots[kMaxGroup];
+      quant::dot_f32_rows(q_row, head_dim, group, k_row, head_dim, dots);
       for (int g = 0; g < group; ++g) {
-        const float score = quant::dot_f32(q_row + static_cast<int64_t>(g) * head_dim, k_row, head_dim) * scale;
+        const float score = dots[g] * scale;
         scores[g * n + j] = score;
         max_score[g] = std::max(max_score[g], score);
       }
@@ -228,6 +233,7 @@ void paged_attention_forward(const float* q, const PagedKvLayer& layer, const Pa
   const int64_t max_kv_len = check_plan(layer, plan, num_heads);
   const int kv_heads = layer.num_kv_heads;
   const int group = num_heads / kv_heads;
+  MOERT_CHECK(group <= kMaxGroup, "num_heads / num_kv_heads = " << group << " exceeds " << kMaxGroup);
 
   // Items are (sequence, row, kv head) in that order. Split them into contiguous ranges of
   // about equal cost (keys attended), one per thread: causal rows and mixed context

@@ -259,6 +259,12 @@ float dot_f32(const float* a, const float* b, int64_t k) {
   return out;
 }
 
+void dot_f32_rows(const float* x, int64_t x_stride, int rows, const float* w, int64_t k, float* out) {
+  for (int r = 0; r < rows; r += kMaxRows) {
+    dot_rows<WeightKind::kF32>(x + r * x_stride, x_stride, std::min(kMaxRows, rows - r), k, w, out + r);
+  }
+}
+
 float dot_f32_reference(const float* a, const float* b, int64_t k) {
   float out;
   dot_rows_portable(a, 0, 1, k, [&](int64_t i) { return b[i]; }, &out);

@@ -21,6 +21,8 @@ void linear_forward(const float* x, int64_t num_rows, const TensorView& weight, 
 // AVX2+FMA, portable) computes the same canonical sum (see linear.cpp), so results do not
 // depend on which one the CPU selects.
 float dot_f32(const float* a, const float* b, int64_t k);
+// out[r] = dot_f32(x + r * x_stride, w, k) for r < rows, sharing one pass over w.
+void dot_f32_rows(const float* x, int64_t x_stride, int rows, const float* w, int64_t k, float* out);
 // The portable path of dot_f32, whatever the CPU (tests compare the two).
 float dot_f32_reference(const float* a, const float* b, int64_t k);
 // "avx512", "avx2" or "portable": the path chosen at run time (MOERT_CPU_ISA caps it).
