@@ -1,11 +1,32 @@
 #include "runtime/core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 
 namespace moert {
 
-ThreadPool::ThreadPool(int num_threads) {
+namespace {
+
+// Spins until done() or `spin_ns` passed; returns done().
+template <typename Done>
+bool spin_until(int64_t spin_ns, Done done) {
+  if (spin_ns <= 0) return done();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin_ns);
+  while (!done()) {
+    for (int i = 0; i < 32; ++i) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+    }
+    if (std::chrono::steady_clock::now() > deadline) return done();
+  }
+  return true;
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads) : spin_ns_(default_spin_us() * 1000) {
   const int extra = std::max(1, num_threads) - 1;
   workers_.reserve(static_cast<size_t>(extra));
   for (int i = 0; i < extra; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -39,10 +60,12 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
     chunk_size_ = (n + num_chunks - 1) / num_chunks;
     next_chunk_ = 0;
     chunks_finished_ = 0;
+    chunks_done_.store(0);
     generation = ++generation_;
   }
   work_ready_.notify_all();
   run_chunks(generation);
+  spin_until(spin_ns_, [&] { return chunks_done_.load(std::memory_order_acquire) == num_chunks; });
   std::unique_lock<std::mutex> lock(mutex_);
   work_done_.wait(lock, [&] { return chunks_finished_ == num_chunks_; });
   task_ = nullptr;
@@ -65,6 +88,7 @@ void ThreadPool::run_chunks(int64_t generation) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       all_done = ++chunks_finished_ == num_chunks_;
+      chunks_done_.store(chunks_finished_, std::memory_order_release);
     }
     if (all_done) work_done_.notify_all();
   }
@@ -74,6 +98,7 @@ void ThreadPool::worker_loop(int /*worker_idx*/) {
   int64_t seen_generation = 0;
   for (;;) {
     int64_t generation;
+    spin_until(spin_ns_, [&] { return generation_.load(std::memory_order_acquire) != seen_generation; });
     {
       std::unique_lock<std::mutex> lock(mutex_);
       work_ready_.wait(lock, [&] { return stopping_ || generation_ != seen_generation; });
@@ -82,6 +107,14 @@ void ThreadPool::worker_loop(int /*worker_idx*/) {
     }
     run_chunks(generation);
   }
+}
+
+int64_t default_spin_us() {
+  if (const char* text = std::getenv("MOERT_SPIN_US")) {
+    const long parsed = std::atol(text);
+    if (parsed >= 0) return parsed;
+  }
+  return 50;
 }
 
 int default_num_threads() {

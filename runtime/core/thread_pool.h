@@ -3,6 +3,7 @@
 // timing, so a kernel that writes disjoint outputs per index is deterministic.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -41,9 +42,16 @@ class ThreadPool {
   int64_t num_chunks_ = 0;
   int64_t next_chunk_ = 0;
   int64_t chunks_finished_ = 0;
-  int64_t generation_ = 0;
+  std::atomic<int64_t> generation_{0};
+  std::atomic<int64_t> chunks_done_{0};  // mirrors chunks_finished_ for lock-free spinning
   bool stopping_ = false;
+  int64_t spin_ns_ = 0;
 };
+
+// How long an idle thread spins before sleeping, in microseconds: MOERT_SPIN_US (default
+// 50; 0 = sleep at once, best when ranks outnumber cores). Spinning saves the futex
+// round trip between the many short kernels of a decode step.
+int64_t default_spin_us();
 
 // Number of threads to use by default: MOERT_NUM_THREADS, else the hardware concurrency.
 int default_num_threads();
