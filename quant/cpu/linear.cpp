@@ -1,5 +1,7 @@
 #include "quant/cpu/linear.h"
 
+// GCC 12 reports _mm512_undefined_epi32() inside its own intrinsics as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
