@@ -129,10 +129,8 @@ Result<ExpertPlacement> contiguous_placement(int num_experts, int num_ranks, int
     const int count = base + (r < extra ? 1 : 0);
     for (int j = 0; j < count; ++j) rank_experts[static_cast<size_t>(r)].push_back(next++);
   }
-  MOERT_RETURN_IF_ERROR(LayerPlacement::create(num_experts, rank_experts).status());
-  std::vector<LayerPlacement> layers;
-  for (int l = 0; l < num_layers; ++l) layers.push_back(LayerPlacement::create(num_experts, rank_experts).value());
-  return ExpertPlacement::create(std::move(layers));
+  MOERT_ASSIGN_OR_RETURN(LayerPlacement layer, LayerPlacement::create(num_experts, rank_experts));
+  return ExpertPlacement::create(std::vector<LayerPlacement>(static_cast<size_t>(num_layers), layer));
 }
 
 namespace {
