@@ -7,14 +7,15 @@
 #include <cmath>
 #include <cstdint>
 
+#include "quant/weight.h"
 #include "runtime/core/tensor.h"
 #include "runtime/core/thread_pool.h"
 
 namespace moert::experts {
 
 // x: [R, D]; gate, up: [I, D]; down: [D, I]; out: [R, D] (overwritten).
-void swiglu_ffn_forward(const float* x, int64_t num_rows, const TensorView& gate, const TensorView& up,
-                        const TensorView& down, float* out, ThreadPool& pool);
+void swiglu_ffn_forward(const float* x, int64_t num_rows, const quant::LinearWeight& gate,
+                        const quant::LinearWeight& up, const quant::LinearWeight& down, float* out, ThreadPool& pool);
 
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 

@@ -18,6 +18,8 @@ constexpr const char* kUsage =
     "  score        score a prompt and print greedy tokens with the single-rank reference forward\n"
     "  run          serve a JSONL batch of requests (continuous batching, paged KV cache)\n"
     "  bench        offline throughput on synthetic requests\n"
+    "  quantize     rewrite a checkpoint with NVFP4, MXFP4 or FP8 weights\n"
+    "  eval         KL divergence and top-1 agreement of a model against a reference\n"
     "\n"
     "`moert <command> --help` lists a command's options.\n";
 
@@ -35,6 +37,8 @@ int main(int argc, char** argv) {
     if (command == "score") return moert::launch::run_score(args);
     if (command == "run") return moert::launch::run_serve_batch(args);
     if (command == "bench") return moert::launch::run_bench(args);
+    if (command == "quantize") return moert::launch::run_quantize(args);
+    if (command == "eval") return moert::launch::run_eval(args);
     if (command == "--version") {
       std::puts("moert 0.1.0");
       return 0;

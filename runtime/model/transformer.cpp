@@ -7,6 +7,7 @@
 #include "experts/router.h"
 #include "quant/bf16.h"
 #include "quant/cpu/linear.h"
+#include "quant/weight.h"
 
 namespace moert {
 
@@ -80,7 +81,7 @@ Result<std::vector<float>> TransformerForward::forward(const ForwardBatch& batch
   }
   rms_norm_rows(selected.data(), num_rows, dim, weights_.final_norm.data(), c.rms_norm_eps);
   std::vector<float> logits(static_cast<size_t>(num_rows * c.vocab_size));
-  quant::linear_forward(selected.data(), num_rows, weights_.lm_head, nullptr, logits.data(), pool_);
+  quant::apply_linear(weights_.lm_head, selected.data(), num_rows, nullptr, logits.data(), pool_);
   return logits;
 }
 
@@ -100,9 +101,9 @@ void TransformerForward::attention_block(int layer, const ForwardBatch& batch, A
   std::vector<float> k(static_cast<size_t>(num_tokens * kv_width));  // [T, KVH, Dh]
   std::vector<float> v(static_cast<size_t>(num_tokens * kv_width));  // [T, KVH, Dh]
   auto bias_or_null = [](const Linear& linear) { return linear.bias.empty() ? nullptr : linear.bias.data(); };
-  quant::linear_forward(h.data(), num_tokens, a.q.weight, bias_or_null(a.q), q.data(), pool_);
-  quant::linear_forward(h.data(), num_tokens, a.k.weight, bias_or_null(a.k), k.data(), pool_);
-  quant::linear_forward(h.data(), num_tokens, a.v.weight, bias_or_null(a.v), v.data(), pool_);
+  quant::apply_linear(a.q.weight, h.data(), num_tokens, bias_or_null(a.q), q.data(), pool_);
+  quant::apply_linear(a.k.weight, h.data(), num_tokens, bias_or_null(a.k), k.data(), pool_);
+  quant::apply_linear(a.v.weight, h.data(), num_tokens, bias_or_null(a.v), v.data(), pool_);
   if (c.qk_norm) {
     rms_norm_rows(q.data(), num_tokens * c.num_heads, c.head_dim, a.q_norm.data(), c.rms_norm_eps);
     rms_norm_rows(k.data(), num_tokens * c.num_kv_heads, c.head_dim, a.k_norm.data(), c.rms_norm_eps);
@@ -115,7 +116,7 @@ void TransformerForward::attention_block(int layer, const ForwardBatch& batch, A
   std::vector<float> attn(static_cast<size_t>(num_tokens * q_width));  // [T, H, Dh]
   attention.attend(layer, q.data(), k.data(), v.data(), num_tokens, attn.data());
   std::vector<float> projected(static_cast<size_t>(num_tokens * dim));
-  quant::linear_forward(attn.data(), num_tokens, a.o.weight, nullptr, projected.data(), pool_);
+  quant::apply_linear(a.o.weight, attn.data(), num_tokens, nullptr, projected.data(), pool_);
   for (size_t i = 0; i < x.size(); ++i) x[i] += projected[i];
 }
 

@@ -28,9 +28,56 @@ class WeightBinder {
     return widen(name, view);
   }
 
+  // A linear layer's weight in whichever layout the checkpoint holds it (detected from the
+  // tensors present): gpt-oss MXFP4 `P_blocks`/`P_scales`; ModelOpt NVFP4 (U8 weight +
+  // F8_E4M3 weight_scale + weight_scale_2); DeepSeek FP8 (weight_scale_inv); FP8 with a
+  // per-tensor weight_scale; else a dense matrix.
+  Result<quant::LinearWeight> linear_weight(const std::string& prefix, int64_t out, int64_t in) const {
+    quant::QuantizedWeightView q;
+    q.rows = out;
+    q.cols = in;
+    const std::string w_name = prefix + ".weight";
+    if (checkpoint_.find(prefix + "_blocks") != nullptr) {
+      q.format = quant::WeightFormat::kMxfp4;
+      if (in % 32 != 0) return invalid_argument("'" + prefix + "_blocks': K = " + std::to_string(in) + " is not a multiple of 32");
+      MOERT_ASSIGN_OR_RETURN(TensorView blocks, typed(prefix + "_blocks", DType::kU8, {out, in / 32, 16}));
+      MOERT_ASSIGN_OR_RETURN(TensorView scales, typed(prefix + "_scales", DType::kU8, {out, in / 32}));
+      q.data = blocks.as<const uint8_t>();
+      q.scales = scales.as<const uint8_t>();
+    } else {
+      MOERT_ASSIGN_OR_RETURN(TensorView weight, checkpoint_.get(w_name));
+      if (weight.dtype == DType::kU8) {
+        q.format = quant::WeightFormat::kNvfp4;
+        if (in % 16 != 0) return invalid_argument("'" + w_name + "': K = " + std::to_string(in) + " is not a multiple of 16");
+        MOERT_ASSIGN_OR_RETURN(TensorView packed, typed(w_name, DType::kU8, {out, in / 2}));
+        MOERT_ASSIGN_OR_RETURN(TensorView scales, typed(prefix + ".weight_scale", DType::kF8E4M3, {out, in / 16}));
+        MOERT_ASSIGN_OR_RETURN(q.global_scale, scalar(prefix + ".weight_scale_2"));
+        q.data = packed.as<const uint8_t>();
+        q.scales = scales.as<const uint8_t>();
+      } else if (weight.dtype == DType::kF8E4M3) {
+        MOERT_ASSIGN_OR_RETURN(TensorView data, typed(w_name, DType::kF8E4M3, {out, in}));
+        q.data = data.as<const uint8_t>();
+        if (checkpoint_.find(prefix + ".weight_scale_inv") != nullptr) {
+          q.format = quant::WeightFormat::kFp8Block;
+          MOERT_ASSIGN_OR_RETURN(TensorView scale_inv, typed(prefix + ".weight_scale_inv", DType::kF32,
+                                                             {(out + 127) / 128, (in + 127) / 128}));
+          q.block_scale_inv = scale_inv.as<const float>();
+        } else {
+          q.format = quant::WeightFormat::kFp8Tensor;
+          MOERT_ASSIGN_OR_RETURN(q.global_scale, scalar(prefix + ".weight_scale"));
+        }
+      } else {
+        MOERT_ASSIGN_OR_RETURN(TensorView dense, matrix(w_name, out, in));
+        return quant::LinearWeight::from_dense(dense);
+      }
+    }
+    MOERT_RETURN_IF_ERROR(quant::validate_quantized_weight(q).with_context("'" + prefix + "'"));
+    return quant::LinearWeight::from_packed(q);
+  }
+
   Result<Linear> linear(const std::string& prefix, int64_t out, int64_t in, bool has_bias) const {
     Linear linear;
-    MOERT_ASSIGN_OR_RETURN(linear.weight, matrix(prefix + ".weight", out, in));
+    MOERT_ASSIGN_OR_RETURN(linear.weight, linear_weight(prefix, out, in));
     if (has_bias) {
       MOERT_ASSIGN_OR_RETURN(linear.bias, vector(prefix + ".bias", out));
     }
@@ -47,6 +94,25 @@ class WeightBinder {
   }
 
  private:
+  Result<TensorView> typed(const std::string& name, DType dtype, const Shape& expected) const {
+    MOERT_ASSIGN_OR_RETURN(TensorView view, checked(name, expected));
+    if (view.dtype != dtype) {
+      return invalid_argument("tensor '" + name + "' has dtype " + std::string(dtype_name(view.dtype)) + ", expected " +
+                              std::string(dtype_name(dtype)));
+    }
+    return view;
+  }
+
+  // An F32 scalar stored as shape [] or [1].
+  Result<float> scalar(const std::string& name) const {
+    MOERT_ASSIGN_OR_RETURN(TensorView view, checkpoint_.get(name));
+    if (view.dtype != DType::kF32 || view.numel() != 1 || view.ndim() > 1) {
+      return invalid_argument("tensor '" + name + "' must be one F32 value, got " + std::string(dtype_name(view.dtype)) +
+                              " " + shape_to_string(view.shape));
+    }
+    return view.as<const float>()[0];
+  }
+
   Result<TensorView> checked(const std::string& name, const Shape& expected) const {
     MOERT_ASSIGN_OR_RETURN(TensorView view, checkpoint_.get(name));
     if (view.shape != expected) {
@@ -149,9 +215,9 @@ Result<ModelWeights> bind_model_weights(const ModelConfig& c, const io::Checkpoi
   }
   MOERT_ASSIGN_OR_RETURN(m.final_norm, w.vector("model.norm.weight", c.hidden_size));
   if (c.tie_word_embeddings && checkpoint.find("lm_head.weight") == nullptr) {
-    m.lm_head = m.embed_tokens;
+    m.lm_head = quant::LinearWeight::from_dense(m.embed_tokens);
   } else {
-    MOERT_ASSIGN_OR_RETURN(m.lm_head, w.matrix("lm_head.weight", c.vocab_size, c.hidden_size));
+    MOERT_ASSIGN_OR_RETURN(m.lm_head, w.linear_weight("lm_head", c.vocab_size, c.hidden_size));
   }
   return m;
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "quant/weight.h"
 #include "runtime/core/status.h"
 #include "runtime/core/tensor.h"
 #include "runtime/io/checkpoint.h"
@@ -17,10 +18,10 @@
 namespace moert {
 
 struct Linear {
-  TensorView weight;          // [out, in]
-  std::vector<float> bias;    // [out] or empty
-  int64_t out_features() const { return weight.dim(0); }
-  int64_t in_features() const { return weight.dim(1); }
+  quant::LinearWeight weight;  // [out, in], dense or packed (NVFP4, MXFP4, FP8)
+  std::vector<float> bias;     // [out] or empty
+  int64_t out_features() const { return weight.out_features(); }
+  int64_t in_features() const { return weight.in_features(); }
 };
 
 // SwiGLU MLP: down(silu(gate x) * up x).
@@ -56,7 +57,7 @@ struct ModelWeights {
   TensorView embed_tokens;  // [V, D]
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;  // [D]
-  TensorView lm_head;       // [V, D] (the embedding when tied)
+  quant::LinearWeight lm_head;  // [V, D] (the embedding when tied)
 };
 
 // A model directory opened for inference: its config, its checkpoint (kept open: the

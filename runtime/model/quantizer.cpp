@@ -1,0 +1,194 @@
+#include "runtime/model/quantizer.h"
+
+#include <fnmatch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "quant/bf16.h"
+#include "quant/formats/fp4.h"
+#include "quant/formats/fp8.h"
+#include "runtime/io/checkpoint.h"
+
+namespace moert {
+namespace {
+
+using nlohmann::json;
+
+const char* const kDefaultExcludes[] = {"*embed_tokens", "lm_head", "*.mlp.gate", "*.block_sparse_moe.gate",
+                                        "*shared_expert_gate"};
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+Result<std::vector<float>> widen_matrix(const std::string& name, const TensorView& view) {
+  std::vector<float> out(static_cast<size_t>(view.numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    switch (view.dtype) {
+      case DType::kF32: out[i] = view.as<const float>()[i]; break;
+      case DType::kBF16: out[i] = quant::bf16_to_f32(view.as<const uint16_t>()[i]); break;
+      case DType::kF16: out[i] = quant::f16_to_f32(view.as<const uint16_t>()[i]); break;
+      default:
+        return unsupported("tensor '" + name + "' has dtype " + std::string(dtype_name(view.dtype)) +
+                           ": only F32/BF16/F16 checkpoints can be quantized");
+    }
+  }
+  return out;
+}
+
+// Owns the bytes of every output tensor until the shards are written.
+class OutputTensors {
+ public:
+  void add_copy(const std::string& name, const TensorView& view) { named_.push_back({name, view}); }
+  template <typename T>
+  void add_owned(const std::string& name, DType dtype, Shape shape, const std::vector<T>& values) {
+    auto buffer = std::make_unique<Buffer>(dtype, std::move(shape));
+    std::memcpy(buffer->view().data, values.data(), values.size() * sizeof(T));
+    named_.push_back({name, buffer->view()});
+    owned_.push_back(std::move(buffer));
+  }
+  const std::vector<io::NamedTensor>& named() const { return named_; }
+
+ private:
+  std::vector<io::NamedTensor> named_;
+  std::vector<std::unique_ptr<Buffer>> owned_;
+};
+
+// Quantizes one [N, K] matrix into `out` under module name `module`; returns packed bytes.
+Result<int64_t> quantize_matrix(quant::WeightFormat format, const std::string& module, const std::vector<float>& x,
+                                int64_t n, int64_t k, OutputTensors& out) {
+  switch (format) {
+    case quant::WeightFormat::kNvfp4: {
+      MOERT_ASSIGN_OR_RETURN(quant::Nvfp4Tensor t, quant::nvfp4_quantize(x.data(), n, k));
+      out.add_owned(module + ".weight", DType::kU8, {n, k / 2}, t.packed);
+      out.add_owned(module + ".weight_scale", DType::kF8E4M3, {n, k / 16}, t.block_scales);
+      out.add_owned(module + ".weight_scale_2", DType::kF32, {}, std::vector<float>{t.global_scale});
+      return static_cast<int64_t>(t.packed.size() + t.block_scales.size() + 4);
+    }
+    case quant::WeightFormat::kMxfp4: {
+      MOERT_ASSIGN_OR_RETURN(quant::Mxfp4Tensor t, quant::mxfp4_quantize(x.data(), n, k, quant::Mxfp4ScaleRule::kOcpFloor));
+      out.add_owned(module + "_blocks", DType::kU8, {n, k / 32, 16}, t.packed);
+      out.add_owned(module + "_scales", DType::kU8, {n, k / 32}, t.scales);
+      return static_cast<int64_t>(t.packed.size() + t.scales.size());
+    }
+    case quant::WeightFormat::kFp8Block: {
+      MOERT_ASSIGN_OR_RETURN(quant::Fp8BlockTensor t, quant::fp8_block_quantize(x.data(), n, k));
+      const int64_t blocks_n = (n + 127) / 128, blocks_k = (k + 127) / 128;
+      out.add_owned(module + ".weight", DType::kF8E4M3, {n, k}, t.data);
+      out.add_owned(module + ".weight_scale_inv", DType::kF32, {blocks_n, blocks_k}, t.scale_inv);
+      return static_cast<int64_t>(t.data.size() + t.scale_inv.size() * 4);
+    }
+    case quant::WeightFormat::kFp8Tensor: {
+      MOERT_ASSIGN_OR_RETURN(quant::Fp8TensorScaled t, quant::fp8_tensor_quantize(x.data(), n, k));
+      out.add_owned(module + ".weight", DType::kF8E4M3, {n, k}, t.data);
+      out.add_owned(module + ".weight_scale", DType::kF32, {}, std::vector<float>{t.scale});
+      return static_cast<int64_t>(t.data.size() + 4);
+    }
+  }
+  return internal_error("unhandled format");
+}
+
+bool format_can_block(quant::WeightFormat format, int64_t k) {
+  if (format == quant::WeightFormat::kNvfp4) return k % 16 == 0;
+  if (format == quant::WeightFormat::kMxfp4) return k % 32 == 0;
+  return true;
+}
+
+json quantization_config(quant::WeightFormat format, const std::vector<std::string>& excluded) {
+  switch (format) {
+    case quant::WeightFormat::kNvfp4:
+      return {{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}, {"group_size", 16}, {"exclude_modules", excluded}};
+    case quant::WeightFormat::kMxfp4:
+      return {{"quant_method", "mxfp4"}, {"modules_to_not_convert", excluded}};
+    case quant::WeightFormat::kFp8Block:
+      return {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"},
+              {"weight_block_size", {128, 128}}, {"modules_to_not_convert", excluded}};
+    case quant::WeightFormat::kFp8Tensor:
+      return {{"quant_method", "modelopt"}, {"quant_algo", "FP8"}, {"exclude_modules", excluded}};
+  }
+  return {};
+}
+
+Status write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  return out ? Status::ok() : io_error("cannot write " + path);
+}
+
+}  // namespace
+
+bool glob_match(const std::string& pattern, const std::string& text) {
+  return fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
+}
+
+Result<quant::WeightFormat> parse_weight_format(const std::string& name) {
+  if (name == "nvfp4") return quant::WeightFormat::kNvfp4;
+  if (name == "mxfp4") return quant::WeightFormat::kMxfp4;
+  if (name == "fp8") return quant::WeightFormat::kFp8Block;
+  if (name == "fp8-tensor") return quant::WeightFormat::kFp8Tensor;
+  return invalid_argument("unknown format '" + name + "' (nvfp4, mxfp4, fp8, fp8-tensor)");
+}
+
+Result<QuantizeReport> quantize_checkpoint(const std::string& in_dir, const std::string& out_dir,
+                                           const QuantizeOptions& options) {
+  if (std::filesystem::equivalent(in_dir, out_dir.empty() ? "." : out_dir) ||
+      std::filesystem::absolute(in_dir) == std::filesystem::absolute(out_dir)) {
+    return invalid_argument("--out must differ from --model (" + out_dir + ")");
+  }
+  MOERT_ASSIGN_OR_RETURN(io::Checkpoint checkpoint, io::Checkpoint::open(in_dir));
+  std::ifstream config_in(in_dir + "/config.json");
+  json config = json::parse(config_in, nullptr, false);
+  if (config.is_discarded() || !config.is_object()) return corrupt(in_dir + "/config.json is not a JSON object");
+  if (config.contains("quantization_config")) {
+    return invalid_argument(in_dir + " is already quantized (config.json has 'quantization_config')");
+  }
+  std::vector<std::string> excludes(std::begin(kDefaultExcludes), std::end(kDefaultExcludes));
+  if (options.quantize_lm_head) excludes.erase(std::find(excludes.begin(), excludes.end(), "lm_head"));
+  excludes.insert(excludes.end(), options.exclude_patterns.begin(), options.exclude_patterns.end());
+
+  QuantizeReport report;
+  OutputTensors out;
+  for (const std::string& name : checkpoint.tensor_names()) {
+    MOERT_ASSIGN_OR_RETURN(TensorView view, checkpoint.get(name));
+    const bool is_matrix = ends_with(name, ".weight") && view.ndim() == 2;
+    const std::string module = is_matrix ? name.substr(0, name.size() - 7) : name;
+    bool excluded = !is_matrix;
+    for (const std::string& pattern : excludes) excluded = excluded || glob_match(pattern, module);
+    if (is_matrix && !excluded && !format_can_block(options.format, view.dim(1))) excluded = true;
+    if (excluded) {
+      if (is_matrix) report.excluded.push_back(module);
+      out.add_copy(name, view);
+      ++report.kept_tensors;
+      continue;
+    }
+    MOERT_ASSIGN_OR_RETURN(std::vector<float> values, widen_matrix(name, view));
+    Result<int64_t> bytes = quantize_matrix(options.format, module, values, view.dim(0), view.dim(1), out);
+    if (!bytes.is_ok()) return bytes.status().with_context("tensor '" + name + "'");
+    report.quantized_bytes += bytes.value();
+    report.quantized_weights += view.numel();
+    ++report.quantized_tensors;
+  }
+  MOERT_RETURN_IF_ERROR(io::write_sharded_checkpoint(out_dir, out.named(), options.max_shard_bytes));
+  config["quantization_config"] = quantization_config(options.format, report.excluded);
+  MOERT_RETURN_IF_ERROR(write_text(out_dir + "/config.json", config.dump(2) + "\n"));
+  if (options.format == quant::WeightFormat::kNvfp4 || options.format == quant::WeightFormat::kFp8Tensor) {
+    const json hf_quant = {{"producer", {{"name", "modelopt"}, {"version", "moert-0.1"}}},
+                           {"quantization",
+                            {{"quant_algo", options.format == quant::WeightFormat::kNvfp4 ? "NVFP4" : "FP8"},
+                             {"kv_cache_quant_algo", nullptr},
+                             {"group_size", 16},
+                             {"exclude_modules", report.excluded}}}};
+    MOERT_RETURN_IF_ERROR(write_text(out_dir + "/hf_quant_config.json", hf_quant.dump(2) + "\n"));
+  }
+  std::error_code ec;
+  std::filesystem::copy_file(in_dir + "/generation_config.json", out_dir + "/generation_config.json",
+                             std::filesystem::copy_options::overwrite_existing, ec);  // optional file
+  return report;
+}
+
+}  // namespace moert

@@ -1,0 +1,351 @@
+// Fused quantized linear (quant/cpu/quantized_linear.h) against the codecs: the weight is
+// quantized and dequantized with quant/formats, then
+//   * a float64 matmul over the dequantized weight bounds the error (relative L2 < 1e-5);
+//   * dot_f32_reference (linear.cpp's portable canonical dot) over the dequantized rows must
+//     equal every output bit for bit, on whichever path this CPU (and MOERT_CPU_ISA) selects;
+//   * the explicit portable path, each row alone, other thread counts: bit-identical again.
+// CTest also runs this binary with MOERT_CPU_ISA=avx2 and =portable.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "quant/cpu/linear.h"
+#include "quant/cpu/quantized_linear.h"
+#include "quant/formats/fp4.h"
+#include "quant/formats/fp8.h"
+#include "quant/formats/minifloat.h"
+
+namespace moert::quant {
+namespace {
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return (static_cast<double>(next() >> 11) + 1.0) * 0x1.0p-53; }  // (0, 1]
+  float normal() {
+    return static_cast<float>(std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform()));
+  }
+
+ private:
+  uint64_t state_;
+};
+
+std::vector<float> normals(int64_t count, Rng& rng, float scale = 1.0f) {
+  std::vector<float> v(static_cast<size_t>(count));
+  for (auto& x : v) x = rng.normal() * scale;
+  return v;
+}
+
+// A quantized weight that owns its buffers, with the codec's dequantized copy [N, K].
+struct Owned {
+  QuantizedWeightView view;
+  std::vector<uint8_t> data, scales;
+  std::vector<float> block_scale_inv;
+  std::vector<float> dequant;
+};
+
+Owned quantize(WeightFormat format, int64_t n, int64_t k, Rng& rng) {
+  const std::vector<float> w = normals(n * k, rng, 0.05f);
+  Owned o;
+  o.dequant.resize(static_cast<size_t>(n * k));
+  o.view.format = format;
+  o.view.rows = n;
+  o.view.cols = k;
+  switch (format) {
+    case WeightFormat::kNvfp4: {
+      Result<Nvfp4Tensor> t = nvfp4_quantize(w.data(), n, k);
+      EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+      nvfp4_dequantize(*t, o.dequant.data());
+      o.data = t->packed;
+      o.scales = t->block_scales;
+      o.view.global_scale = t->global_scale;
+      break;
+    }
+    case WeightFormat::kMxfp4: {
+      Result<Mxfp4Tensor> t = mxfp4_quantize(w.data(), n, k);
+      EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+      mxfp4_dequantize(*t, o.dequant.data());
+      o.data = t->packed;
+      o.scales = t->scales;
+      break;
+    }
+    case WeightFormat::kFp8Block: {
+      Result<Fp8BlockTensor> t = fp8_block_quantize(w.data(), n, k);
+      EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+      fp8_block_dequantize(*t, o.dequant.data());
+      o.data = t->data;
+      o.block_scale_inv = t->scale_inv;
+      break;
+    }
+    case WeightFormat::kFp8Tensor: {
+      Result<Fp8TensorScaled> t = fp8_tensor_quantize(w.data(), n, k);
+      EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+      fp8_tensor_dequantize(*t, o.dequant.data());
+      o.data = t->data;
+      o.view.global_scale = t->scale;
+      break;
+    }
+  }
+  o.view.data = o.data.data();
+  o.view.scales = o.scales.empty() ? nullptr : o.scales.data();
+  o.view.block_scale_inv = o.block_scale_inv.empty() ? nullptr : o.block_scale_inv.data();
+  return o;
+}
+
+// Re-derives the dequantized copy from the raw bytes (for hand-made views) with the codecs.
+void dequantize_view(Owned& o) {
+  const QuantizedWeightView& v = o.view;
+  o.dequant.resize(static_cast<size_t>(v.rows * v.cols));
+  switch (v.format) {
+    case WeightFormat::kNvfp4:
+      nvfp4_dequantize(v.data, v.scales, v.global_scale, v.rows, v.cols, o.dequant.data());
+      break;
+    case WeightFormat::kMxfp4: mxfp4_dequantize(v.data, v.scales, v.rows, v.cols, o.dequant.data()); break;
+    case WeightFormat::kFp8Block:
+      fp8_block_dequantize(v.data, v.block_scale_inv, v.rows, v.cols, kFp8BlockSize, kFp8BlockSize, o.dequant.data());
+      break;
+    case WeightFormat::kFp8Tensor: {
+      Fp8TensorScaled t;
+      t.rows = v.rows;
+      t.cols = v.cols;
+      t.data.assign(v.data, v.data + v.rows * v.cols);
+      t.scale = v.global_scale;
+      fp8_tensor_dequantize(t, o.dequant.data());
+      break;
+    }
+  }
+}
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+// Equal bits, or both NaN (NaN payloads are not part of the contract).
+bool same(float a, float b) { return bits(a) == bits(b) || (std::isnan(a) && std::isnan(b)); }
+
+void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  int64_t mismatches = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!same(got[i], want[i]) && mismatches++ < 5) {
+      ADD_FAILURE() << what << ": element " << i << " got " << got[i] << " (0x" << std::hex << bits(got[i])
+                    << ") want " << want[i] << " (0x" << bits(want[i]) << std::dec << ")";
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << what;
+}
+
+// y = x . dequant^T + bias by the canonical order over the codec's floats.
+std::vector<float> canonical_reference(const std::vector<float>& x, int64_t t, const Owned& o,
+                                       const float* bias) {
+  const int64_t n = o.view.rows, k = o.view.cols;
+  std::vector<float> y(static_cast<size_t>(t * n));
+  for (int64_t r = 0; r < t; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      y[static_cast<size_t>(r * n + c)] =
+          dot_f32_reference(x.data() + r * k, o.dequant.data() + c * k, k) + (bias != nullptr ? bias[c] : 0.0f);
+    }
+  }
+  return y;
+}
+
+double relative_l2_vs_f64(const std::vector<float>& y, const std::vector<float>& x, int64_t t, const Owned& o,
+                          const float* bias) {
+  const int64_t n = o.view.rows, k = o.view.cols;
+  double err = 0.0, ref = 0.0;
+  for (int64_t r = 0; r < t; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      double acc = bias != nullptr ? bias[c] : 0.0;
+      for (int64_t i = 0; i < k; ++i) {
+        acc += static_cast<double>(x[static_cast<size_t>(r * k + i)]) * o.dequant[static_cast<size_t>(c * k + i)];
+      }
+      const double d = y[static_cast<size_t>(r * n + c)] - acc;
+      err += d * d;
+      ref += acc * acc;
+    }
+  }
+  return ref > 0.0 ? std::sqrt(err / ref) : std::sqrt(err);
+}
+
+std::vector<float> run(const std::vector<float>& x, int64_t t, const QuantizedWeightView& w, const float* bias,
+                       ThreadPool& pool, bool portable = false) {
+  std::vector<float> y(static_cast<size_t>(t * w.rows), std::numeric_limits<float>::quiet_NaN());
+  if (portable) quantized_linear_forward_portable(x.data(), t, w, bias, y.data(), pool);
+  else quantized_linear_forward(x.data(), t, w, bias, y.data(), pool);
+  return y;
+}
+
+// Every check of the header's invariant on one weight.
+void check_weight(const Owned& o, int64_t t, bool with_bias, Rng& rng, const std::string& what) {
+  const int64_t n = o.view.rows, k = o.view.cols;
+  const std::vector<float> x = normals(t * k, rng);
+  const std::vector<float> bias_v = normals(n, rng);
+  const float* bias = with_bias ? bias_v.data() : nullptr;
+  ThreadPool pool2(2), pool1(1), pool3(3);
+
+  const std::vector<float> y = run(x, t, o.view, bias, pool2);
+  expect_same(y, canonical_reference(x, t, o, bias), what + " vs canonical reference");
+  expect_same(run(x, t, o.view, bias, pool2, /*portable=*/true), y, what + " vs portable path");
+  expect_same(run(x, t, o.view, bias, pool1), y, what + " 1 thread");
+  expect_same(run(x, t, o.view, bias, pool3), y, what + " 3 threads");
+  for (int64_t r = 0; r < t; r += std::max<int64_t>(1, t / 3)) {
+    const std::vector<float> x_row(x.begin() + r * k, x.begin() + (r + 1) * k);
+    const std::vector<float> y_row = run(x_row, 1, o.view, bias, pool2);
+    const std::vector<float> want(y.begin() + r * n, y.begin() + (r + 1) * n);
+    expect_same(y_row, want, what + " row " + std::to_string(r) + " alone");
+  }
+  bool finite = true;
+  for (float v : o.dequant) finite = finite && std::isfinite(v);
+  if (finite) {
+    EXPECT_LT(relative_l2_vs_f64(y, x, t, o, bias), 1e-5) << what;
+  }
+}
+
+void sweep(WeightFormat format, const std::vector<int64_t>& ks) {
+  Rng rng(static_cast<uint64_t>(format) * 1000 + 7);
+  for (int64_t t : {1, 3, 8, 33}) {
+    for (int64_t n : {1, 17, 64, 300}) {
+      for (int64_t k : ks) {
+        const Owned o = quantize(format, n, k, rng);
+        const std::string what = std::string(weight_format_name(format)) + " T=" + std::to_string(t) +
+                                 " N=" + std::to_string(n) + " K=" + std::to_string(k);
+        check_weight(o, t, /*with_bias=*/(n + k) % 2 == 1, rng, what);
+      }
+    }
+  }
+}
+
+TEST(QuantizedLinear, ReportsPath) { std::printf("quantized_linear path: %s\n", quantized_linear_isa_name()); }
+
+TEST(QuantizedLinear, Nvfp4MatchesCodec) { sweep(WeightFormat::kNvfp4, {16, 48, 64, 96, 1024}); }
+TEST(QuantizedLinear, Mxfp4MatchesCodec) { sweep(WeightFormat::kMxfp4, {32, 96, 1024}); }
+TEST(QuantizedLinear, Fp8BlockMatchesCodec) { sweep(WeightFormat::kFp8Block, {1, 15, 100, 129, 300}); }
+TEST(QuantizedLinear, Fp8TensorMatchesCodec) { sweep(WeightFormat::kFp8Tensor, {1, 16, 100, 129, 300}); }
+
+// Tall enough for several 128-row scale tiles, ragged in both directions, long K (chunks).
+TEST(QuantizedLinear, LargerShapes) {
+  Rng rng(99);
+  check_weight(quantize(WeightFormat::kFp8Block, 260, 1000, rng), 5, true, rng, "fp8_block 260x1000");
+  check_weight(quantize(WeightFormat::kNvfp4, 9, 2080, rng), 6, true, rng, "nvfp4 K=2080");
+  check_weight(quantize(WeightFormat::kMxfp4, 11, 2112, rng), 2, false, rng, "mxfp4 K=2112");
+}
+
+// Every code and scale byte (NaN, subnormal and -0 codes included), straight from raw bytes.
+TEST(QuantizedLinear, RawBytesAllCodes) {
+  Rng rng(5);
+  for (WeightFormat format :
+       {WeightFormat::kNvfp4, WeightFormat::kMxfp4, WeightFormat::kFp8Block, WeightFormat::kFp8Tensor}) {
+    for (bool with_nan : {false, true}) {
+      const int64_t n = 37, k = format == WeightFormat::kMxfp4 ? 160 : 144;
+      Owned o;
+      o.view.format = format;
+      o.view.rows = n;
+      o.view.cols = k;
+      const bool fp4 = format == WeightFormat::kNvfp4 || format == WeightFormat::kMxfp4;
+      o.data.resize(static_cast<size_t>(fp4 ? n * k / 2 : n * k));
+      for (auto& b : o.data) {
+        b = static_cast<uint8_t>(rng.next());
+        if (!fp4 && !with_nan && (b & 0x7F) == 0x7F) b = 0x7E;
+      }
+      if (format == WeightFormat::kNvfp4) {
+        o.scales.resize(static_cast<size_t>(n * k / 16));
+        for (auto& b : o.scales) {
+          b = static_cast<uint8_t>(rng.next() & 0x7F);  // positive E4M3, subnormal through 448
+          if (!with_nan && b == 0x7F) b = 0x01;
+        }
+        o.view.global_scale = 0.75f / 2688.0f;
+      } else if (format == WeightFormat::kMxfp4) {
+        o.scales.resize(static_cast<size_t>(n * k / 32));
+        for (auto& b : o.scales) {
+          b = static_cast<uint8_t>(100 + rng.next() % 40);
+          if (with_nan && rng.next() % 8 == 0) b = kE8m0NaN;
+        }
+      } else if (format == WeightFormat::kFp8Block) {
+        o.block_scale_inv.resize(static_cast<size_t>(((n + 127) / 128) * ((k + 127) / 128)));
+        for (auto& s : o.block_scale_inv) s = static_cast<float>(rng.uniform()) * 1e-3f;
+      } else {
+        o.view.global_scale = -3.0e-4f;  // a negative scale flips every sign; still the codec's value
+      }
+      o.view.data = o.data.data();
+      o.view.scales = o.scales.empty() ? nullptr : o.scales.data();
+      o.view.block_scale_inv = o.block_scale_inv.empty() ? nullptr : o.block_scale_inv.data();
+      dequantize_view(o);
+      check_weight(o, 5, true, rng,
+                   std::string("raw ") + weight_format_name(format) + (with_nan ? " with NaN" : ""));
+    }
+  }
+}
+
+// FP8 scales so large that the SIMD decode's 2^8 could overflow: still the codec's bits.
+TEST(QuantizedLinear, Fp8HugeScales) {
+  Rng rng(6);
+  Owned o = quantize(WeightFormat::kFp8Block, 20, 300, rng);
+  o.block_scale_inv[1] = 0x1p126f;
+  dequantize_view(o);
+  check_weight(o, 3, false, rng, "fp8_block huge scale");
+  Owned t = quantize(WeightFormat::kFp8Tensor, 20, 300, rng);
+  t.view.global_scale = 0x1p125f;
+  dequantize_view(t);
+  check_weight(t, 3, false, rng, "fp8_tensor huge scale");
+}
+
+TEST(QuantizedLinear, EmptyShapes) {
+  ThreadPool pool(2);
+  Rng rng(8);
+  // K = 0: every output is the bias.
+  QuantizedWeightView w{WeightFormat::kFp8Tensor, 3, 0};
+  const std::vector<float> bias = {1.0f, -2.0f, 0.5f};
+  std::vector<float> x, y(6, 0.0f);
+  quantized_linear_forward(x.data(), 2, w, bias.data(), y.data(), pool);
+  EXPECT_EQ(y, (std::vector<float>{1.0f, -2.0f, 0.5f, 1.0f, -2.0f, 0.5f}));
+  // T = 0 and N = 0 write nothing.
+  const Owned o = quantize(WeightFormat::kNvfp4, 4, 32, rng);
+  quantized_linear_forward(nullptr, 0, o.view, nullptr, nullptr, pool);
+  QuantizedWeightView none{WeightFormat::kMxfp4, 0, 64};
+  quantized_linear_forward(normals(64, rng).data(), 1, none, nullptr, nullptr, pool);
+}
+
+TEST(QuantizedLinear, ValidateNamesTheOffendingValue) {
+  const uint8_t byte = 0;
+  const float scale = 1.0f;
+  auto expect_error = [](const QuantizedWeightView& w, const std::string& needle) {
+    const Status s = validate_quantized_weight(w);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << needle;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  expect_error({WeightFormat::kNvfp4, 4, 24, &byte, &byte}, "cols = 24 must be a multiple of 16");
+  expect_error({WeightFormat::kMxfp4, 4, 48, &byte, &byte}, "cols = 48 must be a multiple of 32");
+  expect_error({WeightFormat::kFp8Block, -1, 8, &byte, nullptr, &scale}, "rows = -1");
+  expect_error({WeightFormat::kFp8Tensor, 2, -3, &byte}, "cols = -3");
+  expect_error({WeightFormat::kNvfp4, 4, 32, nullptr, &byte}, "data is null");
+  expect_error({WeightFormat::kMxfp4, 4, 32, &byte, nullptr}, "scales is null");
+  expect_error({WeightFormat::kFp8Block, 4, 32, &byte, nullptr, nullptr}, "block_scale_inv is null");
+  expect_error({WeightFormat::kFp8Block, 4, 32, &byte}, "fp8_block");
+  expect_error({WeightFormat::kFp8Tensor, int64_t{1} << 40, int64_t{1} << 40, &byte}, "overflows int64");
+  EXPECT_TRUE(validate_quantized_weight({WeightFormat::kFp8Tensor, 4, 7, &byte}).is_ok());
+  EXPECT_TRUE(validate_quantized_weight({WeightFormat::kNvfp4, 0, 32}).is_ok());
+  EXPECT_TRUE(validate_quantized_weight({WeightFormat::kMxfp4, 3, 0}).is_ok());
+}
+
+TEST(QuantizedLinear, WeightBytes) {
+  EXPECT_EQ(quantized_weight_bytes({WeightFormat::kNvfp4, 2, 32}), 2 * 16 + 2 * 2);
+  EXPECT_EQ(quantized_weight_bytes({WeightFormat::kMxfp4, 2, 64}), 2 * 32 + 2 * 2);
+  EXPECT_EQ(quantized_weight_bytes({WeightFormat::kFp8Block, 129, 10}), 129 * 10 + 4 * 2);
+  EXPECT_EQ(quantized_weight_bytes({WeightFormat::kFp8Tensor, 3, 10}), 30);
+}
+
+}  // namespace
+}  // namespace moert::quant

@@ -1,0 +1,214 @@
+// Quantized checkpoints end to end: `quantize_checkpoint` writes the ecosystem layouts,
+// the loader reads them in place, the fused kernels agree with a dense model built from
+// the dequantized weights, and eval reports the distance to the BF16 source.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "quant/formats/fp4.h"
+#include "quant/formats/fp8.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/model/eval.h"
+#include "runtime/model/generator.h"
+#include "runtime/model/quantizer.h"
+#include "runtime/model/weights.h"
+#include "tests/support/test_support.h"
+
+namespace moert {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A dense F32 copy of a quantized checkpoint: every packed matrix dequantized by the codecs.
+void write_dequantized_copy(const std::string& quantized_dir, const std::string& out_dir, const ModelConfig& config) {
+  io::Checkpoint checkpoint = io::Checkpoint::open(quantized_dir).value();
+  std::vector<std::unique_ptr<Buffer>> owned;
+  std::vector<io::NamedTensor> tensors;
+  auto add_f32 = [&](const std::string& name, int64_t n, int64_t k, auto&& fill) {
+    auto buffer = std::make_unique<Buffer>(DType::kF32, Shape{n, k});
+    fill(buffer->data<float>());
+    tensors.push_back({name, buffer->view()});
+    owned.push_back(std::move(buffer));
+  };
+  for (const std::string& name : checkpoint.tensor_names()) {
+    const TensorView view = checkpoint.get(name).value();
+    auto scalar = [&](const std::string& key) { return checkpoint.get(key).value().as<const float>()[0]; };
+    auto ends_with = [&](const std::string& suffix) {
+      return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    const std::string base = name.substr(0, name.rfind('.'));
+    if (ends_with("_scales") || name.find(".weight_scale") != std::string::npos) continue;  // read with their data
+    if (ends_with("_blocks")) {
+      const std::string module = name.substr(0, name.size() - 7);
+      const int64_t n = view.dim(0), k = view.dim(1) * 32;
+      add_f32(module + ".weight", n, k, [&](float* out) {
+        quant::mxfp4_dequantize(view.as<const uint8_t>(), checkpoint.get(module + "_scales").value().as<const uint8_t>(),
+                                n, k, out);
+      });
+    } else if (view.dtype == DType::kU8 && view.ndim() == 2) {
+      const int64_t n = view.dim(0), k = view.dim(1) * 2;
+      add_f32(name, n, k, [&](float* out) {
+        quant::nvfp4_dequantize(view.as<const uint8_t>(), checkpoint.get(base + ".weight_scale").value().as<const uint8_t>(),
+                                scalar(base + ".weight_scale_2"), n, k, out);
+      });
+    } else if (view.dtype == DType::kF8E4M3) {
+      const int64_t n = view.dim(0), k = view.dim(1);
+      add_f32(name, n, k, [&](float* out) {
+        quant::fp8_block_dequantize(view.as<const uint8_t>(),
+                                    checkpoint.get(base + ".weight_scale_inv").value().as<const float>(), n, k, 128, 128, out);
+      });
+    } else {
+      tensors.push_back({name, view});
+    }
+  }
+  ASSERT_TRUE(io::write_sharded_checkpoint(out_dir, tensors, 1 << 30).is_ok());
+  testing::write_file(out_dir + "/config.json", model_config_to_json(config).dump());
+}
+
+class QuantizedModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    scratch_ = new testing::ScratchDir("quantized");
+    ModelShapeOverrides shape;
+    shape.vocab_size = 256;
+    shape.hidden_size = 128;
+    shape.num_layers = 2;
+    shape.moe_intermediate_size = 96;
+    shape.head_dim = 32;
+    ThreadPool pool(2);
+    config_ = new ModelConfig(preset_model_config(Architecture::kGlm4Moe, "tiny", shape).value());
+    ASSERT_TRUE(write_random_checkpoint(*config_, 4, scratch_->path() + "/bf16", 1 << 30, pool).is_ok());
+  }
+  static void TearDownTestSuite() {
+    delete config_;
+    delete scratch_;
+  }
+  static std::string dir(const std::string& name) { return scratch_->path() + "/" + name; }
+
+  static testing::ScratchDir* scratch_;
+  static ModelConfig* config_;
+};
+testing::ScratchDir* QuantizedModel::scratch_ = nullptr;
+ModelConfig* QuantizedModel::config_ = nullptr;
+
+std::vector<std::vector<int32_t>> eval_sequences() {
+  std::vector<std::vector<int32_t>> sequences(3);
+  for (int s = 0; s < 3; ++s) {
+    for (int i = 0; i < 20; ++i) sequences[s].push_back((s * 101 + i * 37) % 256);
+  }
+  return sequences;
+}
+
+TEST_F(QuantizedModel, EveryFormatLoadsAndMatchesItsDequantizedTwin) {
+  ThreadPool pool(2);
+  const std::unique_ptr<LoadedModel> bf16 = load_model(dir("bf16")).value();
+  ReferenceForward bf16_forward(bf16->config, bf16->weights, pool);
+  for (const char* format : {"nvfp4", "mxfp4", "fp8"}) {
+    QuantizeOptions options;
+    options.format = parse_weight_format(format).value();
+    const std::string out = dir(format);
+    Result<QuantizeReport> report = quantize_checkpoint(dir("bf16"), out, options);
+    ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+    Result<std::unique_ptr<LoadedModel>> model = load_model(out);
+    ASSERT_TRUE(model.is_ok()) << format << ": " << model.status().to_string();
+    const LayerWeights& moe_layer = (*model)->weights.layers[1];
+    ASSERT_TRUE(moe_layer.moe.experts[0].up.weight.packed.has_value()) << format;
+    EXPECT_EQ(moe_layer.moe.experts[0].up.weight.packed->format, options.format);
+    EXPECT_TRUE(moe_layer.attention.q.weight.packed.has_value());
+    EXPECT_FALSE((*model)->weights.lm_head.packed.has_value());  // kept by default
+
+    write_dequantized_copy(out, dir(std::string(format) + "-dequantized"), *config_);
+    const std::unique_ptr<LoadedModel> twin = load_model(dir(std::string(format) + "-dequantized")).value();
+    ReferenceForward packed_forward((*model)->config, (*model)->weights, pool);
+    ReferenceForward twin_forward(twin->config, twin->weights, pool);
+    const DistributionComparison same = compare_models(twin_forward, packed_forward, eval_sequences()).value();
+    EXPECT_LT(same.mean_kl(), 1e-9) << format;
+    EXPECT_EQ(same.top1_agreement(), 1.0) << format;
+
+    const DistributionComparison drift = compare_models(bf16_forward, packed_forward, eval_sequences()).value();
+    EXPECT_GT(drift.mean_kl(), 0.0) << format;
+    EXPECT_LT(drift.mean_kl(), 0.5) << format;
+    std::printf("%s vs bf16: mean KL %.5f, top-1 %.3f\n", format, drift.mean_kl(), drift.top1_agreement());
+  }
+}
+
+TEST_F(QuantizedModel, Nvfp4Layout) {
+  QuantizeOptions options;
+  const std::string out = dir("nvfp4-layout");
+  const QuantizeReport report = quantize_checkpoint(dir("bf16"), out, options).value();
+  EXPECT_NEAR(report.bits_per_quantized_weight(), 4.5, 4.5 * 0.05);
+  const io::Checkpoint checkpoint = io::Checkpoint::open(out).value();
+  const std::string p = "model.layers.1.mlp.experts.2.down_proj";
+  EXPECT_EQ(checkpoint.find(p + ".weight")->dtype, DType::kU8);
+  EXPECT_EQ(checkpoint.find(p + ".weight")->shape, (Shape{128, 48}));
+  EXPECT_EQ(checkpoint.find(p + ".weight_scale")->dtype, DType::kF8E4M3);
+  EXPECT_EQ(checkpoint.find(p + ".weight_scale")->shape, (Shape{128, 6}));
+  EXPECT_EQ(checkpoint.find(p + ".weight_scale_2")->shape, Shape{});
+  EXPECT_EQ(checkpoint.find("model.layers.1.mlp.gate.weight")->dtype, DType::kBF16);  // router kept
+  const nlohmann::json hf_quant = nlohmann::json::parse(testing::read_file(out + "/hf_quant_config.json"));
+  EXPECT_EQ(hf_quant["quantization"]["quant_algo"], "NVFP4");
+  const nlohmann::json config = nlohmann::json::parse(testing::read_file(out + "/config.json"));
+  EXPECT_EQ(config["quantization_config"]["quant_method"], "modelopt");
+}
+
+// File size on expert-sized matrices (512 x 512), where safetensors headers are negligible.
+TEST_F(QuantizedModel, Nvfp4FileSizeIsFourAndAHalfBitsPerWeight) {
+  ModelShapeOverrides shape;
+  shape.vocab_size = 256;
+  shape.hidden_size = 512;
+  shape.num_layers = 2;
+  shape.moe_intermediate_size = 512;
+  ThreadPool pool(2);
+  const ModelConfig config = preset_model_config(Architecture::kQwen3Moe, "tiny", shape).value();
+  ASSERT_TRUE(write_random_checkpoint(config, 4, dir("size-bf16"), 1 << 30, pool).is_ok());
+  const std::string out = dir("size-nvfp4");
+  const QuantizeReport report = quantize_checkpoint(dir("size-bf16"), out, QuantizeOptions{}).value();
+  const io::Checkpoint checkpoint = io::Checkpoint::open(out).value();
+  // The bytes beyond the kept tensors are within 5% of 4.5 bits per quantized weight.: the bytes beyond the kept tensors are within 5% of 4.5 bits per quantized weight.
+  int64_t total_bytes = 0;
+  for (const auto& entry : fs::directory_iterator(out)) {
+    if (entry.path().extension() == ".safetensors") total_bytes += static_cast<int64_t>(fs::file_size(entry.path()));
+  }
+  const io::Checkpoint source = io::Checkpoint::open(dir("size-bf16")).value();
+  int64_t kept_bytes = 0;
+  for (const std::string& name : checkpoint.tensor_names()) {
+    const io::TensorInfo* info = checkpoint.find(name);
+    const bool quantized_part = info->dtype == DType::kU8 || info->dtype == DType::kF8E4M3 ||
+                                name.find("weight_scale_2") != std::string::npos;
+    if (!quantized_part) kept_bytes += static_cast<int64_t>(info->end - info->begin);
+  }
+  const double bits = 8.0 * static_cast<double>(total_bytes - kept_bytes) / static_cast<double>(report.quantized_weights);
+  EXPECT_NEAR(bits, 4.5, 4.5 * 0.05);
+  EXPECT_LT(total_bytes, static_cast<int64_t>(source.total_bytes()));
+}
+
+TEST_F(QuantizedModel, ExcludePatternsAndErrors) {
+  QuantizeOptions options;
+  options.format = quant::WeightFormat::kFp8Block;
+  options.exclude_patterns = {"*self_attn*"};
+  const QuantizeReport report = quantize_checkpoint(dir("bf16"), dir("fp8-no-attn"), options).value();
+  const std::unique_ptr<LoadedModel> model = load_model(dir("fp8-no-attn")).value();
+  EXPECT_FALSE(model->weights.layers[0].attention.q.weight.packed.has_value());
+  EXPECT_TRUE(model->weights.layers[0].dense_mlp.up.weight.packed.has_value());
+  EXPECT_GE(report.excluded.size(), 8u);  // 4 projections x 2 layers, plus lm_head and routers
+
+  // Quantizing a quantized checkpoint, unknown formats, and inconsistent layouts are errors.
+  EXPECT_NE(quantize_checkpoint(dir("fp8-no-attn"), dir("again"), options).status().message().find("already quantized"),
+            std::string::npos);
+  EXPECT_NE(parse_weight_format("int3").status().message().find("unknown format 'int3'"), std::string::npos);
+  QuantizeOptions nvfp4;
+  quantize_checkpoint(dir("bf16"), dir("nvfp4-broken"), nvfp4).value();
+  nlohmann::json config = nlohmann::json::parse(testing::read_file(dir("nvfp4-broken") + "/config.json"));
+  config["moe_intermediate_size"] = 80;  // expert matrices no longer match their packed shapes
+  testing::write_file(dir("nvfp4-broken") + "/config.json", config.dump());
+  Result<std::unique_ptr<LoadedModel>> broken = load_model(dir("nvfp4-broken"));
+  ASSERT_FALSE(broken.is_ok());
+  EXPECT_NE(broken.status().message().find("model.layers.1.mlp.experts.0.gate_proj.weight' has shape [96, 64], expected [80, 64]"),
+            std::string::npos)
+      << broken.status().message();
+}
+
+}  // namespace
+}  // namespace moert
