@@ -1,0 +1,47 @@
+// MPI transport over host buffers, and the RAII owner of MPI itself.
+//
+// Lifetime: create one MpiSession at the top of main (before any Transport), make the
+// transports, and destroy every transport before the session (its destructor calls
+// MPI_Finalize). Threading is MPI_THREAD_FUNNELED: only the thread that created the
+// session may call the transport.
+//
+// This header names no MPI type; mpi_transport.cpp is the only file that includes <mpi.h>.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/comm/transport.h"
+#include "runtime/core/status.h"
+
+namespace moert::comm {
+
+class MpiSession {
+ public:
+  // Calls MPI_Init_thread (MPI_THREAD_FUNNELED) unless MPI is already initialized, then
+  // set_process_identity() with the MPI rank, size and host, so log lines and MOERT_CHECK
+  // name the rank. argc/argv may be null. Failing to initialize is fatal (MOERT_CHECK).
+  MpiSession(int* argc, char*** argv);
+  // MPI_Finalize, if this session initialized MPI and it is not finalized yet.
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  const std::string& host() const { return host_; }
+
+ private:
+  bool owns_mpi_ = false;
+  int rank_ = 0;
+  int world_size_ = 1;
+  std::string host_;
+};
+
+// A Transport over a private duplicate of MPI_COMM_WORLD whose error handler is
+// MPI_ERRORS_RETURN, so library failures come back as Statuses. Needs a live MpiSession
+// (MOERT_CHECK). Byte counts and offsets of one all-to-all, and byte sizes of gather and
+// gatherv, must fit in int (MOERT_CHECK); broadcast and all_reduce have no such limit.
+Result<std::unique_ptr<Transport>> make_mpi_transport();
+
+}  // namespace moert::comm
