@@ -225,3 +225,35 @@ TEST(CliRun, BenchPrintsThroughput) {
 
 }  // namespace
 }  // namespace moert
+
+namespace moert {
+namespace {
+
+TEST(CliQuantize, QuantizeScoreAndEval) {
+  testing::ScratchDir scratch("cli-quantize");
+  const std::string model = make_small_model(scratch, "bf16", "qwen3_moe");
+  const std::string nvfp4 = scratch / "nvfp4";
+  const testing::CommandResult quantized =
+      run_command(moert() + " quantize --model " + model + " --format nvfp4 --out " + nvfp4);
+  ASSERT_EQ(quantized.exit_code, 0) << quantized.err;
+  EXPECT_NE(quantized.out.find("4.5"), std::string::npos) << quantized.out;  // bits per weight
+  EXPECT_TRUE(fs::exists(nvfp4 + "/hf_quant_config.json"));
+  const testing::CommandResult scored = run_command(moert() + " score --model " + nvfp4 + " --tokens 3,1,4,1,5 -n 4");
+  ASSERT_EQ(scored.exit_code, 0) << scored.err;
+  EXPECT_NE(scored.out.find("generated: "), std::string::npos);
+  const testing::CommandResult self =
+      run_command(moert() + " eval --model " + model + " --against " + model + " --num-sequences 2 --length 8");
+  ASSERT_EQ(self.exit_code, 0) << self.err;
+  EXPECT_NE(self.out.find("16 positions, mean KL 0.000000 nats, top-1 agreement 1.0000"), std::string::npos) << self.out;
+  const testing::CommandResult drift =
+      run_command(moert() + " eval --model " + nvfp4 + " --against " + model + " --num-sequences 2 --length 8");
+  ASSERT_EQ(drift.exit_code, 0) << drift.err;
+  EXPECT_EQ(drift.out.find("mean KL 0.000000"), std::string::npos) << drift.out;
+  expect_one_line_error(run_command(moert() + " quantize --model " + model + " --format int2 --out " + (scratch / "x")),
+                        "unknown format 'int2'");
+  expect_one_line_error(run_command(moert() + " quantize --model " + nvfp4 + " --format fp8 --out " + (scratch / "y")),
+                        "already quantized");
+}
+
+}  // namespace
+}  // namespace moert
