@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "quant/bf16.h"
+#include "quant/cpu/isa.h"
 #include "runtime/core/check.h"
 
 namespace moert::quant {
@@ -155,27 +156,8 @@ __attribute__((target("avx2,fma,f16c"))) void dot_rows_avx2(const float* x, int6
   }
 }
 
-enum class Isa { kPortable, kAvx2, kAvx512 };
-
-// Chosen once per process; MOERT_CPU_ISA=portable|avx2|avx512 caps it (for tests and benchmarks).
-Isa active_isa() {
-  static const Isa isa = [] {
-    Isa best = Isa::kPortable;
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = Isa::kAvx2;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
-      best = Isa::kAvx512;
-    }
-    if (const char* cap = std::getenv("MOERT_CPU_ISA")) {
-      const Isa wanted = std::strcmp(cap, "portable") == 0 ? Isa::kPortable
-                         : std::strcmp(cap, "avx2") == 0   ? Isa::kAvx2
-                                                           : Isa::kAvx512;
-      best = std::min(best, wanted);
-    }
-    return best;
-  }();
-  return isa;
-}
+using Isa = CpuIsa;
+inline Isa active_isa() { return active_cpu_isa(); }
 
 template <WeightKind kind>
 void dot_rows(const float* x, int64_t x_stride, int rows, int64_t k, const void* w, float* out) {
@@ -246,14 +228,7 @@ void linear_rows(const float* x, int64_t num_rows, const void* w, int64_t n, int
 
 }  // namespace
 
-const char* cpu_isa_name() {
-  switch (active_isa()) {
-    case Isa::kAvx512: return "avx512";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kPortable: return "portable";
-  }
-  return "?";
-}
+const char* cpu_isa_name() { return cpu_isa_label(active_isa()); }
 
 float dot_f32(const float* a, const float* b, int64_t k) {
   float out;

@@ -1,5 +1,7 @@
 #include "quant/cpu/quantized_linear.h"
 
+#include "quant/cpu/isa.h"
+
 // GCC 12 reports _mm512_undefined_epi32() inside its own intrinsics as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -457,31 +459,8 @@ void tile_avx2(const float* x, int64_t x_stride, int64_t k, const RowRef* w, flo
 }
 
 // ---- Dispatch ----------------------------------------------------------------------------------
-enum class Isa { kPortable, kAvx2, kAvx512 };
-
-// The same detection as linear.cpp's active_isa() (duplicated so that file stays untouched):
-// chosen once per process; MOERT_CPU_ISA=portable|avx2|avx512 caps it.
-Isa active_isa() {
-  static const Isa isa = [] {
-    Isa best = Isa::kPortable;
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
-      best = Isa::kAvx2;
-    }
-    if (best == Isa::kAvx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl")) {
-      best = Isa::kAvx512;
-    }
-    if (const char* cap = std::getenv("MOERT_CPU_ISA")) {
-      const Isa wanted = std::strcmp(cap, "portable") == 0 ? Isa::kPortable
-                         : std::strcmp(cap, "avx2") == 0   ? Isa::kAvx2
-                                                           : Isa::kAvx512;
-      best = std::min(best, wanted);
-    }
-    return best;
-  }();
-  return isa;
-}
+using Isa = CpuIsa;
+inline Isa active_isa() { return active_cpu_isa(); }
 
 // Tile shape per path: up to kTileRows x rows against kTileCols weight rows per pass.
 template <Isa isa>
@@ -619,14 +598,7 @@ int64_t quantized_weight_bytes(const QuantizedWeightView& w) {
   return 0;
 }
 
-const char* quantized_linear_isa_name() {
-  switch (active_isa()) {
-    case Isa::kAvx512: return "avx512";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kPortable: return "portable";
-  }
-  return "?";
-}
+const char* quantized_linear_isa_name() { return cpu_isa_label(active_isa()); }
 
 void quantized_linear_forward(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias,
                               float* y, ThreadPool& pool) {

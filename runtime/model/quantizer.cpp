@@ -8,10 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "quant/bf16.h"
 #include "quant/formats/fp4.h"
 #include "quant/formats/fp8.h"
 #include "runtime/io/checkpoint.h"
+#include "runtime/model/weights.h"
 
 namespace moert {
 namespace {
@@ -23,21 +23,6 @@ const char* const kDefaultExcludes[] = {"*embed_tokens", "lm_head", "*.mlp.gate"
 
 bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-Result<std::vector<float>> widen_matrix(const std::string& name, const TensorView& view) {
-  std::vector<float> out(static_cast<size_t>(view.numel()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    switch (view.dtype) {
-      case DType::kF32: out[i] = view.as<const float>()[i]; break;
-      case DType::kBF16: out[i] = quant::bf16_to_f32(view.as<const uint16_t>()[i]); break;
-      case DType::kF16: out[i] = quant::f16_to_f32(view.as<const uint16_t>()[i]); break;
-      default:
-        return unsupported("tensor '" + name + "' has dtype " + std::string(dtype_name(view.dtype)) +
-                           ": only F32/BF16/F16 checkpoints can be quantized");
-    }
-  }
-  return out;
 }
 
 // Owns the bytes of every output tensor until the shards are written.
@@ -166,7 +151,7 @@ Result<QuantizeReport> quantize_checkpoint(const std::string& in_dir, const std:
       ++report.kept_tensors;
       continue;
     }
-    MOERT_ASSIGN_OR_RETURN(std::vector<float> values, widen_matrix(name, view));
+    MOERT_ASSIGN_OR_RETURN(std::vector<float> values, widen_to_f32(name, view));
     Result<int64_t> bytes = quantize_matrix(options.format, module, values, view.dim(0), view.dim(1), out);
     if (!bytes.is_ok()) return bytes.status().with_context("tensor '" + name + "'");
     report.quantized_bytes += bytes.value();

@@ -3,6 +3,22 @@
 #include "quant/bf16.h"
 
 namespace moert {
+
+Result<std::vector<float>> widen_to_f32(const std::string& name, const TensorView& view) {
+  std::vector<float> out(static_cast<size_t>(view.numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    switch (view.dtype) {
+      case DType::kF32: out[i] = view.as<const float>()[i]; break;
+      case DType::kBF16: out[i] = quant::bf16_to_f32(view.as<const uint16_t>()[i]); break;
+      case DType::kF16: out[i] = quant::f16_to_f32(view.as<const uint16_t>()[i]); break;
+      default:
+        return unsupported("tensor '" + name + "' has dtype " + std::string(dtype_name(view.dtype)) +
+                           " (expected F32, BF16 or F16)");
+    }
+  }
+  return out;
+}
+
 namespace {
 
 std::string layer_prefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
@@ -25,7 +41,7 @@ class WeightBinder {
 
   Result<std::vector<float>> vector(const std::string& name, int64_t size) const {
     MOERT_ASSIGN_OR_RETURN(TensorView view, checked(name, {size}));
-    return widen(name, view);
+    return widen_to_f32(name, view);
   }
 
   // A linear layer's weight in whichever layout the checkpoint holds it (detected from the
@@ -120,21 +136,6 @@ class WeightBinder {
                               shape_to_string(expected));
     }
     return view;
-  }
-
-  static Result<std::vector<float>> widen(const std::string& name, const TensorView& view) {
-    std::vector<float> out(static_cast<size_t>(view.numel()));
-    for (size_t i = 0; i < out.size(); ++i) {
-      switch (view.dtype) {
-        case DType::kF32: out[i] = view.as<const float>()[i]; break;
-        case DType::kBF16: out[i] = quant::bf16_to_f32(view.as<const uint16_t>()[i]); break;
-        case DType::kF16: out[i] = quant::f16_to_f32(view.as<const uint16_t>()[i]); break;
-        default:
-          return unsupported("tensor '" + name + "' has dtype " + std::string(dtype_name(view.dtype)) +
-                             " (expected F32, BF16 or F16)");
-      }
-    }
-    return out;
   }
 
   const io::Checkpoint& checkpoint_;

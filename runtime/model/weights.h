@@ -70,6 +70,9 @@ struct LoadedModel {
 
 // Errors name the tensor and the expected shape:
 // "tensor 'model.layers.1.mlp.gate.weight' has shape [8, 255], expected [8, 256]".
+// A tensor widened to F32 (from F32, BF16 or F16); other dtypes are an error naming `name`.
+Result<std::vector<float>> widen_to_f32(const std::string& name, const TensorView& view);
+
 Result<ModelWeights> bind_model_weights(const ModelConfig& config, const io::Checkpoint& checkpoint);
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir);
 

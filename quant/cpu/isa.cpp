@@ -1,0 +1,40 @@
+#include "quant/cpu/isa.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace moert::quant {
+
+CpuIsa active_cpu_isa() {
+  static const CpuIsa isa = [] {
+    CpuIsa best = CpuIsa::kPortable;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+      best = CpuIsa::kAvx2;
+      if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512vl")) {
+        best = CpuIsa::kAvx512;
+      }
+    }
+    if (const char* cap = std::getenv("MOERT_CPU_ISA")) {
+      const CpuIsa wanted = std::strcmp(cap, "portable") == 0 ? CpuIsa::kPortable
+                            : std::strcmp(cap, "avx2") == 0   ? CpuIsa::kAvx2
+                                                              : CpuIsa::kAvx512;
+      best = std::min(best, wanted);
+    }
+    return best;
+  }();
+  return isa;
+}
+
+const char* cpu_isa_label(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAvx512: return "avx512";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kPortable: return "portable";
+  }
+  return "?";
+}
+
+}  // namespace moert::quant

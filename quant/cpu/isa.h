@@ -1,0 +1,13 @@
+// The CPU instruction-set path of the kernels, chosen once per process: AVX-512
+// (F+BW+VL), AVX2 with FMA and F16C, or portable C++. MOERT_CPU_ISA=portable|avx2|avx512
+// caps it (tests and benchmarks compare the paths; results are bit-identical by design).
+#pragma once
+
+namespace moert::quant {
+
+enum class CpuIsa { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+
+CpuIsa active_cpu_isa();
+const char* cpu_isa_label(CpuIsa isa);  // "portable", "avx2", "avx512"
+
+}  // namespace moert::quant
