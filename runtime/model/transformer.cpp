@@ -30,7 +30,11 @@ int32_t argmax_lowest_index(const float* values, int64_t count) {
 }
 
 TransformerForward::TransformerForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool)
-    : config_(config), weights_(weights), pool_(pool), rope_(config.head_dim, config.rotary_dim, config.rope_theta) {}
+    : config_(config),
+      weights_(weights),
+      pool_(pool),
+      rope_(config.head_dim, config.rotary_dim, config.rope_theta),
+      local_experts_(config, pool) {}
 
 Result<std::vector<float>> TransformerForward::forward(const ForwardBatch& batch, AttentionContext& attention) const {
   const ModelConfig& c = config_;
@@ -128,7 +132,7 @@ void TransformerForward::ffn_block(int layer, int64_t num_tokens, std::vector<fl
   rms_norm_rows(h.data(), num_tokens, dim, l.post_attention_norm.data(), c.rms_norm_eps);
   std::vector<float> out(static_cast<size_t>(num_tokens * dim));
   if (l.is_moe) {
-    moe_ffn(l.moe, h.data(), num_tokens, out.data());
+    moe_ffn(layer, l.moe, h.data(), num_tokens, out.data());
   } else {
     experts::swiglu_ffn_forward(h.data(), num_tokens, l.dense_mlp.gate.weight, l.dense_mlp.up.weight,
                                 l.dense_mlp.down.weight, out.data(), pool_);
@@ -136,22 +140,12 @@ void TransformerForward::ffn_block(int layer, int64_t num_tokens, std::vector<fl
   for (size_t i = 0; i < x.size(); ++i) x[i] += out[i];
 }
 
-// out[t] = sum over t's selected experts in ascending expert id of w * expert(h[t]),
-// then + the (gated) shared expert. The fixed order is what lets expert-parallel runs
-// reproduce this bit for bit.
-void TransformerForward::moe_ffn(const MoeWeights& moe, const float* h, int64_t num_tokens, float* out) const {
-  const ModelConfig& c = config_;
-  const int64_t dim = c.hidden_size;
-  const int num_experts = c.num_experts();
-  const int top_k = c.top_k();
-  std::vector<float> router_logits(static_cast<size_t>(num_tokens * num_experts));  // [T, E]
-  quant::linear_forward(h, num_tokens, moe.router, nullptr, router_logits.data(), pool_);
-  std::vector<int32_t> expert_ids(static_cast<size_t>(num_tokens * top_k));  // [T, K]
-  std::vector<float> gate_weights(static_cast<size_t>(num_tokens * top_k));  // [T, K]
-  experts::route_tokens(c.router, router_logits.data(), num_tokens,
-                        moe.correction_bias.empty() ? nullptr : moe.correction_bias.data(), expert_ids.data(),
-                        gate_weights.data());
-
+// Experts in ascending id; each token's contributions are added in that order.
+void LocalRoutedExperts::run(int /*layer*/, const MoeWeights& moe, const float* h, int64_t num_tokens,
+                             const int32_t* expert_ids, const float* gate_weights, float* out) {
+  const int64_t dim = config_.hidden_size;
+  const int num_experts = config_.num_experts();
+  const int top_k = config_.top_k();
   std::fill(out, out + num_tokens * dim, 0.0f);
   std::vector<float> rows;
   std::vector<float> expert_out;
@@ -160,9 +154,9 @@ void TransformerForward::moe_ffn(const MoeWeights& moe, const float* h, int64_t 
     std::vector<float> token_weight;
     for (int64_t t = 0; t < num_tokens; ++t) {
       for (int j = 0; j < top_k; ++j) {
-        if (expert_ids[static_cast<size_t>(t * top_k + j)] == e) {
+        if (expert_ids[t * top_k + j] == e) {
           token_idx.push_back(t);
-          token_weight.push_back(gate_weights[static_cast<size_t>(t * top_k + j)]);
+          token_weight.push_back(gate_weights[t * top_k + j]);
         }
       }
     }
@@ -180,6 +174,25 @@ void TransformerForward::moe_ffn(const MoeWeights& moe, const float* h, int64_t 
       for (int64_t i = 0; i < dim; ++i) dst[i] += token_weight[r] * src[i];
     }
   }
+}
+
+// out[t] = sum over t's selected experts in ascending expert id of w * expert(h[t]),
+// then + the (gated) shared expert. The fixed order is what lets expert-parallel runs
+// reproduce this bit for bit.
+void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens, float* out) const {
+  const ModelConfig& c = config_;
+  const int64_t dim = c.hidden_size;
+  const int num_experts = c.num_experts();
+  const int top_k = c.top_k();
+  std::vector<float> router_logits(static_cast<size_t>(num_tokens * num_experts));  // [T, E]
+  quant::linear_forward(h, num_tokens, moe.router, nullptr, router_logits.data(), pool_);
+  std::vector<int32_t> expert_ids(static_cast<size_t>(num_tokens * top_k));  // [T, K]
+  std::vector<float> gate_weights(static_cast<size_t>(num_tokens * top_k));  // [T, K]
+  experts::route_tokens(c.router, router_logits.data(), num_tokens,
+                        moe.correction_bias.empty() ? nullptr : moe.correction_bias.data(), expert_ids.data(),
+                        gate_weights.data());
+
+  routed_experts_->run(layer, moe, h, num_tokens, expert_ids.data(), gate_weights.data(), out);
   if (moe.shared_expert.has_value()) {
     std::vector<float> shared(static_cast<size_t>(num_tokens * dim));
     experts::swiglu_ffn_forward(h, num_tokens, moe.shared_expert->gate.weight, moe.shared_expert->up.weight,

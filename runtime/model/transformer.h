@@ -30,6 +30,31 @@ class AttentionContext {
   virtual void attend(int layer, const float* q, const float* k, const float* v, int64_t num_tokens, float* out) = 0;
 };
 
+// Runs the routed experts of one MoE layer for this rank's tokens:
+// out[t] = sum over t's K selected experts, in ascending expert id, of w * expert(h[t]),
+// starting from +0. The single-rank version computes every expert here; the
+// expert-parallel one (runtime/parallel) moves rows to the ranks owning the experts.
+// Every rank calls run() for every MoE layer of every step, also with T = 0.
+class RoutedExperts {
+ public:
+  virtual ~RoutedExperts() = default;
+  // h: [T, D]; expert_ids, weights: [T, K]; out: [T, D] (overwritten).
+  virtual void run(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens, const int32_t* expert_ids,
+                   const float* weights, float* out) = 0;
+};
+
+// All experts on this rank (the default).
+class LocalRoutedExperts : public RoutedExperts {
+ public:
+  LocalRoutedExperts(const ModelConfig& config, ThreadPool& pool) : config_(config), pool_(pool) {}
+  void run(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens, const int32_t* expert_ids,
+           const float* weights, float* out) override;
+
+ private:
+  const ModelConfig& config_;
+  ThreadPool& pool_;
+};
+
 struct ForwardBatch {
   std::vector<int32_t> tokens;       // [T]
   std::vector<int64_t> positions;    // [T] absolute position of each token in its sequence
@@ -40,6 +65,9 @@ class TransformerForward {
  public:
   // config, weights and pool must outlive this object.
   TransformerForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool);
+  // Routes the MoE layers' experts through `experts` (must outlive this object); the
+  // default computes them all locally.
+  void set_routed_experts(RoutedExperts* experts) { routed_experts_ = experts; }
 
   // Logits of batch.logit_rows, [logit_rows.size(), V]. Token ids must be in [0, V) and
   // positions below max_position_embeddings (errors name the offending index).
@@ -51,12 +79,14 @@ class TransformerForward {
  private:
   void attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, std::vector<float>& x) const;
   void ffn_block(int layer, int64_t num_tokens, std::vector<float>& x) const;
-  void moe_ffn(const MoeWeights& moe, const float* h, int64_t num_tokens, float* out) const;
+  void moe_ffn(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens, float* out) const;
 
   const ModelConfig& config_;
   const ModelWeights& weights_;
   ThreadPool& pool_;
   attention::RotaryEmbedding rope_;
+  LocalRoutedExperts local_experts_;
+  RoutedExperts* routed_experts_ = &local_experts_;
 };
 
 // x: [T, D] normalised in place: x * rsqrt(mean(x^2) + eps) * weight (sum of squares in float64).
