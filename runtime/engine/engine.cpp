@@ -116,6 +116,7 @@ Result<std::vector<RequestOutput>> Engine::step() {
   const StepPlan plan = scheduler_.schedule();
   if (plan.chunks.empty()) {
     if (scheduler_.has_unfinished()) return internal_error("the scheduler made no progress with work left");
+    if (config_.forward_when_idle) MOERT_RETURN_IF_ERROR(idle_forward());
     return finished;
   }
   ++stats_.steps;
@@ -182,6 +183,16 @@ Result<std::vector<RequestOutput>> Engine::step() {
   stats_.prefix_query_tokens = kv_.stats().prefix_queries;
   stats_.prefix_hit_tokens = kv_.stats().prefix_hits;
   return finished;
+}
+
+Status Engine::idle_forward() {
+  const std::vector<int32_t> qo_indptr{0}, page_indptr{0};
+  attention::PagedAttentionPlan plan;
+  plan.qo_indptr = qo_indptr.data();
+  plan.kv_page_indptr = page_indptr.data();
+  const std::vector<int64_t> no_slots;
+  PagedAttentionContext context(storage_, plan, no_slots, model_.config().num_heads, model_.pool());
+  return model_.forward(ForwardBatch{}, context).status();
 }
 
 void Engine::record_kv_stats() {

@@ -47,6 +47,9 @@ struct EngineConfig {
   int block_size = 16;           // tokens per KV block
   int num_kv_blocks = 4096;      // blocks in the pool, including the reserved null block
   bool enable_prefix_caching = true;
+  // Expert-parallel ranks step in lock-step: run the model (with no tokens) even when
+  // this rank has nothing scheduled, so it takes part in every MoE layer's exchanges.
+  bool forward_when_idle = false;
   SchedulerConfig scheduler;
 };
 Status validate_engine_config(const EngineConfig& config);
@@ -117,6 +120,8 @@ class Engine {
   // Returns true when the sample finished.
   bool push_token(SeqId seq, int32_t token);
   void record_kv_stats();
+  // A forward with no tokens (see EngineConfig::forward_when_idle).
+  Status idle_forward();
 
   const TransformerForward& model_;
   EngineConfig config_;
