@@ -121,8 +121,8 @@ Result<quant::WeightFormat> parse_weight_format(const std::string& name) {
 
 Result<QuantizeReport> quantize_checkpoint(const std::string& in_dir, const std::string& out_dir,
                                            const QuantizeOptions& options) {
-  if (std::filesystem::equivalent(in_dir, out_dir.empty() ? "." : out_dir) ||
-      std::filesystem::absolute(in_dir) == std::filesystem::absolute(out_dir)) {
+  std::error_code ec;
+  if (std::filesystem::weakly_canonical(in_dir, ec) == std::filesystem::weakly_canonical(out_dir, ec)) {
     return invalid_argument("--out must differ from --model (" + out_dir + ")");
   }
   MOERT_ASSIGN_OR_RETURN(io::Checkpoint checkpoint, io::Checkpoint::open(in_dir));
@@ -170,7 +170,6 @@ Result<QuantizeReport> quantize_checkpoint(const std::string& in_dir, const std:
                              {"exclude_modules", report.excluded}}}};
     MOERT_RETURN_IF_ERROR(write_text(out_dir + "/hf_quant_config.json", hf_quant.dump(2) + "\n"));
   }
-  std::error_code ec;
   std::filesystem::copy_file(in_dir + "/generation_config.json", out_dir + "/generation_config.json",
                              std::filesystem::copy_options::overwrite_existing, ec);  // optional file
   return report;

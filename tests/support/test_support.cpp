@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -29,6 +30,18 @@ std::vector<std::string> reference_model_names() {
   }
   std::sort(names.begin(), names.end());
   return names;
+}
+
+std::vector<std::string> reference_model_params() {
+  std::vector<std::string> names = reference_model_names();
+  if (names.empty()) names.push_back("missing");
+  return names;
+}
+
+std::string test_param_name(const std::string& param) {
+  std::string name = param;
+  for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return name;
 }
 
 std::string moert_binary() {

@@ -12,6 +12,12 @@ namespace moert::testing {
 std::string shared_dir();
 // The reference model folders present under shared/reference ("qwen3moe-tiny", ...).
 std::vector<std::string> reference_model_names();
+// reference_model_names(), or {"missing"} when there are none, so parameterised suites
+// always instantiate (their tests skip on "missing").
+std::vector<std::string> reference_model_params();
+// A GoogleTest-safe parameter name: every non-alphanumeric character becomes '_'.
+std::string test_param_name(const std::string& param);
+
 // The moert executable (MOERT_BIN, set by CTest).
 std::string moert_binary();
 

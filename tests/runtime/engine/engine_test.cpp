@@ -99,18 +99,8 @@ TEST_P(EngineOnReference, MixedBatchGreedyEqualsReferenceForward) {
   EXPECT_LT(stats.unused_slots_at_peak, stats.running_at_peak * config.block_size);
 }
 
-std::vector<std::string> models_or_placeholder() {
-  std::vector<std::string> names = testing::reference_model_names();
-  if (names.empty()) names.push_back("missing");
-  return names;
-}
-
-INSTANTIATE_TEST_SUITE_P(AllModels, EngineOnReference, ::testing::ValuesIn(models_or_placeholder()),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(AllModels, EngineOnReference, ::testing::ValuesIn(testing::reference_model_params()),
+                         [](const auto& info) { return testing::test_param_name(info.param); });
 
 // A small generated model shared by the remaining tests.
 class EngineOnGeneratedModel : public ::testing::Test {

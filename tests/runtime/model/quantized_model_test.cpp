@@ -197,6 +197,8 @@ TEST_F(QuantizedModel, ExcludePatternsAndErrors) {
   // Quantizing a quantized checkpoint, unknown formats, and inconsistent layouts are errors.
   EXPECT_NE(quantize_checkpoint(dir("fp8-no-attn"), dir("again"), options).status().message().find("already quantized"),
             std::string::npos);
+  EXPECT_NE(quantize_checkpoint(dir("bf16"), dir("bf16") + "/", options).status().message().find("must differ"),
+            std::string::npos);
   EXPECT_NE(parse_weight_format("int3").status().message().find("unknown format 'int3'"), std::string::npos);
   QuantizeOptions nvfp4;
   quantize_checkpoint(dir("bf16"), dir("nvfp4-broken"), nvfp4).value();

@@ -82,18 +82,8 @@ TEST_P(SharedReference, ChunkedPrefillEqualsTokenByTokenBitForBit) {
   EXPECT_EQ(0, std::memcmp(stitched.data(), all_at_once->data(), stitched.size() * sizeof(float)));
 }
 
-std::vector<std::string> models_or_placeholder() {
-  std::vector<std::string> names = testing::reference_model_names();
-  if (names.empty()) names.push_back("missing");
-  return names;
-}
-
-INSTANTIATE_TEST_SUITE_P(AllModels, SharedReference, ::testing::ValuesIn(models_or_placeholder()),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(AllModels, SharedReference, ::testing::ValuesIn(testing::reference_model_params()),
+                         [](const auto& info) { return testing::test_param_name(info.param); });
 
 // The shared folder is expected in CI; its absence is a failure there, a skip elsewhere.
 TEST(SharedReferenceData, IsPresent) {
