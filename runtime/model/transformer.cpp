@@ -65,13 +65,8 @@ Result<std::vector<float>> TransformerForward::forward(const ForwardBatch& batch
   std::vector<float> x(static_cast<size_t>(num_tokens * dim));
   const TensorView& embed = weights_.embed_tokens;
   for (int64_t t = 0; t < num_tokens; ++t) {
-    const TensorView row = embed.row(batch.tokens[static_cast<size_t>(t)]);
-    float* dst = x.data() + t * dim;
-    for (int64_t i = 0; i < dim; ++i) {
-      dst[i] = embed.dtype == DType::kF32    ? row.as<const float>()[i]
-               : embed.dtype == DType::kBF16 ? quant::bf16_to_f32(row.as<const uint16_t>()[i])
-                                             : quant::f16_to_f32(row.as<const uint16_t>()[i]);
-    }
+    // The embedding's dtype was checked when the weights were bound.
+    widen_into_f32(embed.row(batch.tokens[static_cast<size_t>(t)]), x.data() + t * dim);
   }
   for (int layer = 0; layer < c.num_layers; ++layer) {
     attention_block(layer, batch, attention, x);
