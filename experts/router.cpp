@@ -50,7 +50,7 @@ void finish_weights(float* w, int k, bool renorm, double eps, float scale) {
   }
 }
 
-void route_softmax_row(const RouterConfig& config, const float* logit, RouteScratch& scratch,
+void route_softmax_row(const RouterConfig& config, const float* logit, const float* bias, RouteScratch& scratch,
                        int32_t* ids, float* w) {
   const int num_experts = config.num_experts;
   float* p = scratch.prob.data();
@@ -63,7 +63,14 @@ void route_softmax_row(const RouterConfig& config, const float* logit, RouteScra
   }
   for (int e = 0; e < num_experts; ++e) p[e] = static_cast<float>(p[e] / sum);
 
-  top_k_desc(p, num_experts, config.top_k, scratch.order, ids);
+  // Selection on p + bias (balancing, selection only); the weights stay p.
+  const float* select = p;
+  if (bias != nullptr) {
+    float* c = scratch.select.data();
+    for (int e = 0; e < num_experts; ++e) c[e] = p[e] + bias[e];
+    select = c;
+  }
+  top_k_desc(select, num_experts, config.top_k, scratch.order, ids);
   for (int j = 0; j < config.top_k; ++j) w[j] = p[ids[j]];
   // Softmax weights sum to <= 1 and > 0, so no epsilon is needed.
   finish_weights(w, config.top_k, config.norm_topk_prob, 0.0, config.routed_scaling_factor);
@@ -170,8 +177,6 @@ void route_tokens(const RouterConfig& config, const float* logits, int64_t num_t
   if (num_tokens == 0) return;
   MOERT_CHECK(logits != nullptr && expert_ids != nullptr && weights != nullptr,
               "route_tokens: logits, expert_ids and weights must be non-null for num_tokens = " << num_tokens);
-  MOERT_CHECK(correction_bias == nullptr || config.score_func == ScoreFunc::kSigmoid,
-              "correction_bias is only used by sigmoid routing");
 
   const int num_experts = config.num_experts;
   const int top_k = config.top_k;
@@ -194,7 +199,7 @@ void route_tokens(const RouterConfig& config, const float* logits, int64_t num_t
     int32_t* ids = expert_ids + t * top_k;
     float* w = weights + t * top_k;
     if (config.score_func == ScoreFunc::kSoftmax) {
-      route_softmax_row(config, logit, scratch, ids, w);
+      route_softmax_row(config, logit, correction_bias, scratch, ids, w);
     } else {
       route_sigmoid_row(config, logit, correction_bias, scratch, ids, w);
     }

@@ -6,7 +6,8 @@
 // (E / G experts per group, contiguous: group g holds experts [g*E/G, (g+1)*E/G)).
 //
 // Terms:
-//   selection score: the value the top-k ranks on. softmax: p = softmax(logits).
+//   selection score: the value the top-k ranks on. softmax: p = softmax(logits), plus
+//     the balancing bias when one is passed.
 //     sigmoid: c = sigmoid(logits) + correction_bias, with experts outside the kept
 //     groups set to -inf (never 0: a biased score may be negative).
 //   weight: the gate value that multiplies the expert's output. softmax: p, sigmoid: the
@@ -47,8 +48,9 @@ Status validate_router_config(const RouterConfig& config);
 
 // Routes T tokens.
 //   logits:          [T, E] row-major float32, = x Wg^T computed by the caller; finite.
-//   correction_bias: [E] finite, or nullptr (= all 0). Sigmoid only, selection only;
-//                    must be nullptr for softmax.
+//   correction_bias: [E] finite, or nullptr (= all 0). Selection only: sigmoid ranks
+//                    s + bias (DeepSeek-V3's e_score_correction_bias), softmax ranks
+//                    p + bias (auxiliary-loss-free balancing); the weights stay s or p.
 //   expert_ids:      [T, K] output, ordered by descending selection score, ties broken
 //                    by the lowest expert id.
 //   weights:         [T, K] output, aligned with expert_ids.

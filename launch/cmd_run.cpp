@@ -1,54 +1,40 @@
-// moert run: serves a JSONL batch of requests with the continuous-batching engine.
+// moert run: serves a JSONL batch of requests with the continuous-batching engine, on one
+// rank or on every rank of an MPI job (mpirun / srun --mpi=pmix). Rank 0 reads the input,
+// assigns requests, writes the one output file and prints progress and the summary.
 #include <boost/program_options.hpp>
-#include <chrono>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <unordered_set>
 
+#include "experts/placement/placement.h"
 #include "launch/commands.h"
 #include "launch/engine_options.h"
+#include "runtime/comm/mpi_transport.h"
+#include "runtime/comm/self_transport.h"
 #include "runtime/core/log.h"
 #include "runtime/engine/request_io.h"
 #include "runtime/model/weights.h"
+#include "runtime/parallel/batch_job.h"
 
 namespace po = boost::program_options;
 
 namespace moert::launch {
+namespace {
 
-int run_serve_batch(const std::vector<std::string>& args) {
-  po::options_description options("moert run options");
-  std::string model_dir, input_path, output_path;
-  double progress_s = 2.0;
-  EngineOptions engine_options;
-  options.add_options()
-      ("help,h", "show this help")
-      ("model", po::value(&model_dir)->required(), "Hugging Face model directory")
-      ("input", po::value(&input_path)->required(), "requests, one JSON object a line")
-      ("output", po::value(&output_path)->required(), "results, one JSON line per finished request (appended; ids already there are skipped)")
-      ("progress-interval", po::value(&progress_s)->default_value(2.0), "seconds between progress lines on stderr");
-  add_engine_options(options, engine_options);
-  po::variables_map vm;
-  if (!parse_command_line(args, options, &vm)) return 0;
+// Rank 0's view of the input file.
+struct ParsedInput {
+  std::vector<std::string> lines;    // requests to serve, in input order
+  std::vector<int64_t> blocks;       // their KV block estimates
+  int failed_lines = 0;
+  int skipped = 0;                   // already in the output file
+};
 
+ParsedInput read_requests(const std::string& input_path, const std::unordered_set<std::string>& done,
+                          const engine::Engine& engine) {
   std::ifstream input(input_path);
   if (!input) throw CommandError("cannot open input " + input_path);
-  int torn_lines = 0;
-  Result<std::unordered_set<std::string>> done = engine::read_finished_ids(output_path, &torn_lines);
-  if (!done.is_ok()) throw CommandError(done.status().message());
-  if (torn_lines > 0) MOERT_WARN(output_path << ": ignored " << torn_lines << " incomplete line(s) from an earlier run");
-
-  const std::unique_ptr<LoadedModel> loaded = value_or_throw(load_model(model_dir));
-  const LoadedModel& model = *loaded;
-  const engine::EngineConfig config = resolve_engine_config(engine_options, model.config);
-  const int threads = resolve_threads(engine_options);
-  MOERT_INFO("model: " << describe_model_config(model.config));
-  MOERT_INFO(describe_engine_config(config, threads));
-  ThreadPool pool(threads);
-  TransformerForward forward(model.config, model.weights, pool);
-  engine::Engine engine(forward, config);
-
-  // Requests: every parsable line not finished before; bad lines are reported and skipped.
-  int failed_lines = 0, skipped = 0, queued = 0;
+  ParsedInput parsed;
   std::unordered_set<std::string> seen;
   std::string line;
   for (int line_number = 1; std::getline(input, line); ++line_number) {
@@ -58,46 +44,181 @@ int run_serve_batch(const std::vector<std::string>& args) {
     if (status.is_ok() && !seen.insert(request->id).second) {
       status = invalid_argument("request id '" + request->id + "' appears twice");
     }
-    if (status.is_ok() && done->count(request->id)) {
-      ++skipped;
+    if (status.is_ok() && done.count(request->id)) {
+      ++parsed.skipped;
       continue;
     }
-    if (status.is_ok()) status = engine.add_request(std::move(request).value());
+    if (status.is_ok()) status = engine.check_request(*request);
     if (!status.is_ok()) {
-      ++failed_lines;
+      ++parsed.failed_lines;
       MOERT_ERROR(input_path << " line " << line_number << ": " << status.message());
       continue;
     }
-    ++queued;
+    parsed.blocks.push_back(parallel::request_block_estimate(*request, engine.config().block_size));
+    parsed.lines.push_back(line);
   }
-  if (skipped > 0) MOERT_INFO("skipping " << skipped << " request(s) already in " << output_path);
+  return parsed;
+}
 
-  Result<std::unique_ptr<engine::OutputWriter>> writer = engine::OutputWriter::open_for_append(output_path);
-  if (!writer.is_ok()) throw CommandError(writer.status().message());
-  const auto start = std::chrono::steady_clock::now();
-  auto last_progress = start;
-  int finished = 0;
-  while (engine.has_unfinished()) {
-    Result<std::vector<engine::RequestOutput>> outputs = engine.step();
-    if (!outputs.is_ok()) throw CommandError(outputs.status().message());
-    for (const engine::RequestOutput& output : *outputs) {
-      const Status written = (*writer)->write_line(engine::format_output_line(output));
-      if (!written.is_ok()) throw CommandError(written.message() + " (" + output_path + ")");
-      ++finished;
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (std::chrono::duration<double>(now - last_progress).count() >= progress_s) {
-      const double elapsed = std::chrono::duration<double>(now - start).count();
-      MOERT_INFO("progress: " << finished << "/" << queued << " requests, " << engine.num_running() << " running, "
-                              << static_cast<int64_t>(engine.stats().output_tokens / elapsed) << " output tok/s");
-      last_progress = now;
-    }
+// Collective: ok when every rank's setup succeeded. A failing rank throws its own error;
+// the others throw one naming the first failing rank, so every rank exits non-zero.
+void agree_on_setup(comm::Transport& transport, const std::optional<std::string>& local_error) {
+  int64_t first_failure = local_error ? transport.world_size() - transport.rank() : 0;
+  const Status reduced = transport.all_reduce(&first_failure, 1, comm::ReduceOp::kMax);
+  if (!reduced.is_ok()) transport.abort(1, "setup agreement failed: " + reduced.message());
+  if (local_error) throw CommandError(*local_error);
+  if (first_failure > 0) {
+    throw CommandError("rank " + std::to_string(transport.world_size() - first_failure) +
+                       " failed to start (its message is above)");
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cerr << engine_summary(engine.stats(), config, wall) << "\n";
-  std::cerr << "requests: " << finished << " finished, " << skipped << " skipped (already done), " << failed_lines
-            << " input line(s) failed\n";
-  return failed_lines > 0 ? 3 : 0;
+}
+
+engine::EngineStats sum_engine_stats(const std::vector<engine::EngineStats>& ranks) {
+  engine::EngineStats total;
+  for (const engine::EngineStats& s : ranks) {
+    total.steps = std::max(total.steps, s.steps);
+    total.prompt_tokens += s.prompt_tokens;
+    total.computed_tokens += s.computed_tokens;
+    total.output_tokens += s.output_tokens;
+    total.preemptions += s.preemptions;
+    total.cow_copies += s.cow_copies;
+    total.peak_used_blocks = std::max(total.peak_used_blocks, s.peak_used_blocks);
+    total.prefix_hit_tokens += s.prefix_hit_tokens;
+    total.forward_s = std::max(total.forward_s, s.forward_s);
+    total.sample_s = std::max(total.sample_s, s.sample_s);
+  }
+  return total;
+}
+
+}  // namespace
+
+int run_serve_batch(const std::vector<std::string>& args) {
+  po::options_description options("moert run options");
+  std::string model_dir, input_path, output_path, placement_path, balance = "none";
+  EngineOptions engine_options;
+  parallel::BatchJobConfig job;
+  options.add_options()
+      ("help,h", "show this help")
+      ("model", po::value(&model_dir)->required(), "Hugging Face model directory")
+      ("input", po::value(&input_path)->required(), "requests, one JSON object a line (read by rank 0)")
+      ("output", po::value(&output_path)->required(), "results, one JSON line per finished request (appended by rank 0; ids already there are skipped)")
+      ("progress-interval", po::value(&job.progress_interval_s)->default_value(2.0), "seconds between progress lines on stderr")
+      ("placement", po::value(&placement_path), "expert placement JSON (experts/placement/placement.h); default: contiguous slices")
+      ("balance", po::value(&balance)->default_value("none"), "expert load balancing: none, bias (auxiliary-loss-free router bias), replicate (EPLB replicas)")
+      ("balance-gamma", po::value(&job.balance_gamma)->default_value(0.001f), "bias step per iteration for --balance=bias")
+      ("balance-interval", po::value(&job.balance_interval)->default_value(16), "iterations between replica plans for --balance=replicate")
+      ("balance-redundant", po::value(&job.redundant_slots_per_rank)->default_value(1), "extra expert slots per rank for --balance=replicate")
+      ("metrics", po::value(&job.metrics_path), "per-step, per-rank metrics JSONL written by rank 0");
+  add_engine_options(options, engine_options);
+  po::variables_map vm;
+  if (!parse_command_line(args, options, &vm)) return 0;
+  job.balance = value_or_throw(parallel::parse_balance_mode(balance));
+  throw_if_error(parallel::validate_batch_job_config(job));
+  if (job.balance == parallel::BalanceMode::kReplicate && !placement_path.empty()) {
+    throw CommandError("--balance=replicate computes its own placement; drop --placement " + placement_path);
+  }
+
+  std::unique_ptr<comm::MpiSession> mpi;
+  std::unique_ptr<comm::Transport> transport;
+  if (comm::launched_by_mpi()) {
+    mpi = std::make_unique<comm::MpiSession>(nullptr, nullptr);
+    transport = value_or_throw(comm::make_mpi_transport());
+  } else {
+    transport = comm::make_self_transport();
+  }
+  const int rank = transport->rank();
+  const bool root = rank == 0;
+
+  // Setup on every rank; errors are agreed on so that no rank waits for a dead peer.
+  std::unique_ptr<LoadedModel> loaded;
+  std::optional<engine::EngineConfig> config;
+  std::optional<experts::ExpertPlacement> placement;
+  std::unique_ptr<engine::OutputWriter> writer;
+  std::unordered_set<std::string> done;
+  int threads = 1;
+  std::optional<std::string> setup_error;
+  try {
+    if (root) {
+      int torn_lines = 0;
+      done = value_or_throw(engine::read_finished_ids(output_path, &torn_lines));
+      if (torn_lines > 0) MOERT_WARN(output_path << ": ignored " << torn_lines << " incomplete line(s) from an earlier run");
+      if (!std::ifstream(input_path)) throw CommandError("cannot open input " + input_path);
+      writer = value_or_throw(engine::OutputWriter::open_for_append(output_path));
+    }
+    loaded = value_or_throw(load_model(model_dir));
+    config = resolve_engine_config(engine_options, loaded->config);
+    config->forward_when_idle = true;
+    threads = resolve_threads(engine_options);
+    const int num_experts = loaded->config.num_experts();
+    if (num_experts < 1) throw CommandError(model_dir + " has no routed experts");
+    placement = placement_path.empty()
+                    ? value_or_throw(experts::contiguous_placement(num_experts, transport->world_size()))
+                    : value_or_throw(experts::load_placement_json(placement_path, num_experts));
+    if (placement->num_ranks() != transport->world_size()) {
+      throw CommandError(placement_path + " places experts on " + std::to_string(placement->num_ranks()) +
+                         " ranks, the job has " + std::to_string(transport->world_size()));
+    }
+    if (placement->num_layers() != 1 && placement->num_layers() != loaded->config.num_layers) {
+      throw CommandError(placement_path + " has " + std::to_string(placement->num_layers()) +
+                         " layers, the model " + std::to_string(loaded->config.num_layers) + " (or give 1 for all)");
+    }
+  } catch (const CommandError& e) {
+    setup_error = e.what();
+  }
+  agree_on_setup(*transport, setup_error);
+
+  const LoadedModel& model = *loaded;
+  if (root) {
+    MOERT_INFO("model: " << describe_model_config(model.config));
+    MOERT_INFO(describe_engine_config(*config, threads) << ", " << transport->world_size() << " rank(s)");
+  }
+  ThreadPool pool(threads);
+  TransformerForward forward(model.config, model.weights, pool);
+  parallel::ExpertParallelExperts experts(model.config, std::move(*placement), *transport, pool);
+  forward.set_routed_experts(&experts);
+  engine::Engine engine(forward, *config);
+
+  // Rank 0 reads and checks the requests, then every rank receives its share.
+  ParsedInput parsed;
+  setup_error.reset();
+  if (root) {
+    try {
+      parsed = read_requests(input_path, done, engine);
+    } catch (const CommandError& e) {
+      setup_error = e.what();
+    }
+    if (parsed.skipped > 0) MOERT_INFO("skipping " << parsed.skipped << " request(s) already in " << output_path);
+  }
+  agree_on_setup(*transport, setup_error);
+  std::vector<int> assignment;
+  Result<std::vector<std::string>> mine =
+      parallel::distribute_request_lines(*transport, parsed.lines, parsed.blocks, config->num_kv_blocks - 1, &assignment);
+  if (!mine.is_ok()) transport->abort(1, "distributing requests: " + mine.status().message());
+  for (const std::string& line : *mine) {
+    Result<engine::Request> request = engine::parse_request_line(line);
+    const Status added = request.is_ok() ? engine.add_request(std::move(request).value()) : request.status();
+    if (!added.is_ok()) transport->abort(1, "rank " + std::to_string(rank) + " cannot take a request: " + added.message());
+  }
+
+  Result<parallel::BatchJobReport> report = parallel::serve_in_lockstep(
+      *transport, engine, forward, experts, job, [&](const std::string& line) -> Status {
+        const Status written = writer->write_line(line);
+        return written.is_ok() ? written : io_error(written.message() + " (" + output_path + ")");
+      });
+  if (!report.is_ok()) throw CommandError(report.status().message());
+  if (root) {
+    std::cerr << engine_summary(sum_engine_stats(report->rank_engine_stats), *config, report->wall_s) << "\n";
+    std::cerr << parallel::format_job_summary(*report, job) << "\n";
+    int64_t finished = 0;
+    for (const parallel::StepMetrics& m : report->rank_totals) finished += m.finished_requests;
+    std::cerr << "requests: " << finished << " finished, " << parsed.skipped << " skipped (already done), "
+              << parsed.failed_lines << " input line(s) failed\n";
+  }
+  // Every rank returns the same code: the input verdict is rank 0's, so share it.
+  int64_t failed = parsed.failed_lines;
+  const Status shared = transport->all_reduce(&failed, 1, comm::ReduceOp::kMax);
+  if (!shared.is_ok()) transport->abort(1, "final agreement failed: " + shared.message());
+  return failed > 0 ? 3 : 0;
 }
 
 }  // namespace moert::launch

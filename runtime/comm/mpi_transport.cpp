@@ -64,40 +64,76 @@ MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
 template <>
 MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
 
+// The variable all-to-all as point-to-point messages: one MPI_Irecv and one MPI_Isend
+// per peer with a non-empty segment, and a local copy for this rank's own segment. (Open
+// MPI 4.1's MPI_Ialltoallv deadlocked in oversubscribed 4-rank runs of `moert run`, with
+// every rank inside MPI_Wait of the same exchange; plain messages have no such issue.)
+// Exchanges never get confused with each other: MPI keeps messages between two ranks on
+// one communicator and tag in order, and every rank starts its exchanges in the same order.
+constexpr int kAllToAllTag = 0x6d6f;
+
 class MpiExchange final : public PendingExchange {
  public:
-  // The count and displacement arrays must outlive the request: they live here.
-  MpiExchange(std::vector<int> send_counts, std::vector<int> send_displs,
-              std::vector<int> recv_counts, std::vector<int> recv_displs)
-      : send_counts_(std::move(send_counts)), send_displs_(std::move(send_displs)),
-        recv_counts_(std::move(recv_counts)), recv_displs_(std::move(recv_displs)) {}
   ~MpiExchange() override {
     if (!done_ && mpi_live()) (void)wait();
   }
 
-  Status start(const void* send, void* recv, MPI_Comm comm) {
-    Status status = mpi_status(
-        MPI_Ialltoallv(or_empty(send), send_counts_.data(), send_displs_.data(), MPI_BYTE,
-                       or_empty(recv), recv_counts_.data(), recv_displs_.data(), MPI_BYTE, comm,
-                       &request_),
-        "MPI_Ialltoallv");
-    if (!status.is_ok()) {
-      done_ = true;
-      status_ = status;
+  Status start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+               const std::vector<int64_t>& recv_bytes, int rank, MPI_Comm comm) {
+    const std::vector<int64_t> cu_send = exclusive_prefix_sum(send_bytes);
+    const std::vector<int64_t> cu_recv = exclusive_prefix_sum(recv_bytes);
+    const auto* send_ptr = static_cast<const uint8_t*>(send);
+    auto* recv_ptr = static_cast<uint8_t*>(recv);
+    const int world = static_cast<int>(send_bytes.size());
+    requests_.reserve(2 * static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      if (r == rank || recv_bytes[r] == 0) continue;
+      MPI_Request request = MPI_REQUEST_NULL;
+      Status status = mpi_status(MPI_Irecv(recv_ptr + cu_recv[r], to_int(recv_bytes[r], "recv_bytes_per_rank[r]"),
+                                           MPI_BYTE, r, kAllToAllTag, comm, &request),
+                                 "MPI_Irecv(all_to_all_v)");
+      if (!status.is_ok()) return fail_start(status);
+      requests_.push_back(request);
     }
-    return status;
+    for (int r = 0; r < world; ++r) {
+      if (r == rank || send_bytes[r] == 0) continue;
+      MPI_Request request = MPI_REQUEST_NULL;
+      Status status = mpi_status(MPI_Isend(send_ptr + cu_send[r], to_int(send_bytes[r], "send_bytes_per_rank[r]"),
+                                           MPI_BYTE, r, kAllToAllTag, comm, &request),
+                                 "MPI_Isend(all_to_all_v)");
+      if (!status.is_ok()) return fail_start(status);
+      requests_.push_back(request);
+    }
+    if (send_bytes[rank] != recv_bytes[rank]) {
+      return fail_start(invalid_argument("rank " + std::to_string(rank) + " sends " + std::to_string(send_bytes[rank]) +
+                                         " bytes to itself but expects " + std::to_string(recv_bytes[rank])));
+    }
+    if (send_bytes[rank] > 0) {
+      std::memmove(recv_ptr + cu_recv[rank], send_ptr + cu_send[rank], static_cast<size_t>(send_bytes[rank]));
+    }
+    return Status::ok();
   }
 
   Status wait() override {
     if (done_) return status_;
     done_ = true;
-    status_ = mpi_status(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait(all_to_all_v)");
+    if (!requests_.empty()) {
+      const Status waited = mpi_status(
+          MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE),
+          "MPI_Waitall(all_to_all_v)");
+      if (status_.is_ok()) status_ = waited;  // a failure to start wins
+    }
     return status_;
   }
 
  private:
-  std::vector<int> send_counts_, send_displs_, recv_counts_, recv_displs_;
-  MPI_Request request_ = MPI_REQUEST_NULL;
+  // Keeps the requests already posted: wait() still completes them before reporting.
+  Status fail_start(const Status& status) {
+    if (status_.is_ok()) status_ = status;
+    return status;
+  }
+
+  std::vector<MPI_Request> requests_;
   bool done_ = false;
   Status status_;
 };
@@ -187,12 +223,8 @@ class MpiTransport final : public Transport {
     MOERT_CHECK(send_valid.is_ok(), "" << send_valid.message());
     Status recv_valid = validate_counts(recv_bytes_per_rank, world_size_, "recv_bytes_per_rank");
     MOERT_CHECK(recv_valid.is_ok(), "" << recv_valid.message());
-    auto exchange = std::make_unique<MpiExchange>(
-        to_ints(send_bytes_per_rank, "send_bytes_per_rank[r]"),
-        to_ints(exclusive_prefix_sum(send_bytes_per_rank), "send offset cu_send[r]"),
-        to_ints(recv_bytes_per_rank, "recv_bytes_per_rank[r]"),
-        to_ints(exclusive_prefix_sum(recv_bytes_per_rank), "recv offset cu_recv[r]"));
-    (void)exchange->start(send, recv, comm_);  // a failure is reported by wait()
+    auto exchange = std::make_unique<MpiExchange>();
+    (void)exchange->start(send, send_bytes_per_rank, recv, recv_bytes_per_rank, rank_, comm_);  // reported by wait()
     return exchange;
   }
 
@@ -226,12 +258,6 @@ class MpiTransport final : public Transport {
     MOERT_CHECK(status.is_ok(), "" << status.message());
   }
 
-  // The last entry of a prefix sum is the total; it must fit too.
-  static std::vector<int> to_ints(const std::vector<int64_t>& values, const char* what) {
-    std::vector<int> ints(values.size());
-    for (size_t i = 0; i < values.size(); ++i) ints[i] = to_int(values[i], what);
-    return ints;
-  }
 
   MPI_Comm comm_;
   int rank_;
@@ -262,6 +288,13 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 
 MpiSession::~MpiSession() {
   if (owns_mpi_ && mpi_live()) MPI_Finalize();
+}
+
+bool launched_by_mpi() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
 }
 
 Result<std::unique_ptr<Transport>> make_mpi_transport() {

@@ -40,8 +40,13 @@ class MpiSession {
 
 // A Transport over a private duplicate of MPI_COMM_WORLD whose error handler is
 // MPI_ERRORS_RETURN, so library failures come back as Statuses. Needs a live MpiSession
-// (MOERT_CHECK). Byte counts and offsets of one all-to-all, and byte sizes of gather and
+// (MOERT_CHECK). Each per-peer byte count of an all-to-all, and the byte sizes of gather and
 // gatherv, must fit in int (MOERT_CHECK); broadcast and all_reduce have no such limit.
 Result<std::unique_ptr<Transport>> make_mpi_transport();
+
+// True when this process was started by an MPI launcher (mpirun/mpiexec of Open MPI, or
+// srun --mpi=pmix / PMI), judged from the environment the launcher sets
+// (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK). Reads no MPI state.
+bool launched_by_mpi();
 
 }  // namespace moert::comm

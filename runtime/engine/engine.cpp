@@ -77,7 +77,7 @@ Engine::Engine(const TransformerForward& model, const EngineConfig& config)
           kv_),
       storage_(model.config(), config.num_kv_blocks, config.block_size) {}
 
-Status Engine::add_request(Request request) {
+Status Engine::check_request(const Request& request) const {
   const ModelConfig& c = model_.config();
   const std::string who = "request '" + request.id + "'";
   MOERT_RETURN_IF_ERROR(sampling::validate_sampling_params(request.params).with_context(who));
@@ -99,6 +99,11 @@ Status Engine::add_request(Request request) {
                             std::to_string(config_.num_kv_blocks - 1) + " blocks x " +
                             std::to_string(config_.block_size) + " tokens");
   }
+  return Status::ok();
+}
+
+Status Engine::add_request(Request request) {
+  MOERT_RETURN_IF_ERROR(check_request(request));
   const int64_t idx = next_request_idx_++;
   const SeqId seq = next_seq_id_++;
   RequestState state;

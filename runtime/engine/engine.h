@@ -92,6 +92,8 @@ class Engine {
   // Errors name the request id: token ids outside the vocabulary, prompt + max_tokens past
   // max_position_embeddings or larger than the whole KV pool, bad sampling parameters.
   Status add_request(Request request);
+  // The checks of add_request without adding (a coordinator validates before assigning).
+  Status check_request(const Request& request) const;
   bool has_unfinished() const { return scheduler_.has_unfinished(); }
   size_t num_running() const { return scheduler_.num_running(); }
 

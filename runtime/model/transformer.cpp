@@ -8,6 +8,7 @@
 #include "quant/bf16.h"
 #include "quant/cpu/linear.h"
 #include "quant/weight.h"
+#include "runtime/core/check.h"
 
 namespace moert {
 
@@ -137,7 +138,9 @@ void TransformerForward::ffn_block(int layer, int64_t num_tokens, std::vector<fl
 
 // Experts in ascending id; each token's contributions are added in that order.
 void LocalRoutedExperts::run(int /*layer*/, const MoeWeights& moe, const float* h, int64_t num_tokens,
-                             const int32_t* expert_ids, const float* gate_weights, float* out) {
+                             const int32_t* expert_ids, const float* gate_weights, float* out,
+                             const std::function<void()>& overlapped) {
+  overlapped();  // nothing is in flight here
   const int64_t dim = config_.hidden_size;
   const int num_experts = config_.num_experts();
   const int top_k = config_.top_k();
@@ -183,20 +186,38 @@ void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, const float* 
   quant::linear_forward(h, num_tokens, moe.router, nullptr, router_logits.data(), pool_);
   std::vector<int32_t> expert_ids(static_cast<size_t>(num_tokens * top_k));  // [T, K]
   std::vector<float> gate_weights(static_cast<size_t>(num_tokens * top_k));  // [T, K]
-  experts::route_tokens(c.router, router_logits.data(), num_tokens,
-                        moe.correction_bias.empty() ? nullptr : moe.correction_bias.data(), expert_ids.data(),
-                        gate_weights.data());
+  // Selection bias: the model's correction bias plus the balancer's, if any.
+  const float* bias = moe.correction_bias.empty() ? nullptr : moe.correction_bias.data();
+  std::vector<float> combined_bias;
+  if (selection_bias_ != nullptr && static_cast<size_t>(layer) < selection_bias_->size() &&
+      !(*selection_bias_)[static_cast<size_t>(layer)].empty()) {
+    combined_bias = (*selection_bias_)[static_cast<size_t>(layer)];
+    MOERT_CHECK(static_cast<int>(combined_bias.size()) == num_experts,
+                "selection bias of layer " << layer << " has " << combined_bias.size() << " entries, expected "
+                                           << num_experts);
+    if (bias != nullptr) {
+      for (int e = 0; e < num_experts; ++e) combined_bias[static_cast<size_t>(e)] += bias[e];
+    }
+    bias = combined_bias.data();
+  }
+  experts::route_tokens(c.router, router_logits.data(), num_tokens, bias, expert_ids.data(), gate_weights.data());
 
-  routed_experts_->run(layer, moe, h, num_tokens, expert_ids.data(), gate_weights.data(), out);
-  if (moe.shared_expert.has_value()) {
-    std::vector<float> shared(static_cast<size_t>(num_tokens * dim));
+  // The shared expert (and its gate) runs while the routed experts' dispatch is in flight.
+  std::vector<float> shared;
+  std::vector<float> gate;
+  auto shared_expert = [&] {
+    if (!moe.shared_expert.has_value()) return;
+    shared.resize(static_cast<size_t>(num_tokens * dim));
     experts::swiglu_ffn_forward(h, num_tokens, moe.shared_expert->gate.weight, moe.shared_expert->up.weight,
                                 moe.shared_expert->down.weight, shared.data(), pool_);
-    std::vector<float> gate(static_cast<size_t>(num_tokens), 1.0f);
+    gate.assign(static_cast<size_t>(num_tokens), 1.0f);
     if (moe.shared_expert_gate.data != nullptr) {
       quant::linear_forward(h, num_tokens, moe.shared_expert_gate, nullptr, gate.data(), pool_);
       for (float& g : gate) g = 1.0f / (1.0f + std::exp(-g));
     }
+  };
+  routed_experts_->run(layer, moe, h, num_tokens, expert_ids.data(), gate_weights.data(), out, shared_expert);
+  if (moe.shared_expert.has_value()) {
     for (int64_t t = 0; t < num_tokens; ++t) {
       for (int64_t i = 0; i < dim; ++i) out[t * dim + i] += gate[static_cast<size_t>(t)] * shared[static_cast<size_t>(t * dim + i)];
     }

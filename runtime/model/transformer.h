@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "attention/rope.h"
@@ -39,8 +40,10 @@ class RoutedExperts {
  public:
   virtual ~RoutedExperts() = default;
   // h: [T, D]; expert_ids, weights: [T, K]; out: [T, D] (overwritten).
+  // `overlapped` is work that does not depend on `out` (the shared experts): run() calls
+  // it exactly once, on this thread, while its exchange is in flight where it has one.
   virtual void run(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens, const int32_t* expert_ids,
-                   const float* weights, float* out) = 0;
+                   const float* weights, float* out, const std::function<void()>& overlapped) = 0;
 };
 
 // All experts on this rank (the default).
@@ -48,7 +51,7 @@ class LocalRoutedExperts : public RoutedExperts {
  public:
   LocalRoutedExperts(const ModelConfig& config, ThreadPool& pool) : config_(config), pool_(pool) {}
   void run(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens, const int32_t* expert_ids,
-           const float* weights, float* out) override;
+           const float* weights, float* out, const std::function<void()>& overlapped) override;
 
  private:
   const ModelConfig& config_;
@@ -68,6 +71,10 @@ class TransformerForward {
   // Routes the MoE layers' experts through `experts` (must outlive this object); the
   // default computes them all locally.
   void set_routed_experts(RoutedExperts* experts) { routed_experts_ = experts; }
+  // Load balancing: bias[layer] ([E], or empty) is added to the router's selection score
+  // (on top of a model's own correction bias), never to the gate weights (spec/moe.md
+  // §2.1). `bias` must outlive this object; null (the default) means no balancing bias.
+  void set_selection_bias(const std::vector<std::vector<float>>* bias) { selection_bias_ = bias; }
 
   // Logits of batch.logit_rows, [logit_rows.size(), V]. Token ids must be in [0, V) and
   // positions below max_position_embeddings (errors name the offending index).
@@ -87,6 +94,7 @@ class TransformerForward {
   attention::RotaryEmbedding rope_;
   LocalRoutedExperts local_experts_;
   RoutedExperts* routed_experts_ = &local_experts_;
+  const std::vector<std::vector<float>>* selection_bias_ = nullptr;
 };
 
 // x: [T, D] normalised in place: x * rsqrt(mean(x^2) + eps) * weight (sum of squares in float64).

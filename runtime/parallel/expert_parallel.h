@@ -1,15 +1,12 @@
 // Expert parallelism as a layer over the single-rank transformer: each rank computes only
 // the routed experts its placement gives it. Per MoE layer and step:
-//   dispatch plan (experts/placement) -> exchange row counts -> DISPATCH all-to-all of
-//   [hidden row | K expert ids | K weights] -> local grouped expert FFN, one weighted output
-//   per (row, expert) -> COMBINE all-to-all back -> sum per token in ascending expert id.
+//   dispatch plan (experts/placement) -> exchange row counts -> start the DISPATCH
+//   all-to-all of [hidden row | K expert ids | K weights] -> shared experts (overlapped)
+//   -> wait -> local grouped expert FFN, one weighted output per (row, expert) ->
+//   COMBINE all-to-all back -> sum per token in ascending expert id.
 // Because the combine sums the same products in the same order as LocalRoutedExperts,
 // outputs are bit-identical for any number of ranks and any placement.
 // Every rank must call run() for every MoE layer in the same order (empty batches too).
-//
-// STATUS: compiles, not yet wired into `moert run` and not yet tested across ranks. A first
-// 2-rank run (rank 0 with one request, rank 1 idle through Engine::forward_when_idle)
-// blocked with both ranks inside all_to_all_counts of layer 0; see the issue notes.
 #pragma once
 
 #include <cstdint>
@@ -21,30 +18,47 @@
 
 namespace moert::parallel {
 
+// Running totals since construction (or since the caller last read and reset them).
 struct ExpertParallelStats {
-  int64_t dispatch_bytes_sent = 0;
+  int64_t dispatch_bytes_sent = 0;  // to other ranks only (the self segment is a local copy)
   int64_t combine_bytes_sent = 0;
-  double all_to_all_s = 0.0;  // time inside the exchanges (including waiting for peers)
-  double expert_compute_s = 0.0;
+  double all_to_all_s = 0.0;        // inside the exchanges, waiting for peers included
+  double expert_compute_s = 0.0;    // local routed expert FFNs
+  double overlapped_s = 0.0;        // the overlapped work (shared experts)
 };
 
 class ExpertParallelExperts : public RoutedExperts {
  public:
   // placement: one LayerPlacement per model layer (dense layers' entries are unused), or a
-  // single one used for every layer; all arguments must outlive this object.
-  ExpertParallelExperts(const ModelConfig& config, const experts::ExpertPlacement& placement,
-                        comm::Transport& transport, ThreadPool& pool);
+  // single one used for every layer. config, transport and pool must outlive this object.
+  ExpertParallelExperts(const ModelConfig& config, experts::ExpertPlacement placement, comm::Transport& transport,
+                        ThreadPool& pool);
   // A transport failure aborts the whole job with a message naming this rank (no hang).
   void run(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens, const int32_t* expert_ids,
-           const float* weights, float* out) override;
+           const float* weights, float* out, const std::function<void()>& overlapped) override;
+
+  // Swaps the placement between steps (every rank must swap to the same one before the
+  // next step). Same checks as the constructor (MOERT_CHECK).
+  void set_placement(experts::ExpertPlacement placement);
+  const experts::ExpertPlacement& placement() const { return placement_; }
+
   const ExpertParallelStats& stats() const { return stats_; }
+  // Loads since the last take_loads(), flattened [L, E]: tokens this rank ROUTED to each
+  // logical expert in each layer (dense layers stay 0).
+  std::vector<int64_t> take_routed_loads();
+  // [L]: contributions (token x expert products) this rank COMPUTED in each layer.
+  std::vector<int64_t> take_computed_loads();
 
  private:
+  void check_placement(const experts::ExpertPlacement& placement) const;
+
   const ModelConfig& config_;
-  const experts::ExpertPlacement& placement_;
+  experts::ExpertPlacement placement_;
   comm::Transport& transport_;
   ThreadPool& pool_;
   ExpertParallelStats stats_;
+  std::vector<int64_t> routed_loads_;    // [L, E]
+  std::vector<int64_t> computed_loads_;  // [L]
 };
 
 }  // namespace moert::parallel

@@ -69,6 +69,16 @@ TEST(Router, MixtralSoftmaxRenormalisesTopK) {
   expect_weights_near(r.weights, {0.62245933120185459, 0.37754066879814546});
 }
 
+TEST(Router, SoftmaxBalancingBiasSelectsButWeightsStayUnbiased) {
+  const RouterConfig config = softmax_config(8, 2, /*norm=*/true);
+  // p = 0.389, 0.236 for experts 1, 3 and 0.143 for expert 7: +0.2 lifts 7 above 3.
+  const std::vector<float> bias = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.2f};
+  const Routed r = route(config, kMixtralLogits, bias.data());
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{1, 7}));
+  // e^2 / (e^2 + e^1), e^1 / (e^2 + e^1): the bias does not enter the weights.
+  expect_weights_near(r.weights, {0.7310585786300049, 0.2689414213699951});
+}
+
 TEST(Router, Qwen2SoftmaxWithoutRenormKeepsRawProbabilities) {
   const RouterConfig config = softmax_config(8, 2, /*norm=*/false);
   const Routed r = route(config, kMixtralLogits);

@@ -1,0 +1,422 @@
+#include "runtime/parallel/batch_job.h"
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "experts/placement/balance.h"
+#include "experts/placement/eplb.h"
+#include "experts/router.h"
+#include "runtime/core/check.h"
+#include "runtime/core/log.h"
+#include "runtime/engine/request_io.h"
+
+namespace moert::parallel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+void append_bytes(std::vector<uint8_t>& out, const void* data, size_t bytes) {
+  const auto* begin = static_cast<const uint8_t*>(data);
+  out.insert(out.end(), begin, begin + bytes);
+}
+
+// Reads `bytes` bytes at *offset of blob into data; false when the blob is too short.
+bool read_bytes(const std::vector<uint8_t>& blob, size_t* offset, void* data, size_t bytes) {
+  if (blob.size() - *offset < bytes) return false;
+  std::memcpy(data, blob.data() + *offset, bytes);
+  *offset += bytes;
+  return true;
+}
+
+// Broadcast of a variable-size blob from rank 0: the size first, then the bytes.
+Status broadcast_blob(comm::Transport& transport, std::vector<uint8_t>& blob) {
+  int64_t size = static_cast<int64_t>(blob.size());
+  MOERT_RETURN_IF_ERROR(transport.broadcast(&size, sizeof(size), 0));
+  blob.resize(static_cast<size_t>(size));
+  if (size > 0) MOERT_RETURN_IF_ERROR(transport.broadcast(blob.data(), blob.size(), 0));
+  return Status::ok();
+}
+
+void add_into(StepMetrics& total, const StepMetrics& step) {
+  total.scheduled_tokens += step.scheduled_tokens;
+  total.output_tokens += step.output_tokens;
+  total.finished_requests += step.finished_requests;
+  total.dispatch_bytes += step.dispatch_bytes;
+  total.combine_bytes += step.combine_bytes;
+  total.step_s += step.step_s;
+  total.all_to_all_s += step.all_to_all_s;
+  total.expert_s += step.expert_s;
+  total.shared_s += step.shared_s;
+}
+
+std::string metrics_json(int64_t step, int rank, const StepMetrics& m) {
+  char text[512];
+  std::snprintf(text, sizeof(text),
+                "{\"step\": %lld, \"rank\": %d, \"tokens\": %lld, \"output_tokens\": %lld, \"finished\": %lld, "
+                "\"dispatch_bytes\": %lld, \"combine_bytes\": %lld, \"step_s\": %.6f, \"all_to_all_s\": %.6f, "
+                "\"expert_s\": %.6f, \"shared_s\": %.6f}",
+                static_cast<long long>(step), rank, static_cast<long long>(m.scheduled_tokens),
+                static_cast<long long>(m.output_tokens), static_cast<long long>(m.finished_requests),
+                static_cast<long long>(m.dispatch_bytes), static_cast<long long>(m.combine_bytes), m.step_s,
+                m.all_to_all_s, m.expert_s, m.shared_s);
+  return text;
+}
+
+// Engine statistics as plain int64/double fields in a fixed order, for one gather.
+constexpr int kEngineStatFields = 10;
+void pack_engine_stats(const engine::EngineStats& s, double* out) {
+  const double fields[kEngineStatFields] = {static_cast<double>(s.steps),          static_cast<double>(s.prompt_tokens),
+                                            static_cast<double>(s.computed_tokens), static_cast<double>(s.output_tokens),
+                                            static_cast<double>(s.preemptions),     static_cast<double>(s.cow_copies),
+                                            static_cast<double>(s.peak_used_blocks), static_cast<double>(s.prefix_hit_tokens),
+                                            s.forward_s,                            s.sample_s};
+  std::copy(fields, fields + kEngineStatFields, out);
+}
+engine::EngineStats unpack_engine_stats(const double* in) {
+  engine::EngineStats s;
+  s.steps = static_cast<int64_t>(in[0]);
+  s.prompt_tokens = static_cast<int64_t>(in[1]);
+  s.computed_tokens = static_cast<int64_t>(in[2]);
+  s.output_tokens = static_cast<int64_t>(in[3]);
+  s.preemptions = static_cast<int64_t>(in[4]);
+  s.cow_copies = static_cast<int64_t>(in[5]);
+  s.peak_used_blocks = static_cast<int>(in[6]);
+  s.prefix_hit_tokens = static_cast<int64_t>(in[7]);
+  s.forward_s = in[8];
+  s.sample_s = in[9];
+  return s;
+}
+
+// Slots per rank for replicas: every rank gets ceil(E / R) + redundant slots, so the
+// EPLB slot count P = R * that is a multiple of R and at least E.
+int slots_per_rank(int num_experts, int num_ranks, int redundant) {
+  return (num_experts + num_ranks - 1) / num_ranks + redundant;
+}
+
+}  // namespace
+
+Result<BalanceMode> parse_balance_mode(const std::string& text) {
+  if (text == "none") return BalanceMode::kNone;
+  if (text == "bias") return BalanceMode::kBias;
+  if (text == "replicate") return BalanceMode::kReplicate;
+  return invalid_argument("--balance '" + text + "' is not one of none, bias, replicate");
+}
+
+const char* balance_mode_name(BalanceMode mode) {
+  switch (mode) {
+    case BalanceMode::kNone: return "none";
+    case BalanceMode::kBias: return "bias";
+    case BalanceMode::kReplicate: return "replicate";
+  }
+  return "?";
+}
+
+Status validate_batch_job_config(const BatchJobConfig& config) {
+  if (!(config.balance_gamma >= 0.0f) || !std::isfinite(config.balance_gamma)) {
+    return invalid_argument("--balance-gamma " + std::to_string(config.balance_gamma) + " must be finite and >= 0");
+  }
+  if (config.balance_interval < 1) {
+    return invalid_argument("--balance-interval " + std::to_string(config.balance_interval) + " must be >= 1");
+  }
+  if (config.redundant_slots_per_rank < 0) {
+    return invalid_argument("--balance-redundant " + std::to_string(config.redundant_slots_per_rank) +
+                            " must be >= 0");
+  }
+  return Status::ok();
+}
+
+std::vector<int> assign_by_free_blocks(const std::vector<int64_t>& request_blocks,
+                                       const std::vector<int64_t>& pool_blocks) {
+  MOERT_CHECK(!pool_blocks.empty(), "assign_by_free_blocks needs at least one rank");
+  std::vector<int64_t> free_blocks = pool_blocks;
+  std::vector<int> assignment(request_blocks.size());
+  for (size_t i = 0; i < request_blocks.size(); ++i) {
+    MOERT_CHECK(request_blocks[i] >= 0, "request_blocks[" << i << "] = " << request_blocks[i] << " must be >= 0");
+    const auto most_free = std::max_element(free_blocks.begin(), free_blocks.end());  // first maximum: lowest rank
+    assignment[i] = static_cast<int>(most_free - free_blocks.begin());
+    *most_free -= request_blocks[i];
+  }
+  return assignment;
+}
+
+int64_t request_block_estimate(const engine::Request& request, int block_size) {
+  MOERT_CHECK(block_size >= 1, "block_size = " << block_size << " must be >= 1");
+  const int64_t tokens = static_cast<int64_t>(request.prompt.size()) + request.params.max_tokens;
+  return static_cast<int64_t>(request.params.n) * ((tokens + block_size - 1) / block_size);
+}
+
+Result<std::vector<std::string>> distribute_request_lines(comm::Transport& transport,
+                                                          const std::vector<std::string>& lines,
+                                                          const std::vector<int64_t>& blocks, int64_t pool_blocks,
+                                                          std::vector<int>* assignment) {
+  const int rank = transport.rank();
+  const int world = transport.world_size();
+  std::vector<int64_t> pools(static_cast<size_t>(world), 0);
+  MOERT_RETURN_IF_ERROR(transport.gather(&pool_blocks, sizeof(pool_blocks), pools.data(), 0));
+  // Rank 0 packs [int32 rank | int64 length | bytes] per line, in input order.
+  std::vector<uint8_t> blob;
+  if (rank == 0) {
+    MOERT_CHECK(lines.size() == blocks.size(), "" << lines.size() << " lines but " << blocks.size() << " estimates");
+    const std::vector<int> ranks = assign_by_free_blocks(blocks, pools);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const int32_t to = ranks[i];
+      const int64_t length = static_cast<int64_t>(lines[i].size());
+      append_bytes(blob, &to, sizeof(to));
+      append_bytes(blob, &length, sizeof(length));
+      append_bytes(blob, lines[i].data(), lines[i].size());
+    }
+    if (assignment != nullptr) *assignment = ranks;
+  }
+  MOERT_RETURN_IF_ERROR(broadcast_blob(transport, blob));
+  std::vector<std::string> mine;
+  for (size_t offset = 0; offset < blob.size();) {
+    int32_t to = 0;
+    int64_t length = 0;
+    if (!read_bytes(blob, &offset, &to, sizeof(to)) || !read_bytes(blob, &offset, &length, sizeof(length)) ||
+        length < 0 || blob.size() - offset < static_cast<size_t>(length)) {
+      return internal_error("the request assignment from rank 0 is truncated");
+    }
+    if (to == rank) mine.emplace_back(reinterpret_cast<const char*>(blob.data() + offset), static_cast<size_t>(length));
+    offset += static_cast<size_t>(length);
+  }
+  return mine;
+}
+
+Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Engine& engine, TransformerForward& model,
+                                         ExpertParallelExperts& experts, const BatchJobConfig& config,
+                                         const std::function<Status(const std::string&)>& write_line) {
+  MOERT_RETURN_IF_ERROR(validate_batch_job_config(config));
+  MOERT_CHECK(engine.config().forward_when_idle, "serve_in_lockstep needs an engine with forward_when_idle");
+  const int rank = transport.rank();
+  const int world = transport.world_size();
+  const ModelConfig& model_config = model.config();
+  const int num_layers = model_config.num_layers;
+  const int num_experts = model_config.num_experts();
+  const bool root = rank == 0;
+  // A failure on one rank of many must end the job (the peers are inside collectives).
+  auto fail = [&](const Status& status) -> Status {
+    if (world > 1) transport.abort(1, "rank " + std::to_string(rank) + ": " + status.message());
+    return status;
+  };
+
+  BatchJobReport report;
+  report.rank_totals.resize(static_cast<size_t>(world));
+  experts::LoadTracker expert_loads(num_layers, num_experts);
+  experts::LoadTracker rank_loads(num_layers, world);
+  std::vector<std::vector<float>> bias(static_cast<size_t>(num_layers));
+  if (config.balance == BalanceMode::kBias) {
+    for (int l = 0; l < num_layers; ++l) {
+      if (model_config.layer_is_moe[static_cast<size_t>(l)]) bias[static_cast<size_t>(l)].assign(static_cast<size_t>(num_experts), 0.0f);
+    }
+    model.set_selection_bias(&bias);
+  }
+  std::vector<int64_t> window_loads(static_cast<size_t>(num_layers) * num_experts, 0);  // since the last placement
+  std::unique_ptr<std::ofstream> metrics;
+  if (root && !config.metrics_path.empty()) {
+    metrics = std::make_unique<std::ofstream>(config.metrics_path, std::ios::trunc);
+    if (!*metrics) return fail(io_error("cannot open metrics file " + config.metrics_path));
+  }
+
+  int64_t unfinished = engine.has_unfinished() ? 1 : 0;
+  Status reduced = transport.all_reduce(&unfinished, 1, comm::ReduceOp::kSum);
+  if (!reduced.is_ok()) return fail(reduced);
+  const Clock::time_point start = Clock::now();
+  Clock::time_point last_progress = start;
+  int64_t finished_total = 0;
+  int64_t output_tokens_total = 0;
+  ExpertParallelStats previous = experts.stats();
+  engine::EngineStats previous_engine = engine.stats();
+  std::vector<int64_t> reduce(1 + static_cast<size_t>(num_layers) * (num_experts + world));
+  while (unfinished > 0) {
+    // 1. One lock-step iteration.
+    const Clock::time_point step_start = Clock::now();
+    Result<std::vector<engine::RequestOutput>> outputs = engine.step();
+    if (!outputs.is_ok()) return fail(outputs.status().with_context("engine step"));
+    StepMetrics mine;
+    mine.step_s = seconds_between(step_start, Clock::now());
+    const ExpertParallelStats& now = experts.stats();
+    mine.dispatch_bytes = now.dispatch_bytes_sent - previous.dispatch_bytes_sent;
+    mine.combine_bytes = now.combine_bytes_sent - previous.combine_bytes_sent;
+    mine.all_to_all_s = now.all_to_all_s - previous.all_to_all_s;
+    mine.expert_s = now.expert_compute_s - previous.expert_compute_s;
+    mine.shared_s = now.overlapped_s - previous.overlapped_s;
+    previous = now;
+    const engine::EngineStats& engine_now = engine.stats();
+    mine.scheduled_tokens = engine_now.computed_tokens - previous_engine.computed_tokens;
+    mine.output_tokens = engine_now.output_tokens - previous_engine.output_tokens;
+    previous_engine = engine_now;
+    mine.finished_requests = static_cast<int64_t>(outputs->size());
+
+    // 2. Results and metrics to the coordinator.
+    std::vector<uint8_t> blob;
+    append_bytes(blob, &mine, sizeof(mine));
+    for (const engine::RequestOutput& output : *outputs) {
+      const std::string line = engine::format_output_line(output) + "\n";
+      append_bytes(blob, line.data(), line.size());
+    }
+    Result<std::vector<std::vector<uint8_t>>> gathered = transport.gatherv(blob.data(), blob.size(), 0);
+    if (!gathered.is_ok()) return fail(gathered.status());
+    if (root) {
+      for (int r = 0; r < world; ++r) {
+        const std::vector<uint8_t>& from = (*gathered)[static_cast<size_t>(r)];
+        StepMetrics theirs;
+        size_t offset = 0;
+        if (!read_bytes(from, &offset, &theirs, sizeof(theirs))) {
+          return fail(internal_error("rank " + std::to_string(r) + " sent a truncated step record"));
+        }
+        add_into(report.rank_totals[static_cast<size_t>(r)], theirs);
+        finished_total += theirs.finished_requests;
+        output_tokens_total += theirs.output_tokens;
+        if (metrics) *metrics << metrics_json(report.steps, r, theirs) << "\n";
+        const std::string text(reinterpret_cast<const char*>(from.data() + offset), from.size() - offset);
+        std::istringstream lines(text);
+        for (std::string line; std::getline(lines, line);) {
+          const Status written = write_line(line);
+          if (!written.is_ok()) return fail(written);
+        }
+      }
+      if (metrics) metrics->flush();
+    }
+    ++report.steps;
+
+    // 3. Work left anywhere, and the loads of this step.
+    std::fill(reduce.begin(), reduce.end(), 0);
+    reduce[0] = engine.has_unfinished() ? 1 : 0;
+    const std::vector<int64_t> routed = experts.take_routed_loads();
+    std::copy(routed.begin(), routed.end(), reduce.begin() + 1);
+    const std::vector<int64_t> computed = experts.take_computed_loads();
+    int64_t* rank_slice = reduce.data() + 1 + routed.size();  // [L, R]
+    for (int l = 0; l < num_layers; ++l) rank_slice[l * world + rank] = computed[static_cast<size_t>(l)];
+    reduced = transport.all_reduce(reduce.data(), reduce.size(), comm::ReduceOp::kSum);
+    if (!reduced.is_ok()) return fail(reduced);
+    unfinished = reduce[0];
+    const std::span<const int64_t> step_loads(reduce.data() + 1, routed.size());
+    if (root) {
+      expert_loads.add_step(step_loads);
+      rank_loads.add_step(std::span<const int64_t>(rank_slice, static_cast<size_t>(num_layers) * world));
+    }
+
+    // 4. Balancing, decided at rank 0.
+    if (config.balance == BalanceMode::kBias && unfinished > 0) {
+      std::vector<float> flat(static_cast<size_t>(num_layers) * num_experts, 0.0f);
+      if (root) {
+        for (int l = 0; l < num_layers; ++l) {
+          std::vector<float>& layer_bias = bias[static_cast<size_t>(l)];
+          if (layer_bias.empty()) continue;
+          experts::update_balance_bias(step_loads.subspan(static_cast<size_t>(l) * num_experts, num_experts),
+                                       config.balance_gamma, layer_bias);
+          std::copy(layer_bias.begin(), layer_bias.end(), flat.begin() + static_cast<ptrdiff_t>(l) * num_experts);
+        }
+      }
+      Status sent = transport.broadcast(flat.data(), flat.size() * sizeof(float), 0);
+      if (!sent.is_ok()) return fail(sent);
+      for (int l = 0; l < num_layers; ++l) {
+        std::vector<float>& layer_bias = bias[static_cast<size_t>(l)];
+        if (!layer_bias.empty()) std::copy_n(flat.begin() + static_cast<ptrdiff_t>(l) * num_experts, num_experts, layer_bias.begin());
+      }
+    }
+    if (config.balance == BalanceMode::kReplicate) {
+      for (size_t i = 0; i < window_loads.size(); ++i) window_loads[i] += step_loads[i];
+      if (unfinished > 0 && report.steps % config.balance_interval == 0) {
+        std::vector<uint8_t> placement_json;
+        if (root) {
+          const std::vector<float> weights(window_loads.begin(), window_loads.end());
+          experts::EplbConfig eplb;
+          eplb.num_gpus = world;
+          eplb.num_replicas = world * slots_per_rank(num_experts, world, config.redundant_slots_per_rank);
+          Result<experts::EplbPlan> plan = experts::rebalance_experts(weights, num_layers, num_experts, eplb);
+          if (!plan.is_ok()) return fail(plan.status().with_context("EPLB"));
+          Result<experts::ExpertPlacement> placement = experts::placement_from_eplb(*plan, world);
+          if (!placement.is_ok()) return fail(placement.status().with_context("EPLB placement"));
+          const std::string text = placement->to_json();
+          placement_json.assign(text.begin(), text.end());
+        }
+        Status sent = broadcast_blob(transport, placement_json);
+        if (!sent.is_ok()) return fail(sent);
+        Result<experts::ExpertPlacement> placement = experts::parse_placement_json(
+            std::string(placement_json.begin(), placement_json.end()), num_experts);
+        if (!placement.is_ok()) return fail(placement.status().with_context("placement from rank 0"));
+        experts.set_placement(std::move(placement).value());
+        ++report.rebalances;
+        std::fill(window_loads.begin(), window_loads.end(), 0);
+      }
+    }
+
+    const Clock::time_point now_time = Clock::now();
+    if (root && config.progress_interval_s > 0 &&
+        seconds_between(last_progress, now_time) >= config.progress_interval_s) {
+      const double elapsed = seconds_between(start, now_time);
+      MOERT_INFO("progress: " << finished_total << " requests finished, step " << report.steps << ", "
+                              << static_cast<int64_t>(output_tokens_total / elapsed) << " output tok/s, MaxVio "
+                              << expert_loads.last_step_max_violation());
+      last_progress = now_time;
+    }
+  }
+  report.wall_s = seconds_between(start, Clock::now());
+
+  // Final engine statistics of every rank.
+  double packed[kEngineStatFields];
+  pack_engine_stats(engine.stats(), packed);
+  std::vector<double> all(static_cast<size_t>(world) * kEngineStatFields);
+  Status gathered = transport.gather(packed, sizeof(packed), all.data(), 0);
+  if (!gathered.is_ok()) return fail(gathered);
+  if (root) {
+    for (int r = 0; r < world; ++r) report.rank_engine_stats.push_back(unpack_engine_stats(all.data() + r * kEngineStatFields));
+    report.expert_run_max_violation = expert_loads.run_max_violation();
+    report.expert_step_max_violation = expert_loads.mean_step_max_violation();
+    for (int l = 0; l < num_layers; ++l) report.expert_run_max_violation_per_layer.push_back(expert_loads.run_max_violation(l));
+    report.rank_run_max_violation = rank_loads.run_max_violation();
+    report.rank_step_max_violation = rank_loads.mean_step_max_violation();
+  }
+  model.set_selection_bias(nullptr);
+  return report;
+}
+
+std::string format_job_summary(const BatchJobReport& report, const BatchJobConfig& config) {
+  std::ostringstream out;
+  char line[512];
+  int64_t output_tokens = 0, prompt_tokens = 0;
+  double step_s = 0.0, a2a_s = 0.0;
+  for (size_t r = 0; r < report.rank_totals.size(); ++r) {
+    const StepMetrics& m = report.rank_totals[r];
+    const engine::EngineStats& e = report.rank_engine_stats[r];
+    output_tokens += e.output_tokens;
+    prompt_tokens += e.prompt_tokens;
+    step_s += m.step_s;
+    a2a_s += m.all_to_all_s;
+    std::snprintf(line, sizeof(line),
+                  "rank %zu: %lld requests, %lld tokens computed, %lld output tokens, %lld preemptions, step %.2f s "
+                  "(all-to-all %.2f s = %.1f%%, routed experts %.2f s, shared experts %.2f s), sent %.2f MB dispatch "
+                  "+ %.2f MB combine\n",
+                  r, static_cast<long long>(m.finished_requests), static_cast<long long>(m.scheduled_tokens),
+                  static_cast<long long>(e.output_tokens), static_cast<long long>(e.preemptions), m.step_s,
+                  m.all_to_all_s, m.step_s > 0 ? 100.0 * m.all_to_all_s / m.step_s : 0.0, m.expert_s, m.shared_s,
+                  m.dispatch_bytes / 1e6, m.combine_bytes / 1e6);
+    out << line;
+  }
+  const double wall = report.wall_s > 0 ? report.wall_s : 1e-9;
+  std::snprintf(line, sizeof(line),
+                "job: %zu ranks, %lld lock-step iterations, %.2f s, output %.1f tok/s (%lld tokens), input %lld "
+                "tokens, all-to-all %.1f%% of step time\n",
+                report.rank_totals.size(), static_cast<long long>(report.steps), report.wall_s, output_tokens / wall,
+                static_cast<long long>(output_tokens), static_cast<long long>(prompt_tokens),
+                step_s > 0 ? 100.0 * a2a_s / step_s : 0.0);
+  out << line;
+  std::snprintf(line, sizeof(line),
+                "balance %s: expert MaxVio %.3f over the run, %.3f per step (mean over MoE layers); rank compute "
+                "MaxVio %.3f over the run, %.3f per step; %d placement(s) installed",
+                balance_mode_name(config.balance), report.expert_run_max_violation, report.expert_step_max_violation,
+                report.rank_run_max_violation, report.rank_step_max_violation, report.rebalances);
+  out << line;
+  return out.str();
+}
+
+}  // namespace moert::parallel

@@ -1,0 +1,103 @@
+// One JSONL batch served by every rank of a job (data-parallel attention, expert-parallel
+// MoE). Rank 0 is the coordinator: it assigns requests, writes results, reports progress
+// and owns load balancing. Every function here is collective unless it says "pure": all
+// ranks call it, in the same order.
+//
+// Lock-step protocol, per iteration, on every rank:
+//   1. engine.step(): one forward (an empty one on a rank without work), so every rank
+//      takes part in each MoE layer's dispatch and combine;
+//   2. gatherv at rank 0 of [StepMetrics | finished result lines]; rank 0 writes the lines;
+//   3. all_reduce(sum) of [unfinished flag | routed loads [L, E] | computed loads [L, R]];
+//   4. balancing (rank 0 decides, broadcasts): new router biases (--balance=bias) or, every
+//      balance_interval steps, a new placement with replicas (--balance=replicate).
+// The loop ends on every rank in the same iteration: when the reduced flag is 0.
+// Failure: a rank whose step or write fails aborts the whole job (Transport::abort) with
+// a message naming it; lines written before stay in the output file (flushed per line).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/comm/transport.h"
+#include "runtime/core/status.h"
+#include "runtime/engine/engine.h"
+#include "runtime/parallel/expert_parallel.h"
+
+namespace moert::parallel {
+
+enum class BalanceMode { kNone, kBias, kReplicate };
+// "none", "bias", "replicate"; anything else is invalid_argument naming it.
+Result<BalanceMode> parse_balance_mode(const std::string& text);
+const char* balance_mode_name(BalanceMode mode);
+
+struct BatchJobConfig {
+  double progress_interval_s = 2.0;  // seconds between progress lines at rank 0 (<= 0: none)
+  BalanceMode balance = BalanceMode::kNone;
+  float balance_gamma = 0.001f;      // bias step per iteration (--balance=bias)
+  int balance_interval = 16;         // steps between replica plans (--balance=replicate)
+  int redundant_slots_per_rank = 1;  // extra expert slots per rank (--balance=replicate)
+  std::string metrics_path;          // per-step JSONL written by rank 0; empty: none
+};
+// invalid_argument naming the option for gamma < 0, interval < 1, redundant slots < 0.
+Status validate_batch_job_config(const BatchJobConfig& config);
+
+// Pure. Request i goes to the rank with the most KV blocks left after the requests before
+// it (pool_blocks[r] minus what it was given so far; ties: the lowest rank), so ranks with
+// bigger pools get more work. request_blocks[i] >= 0, pool_blocks non-empty.
+std::vector<int> assign_by_free_blocks(const std::vector<int64_t>& request_blocks,
+                                       const std::vector<int64_t>& pool_blocks);
+// Pure. Blocks a request can hold at most: n samples x ceil((prompt + max_tokens) / B),
+// ignoring prefix sharing.
+int64_t request_block_estimate(const engine::Request& request, int block_size);
+
+// Collective. Rank 0 passes every request line and its block estimate (other ranks pass
+// empty vectors); every rank passes the usable blocks of its own KV pool. Returns the
+// lines assigned to this rank, in input order; at rank 0 *assignment (if not null)
+// receives the rank of every line.
+Result<std::vector<std::string>> distribute_request_lines(comm::Transport& transport,
+                                                          const std::vector<std::string>& lines,
+                                                          const std::vector<int64_t>& blocks, int64_t pool_blocks,
+                                                          std::vector<int>* assignment);
+
+// What one rank did in one step (also summed over the run).
+struct StepMetrics {
+  int64_t scheduled_tokens = 0;  // tokens through the model
+  int64_t output_tokens = 0;     // sampled tokens
+  int64_t finished_requests = 0;
+  int64_t dispatch_bytes = 0;    // sent to other ranks
+  int64_t combine_bytes = 0;
+  double step_s = 0.0;           // whole engine step
+  double all_to_all_s = 0.0;     // inside exchanges (waiting for peers included)
+  double expert_s = 0.0;         // routed experts computed here
+  double shared_s = 0.0;         // shared experts, overlapped with the dispatch
+};
+
+struct BatchJobReport {  // complete at rank 0 only
+  int64_t steps = 0;
+  double wall_s = 0.0;
+  std::vector<StepMetrics> rank_totals;       // [R]
+  std::vector<engine::EngineStats> rank_engine_stats;  // [R] at the end
+  // Expert load over experts (MaxVio of tokens per logical expert, spec/moe.md §2.1):
+  double expert_run_max_violation = 0.0;      // over the whole run, mean over layers
+  double expert_step_max_violation = 0.0;     // mean over steps of the per-step value
+  std::vector<double> expert_run_max_violation_per_layer;  // [L] (0 for dense layers)
+  // Compute load over ranks (contributions computed per rank): what replicas change.
+  double rank_run_max_violation = 0.0;
+  double rank_step_max_violation = 0.0;
+  int rebalances = 0;                         // placements installed (--balance=replicate)
+};
+
+// Collective: serves what was added to `engine` in lock-step with every other rank until
+// no rank has work. engine's forward must be `model` with `experts` as its routed experts
+// and engine.config().forward_when_idle set. write_line is called at rank 0 only, once
+// per finished request, in rank order within a step.
+Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Engine& engine, TransformerForward& model,
+                                         ExpertParallelExperts& experts, const BatchJobConfig& config,
+                                         const std::function<Status(const std::string&)>& write_line);
+
+// The summary lines of a report (rank 0).
+std::string format_job_summary(const BatchJobReport& report, const BatchJobConfig& config);
+
+}  // namespace moert::parallel
