@@ -84,6 +84,9 @@ engine::EngineStats sum_engine_stats(const std::vector<engine::EngineStats>& ran
     total.cow_copies += s.cow_copies;
     total.peak_used_blocks = std::max(total.peak_used_blocks, s.peak_used_blocks);
     total.prefix_hit_tokens += s.prefix_hit_tokens;
+    total.prefix_query_tokens += s.prefix_query_tokens;
+    total.unused_slots_at_peak += s.unused_slots_at_peak;  // each rank's own peak
+    total.running_at_peak += s.running_at_peak;
     total.forward_s = std::max(total.forward_s, s.forward_s);
     total.sample_s = std::max(total.sample_s, s.sample_s);
   }

@@ -71,13 +71,15 @@ std::string metrics_json(int64_t step, int rank, const StepMetrics& m) {
 }
 
 // Engine statistics as plain int64/double fields in a fixed order, for one gather.
-constexpr int kEngineStatFields = 10;
+constexpr int kEngineStatFields = 13;
 void pack_engine_stats(const engine::EngineStats& s, double* out) {
   const double fields[kEngineStatFields] = {static_cast<double>(s.steps),          static_cast<double>(s.prompt_tokens),
                                             static_cast<double>(s.computed_tokens), static_cast<double>(s.output_tokens),
                                             static_cast<double>(s.preemptions),     static_cast<double>(s.cow_copies),
                                             static_cast<double>(s.peak_used_blocks), static_cast<double>(s.prefix_hit_tokens),
-                                            s.forward_s,                            s.sample_s};
+                                            s.forward_s,                            s.sample_s,
+                                            static_cast<double>(s.unused_slots_at_peak), static_cast<double>(s.running_at_peak),
+                                            static_cast<double>(s.prefix_query_tokens)};
   std::copy(fields, fields + kEngineStatFields, out);
 }
 engine::EngineStats unpack_engine_stats(const double* in) {
@@ -92,6 +94,9 @@ engine::EngineStats unpack_engine_stats(const double* in) {
   s.prefix_hit_tokens = static_cast<int64_t>(in[7]);
   s.forward_s = in[8];
   s.sample_s = in[9];
+  s.unused_slots_at_peak = static_cast<int64_t>(in[10]);
+  s.running_at_peak = static_cast<int64_t>(in[11]);
+  s.prefix_query_tokens = static_cast<int64_t>(in[12]);
   return s;
 }
 

@@ -1,0 +1,115 @@
+// `moert run` under real `mpirun -np N`: the one output file written by rank 0 holds the
+// same results as a single-rank run for every rank count and for a placement with
+// replicas, on every shared reference model; setup errors on any rank end every rank.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/test_support.h"
+
+namespace moert {
+namespace {
+
+using testing::run_command;
+
+std::string mpirun(int ranks) {
+  return "timeout -k 5 120 mpirun -np " + std::to_string(ranks) + " --oversubscribe --bind-to none ";
+}
+
+// id -> "outputs" of every line (timings differ between runs and are left out).
+std::map<std::string, nlohmann::json> outputs_by_id(const std::string& path) {
+  std::map<std::string, nlohmann::json> by_id;
+  std::istringstream in(testing::read_file(path));
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const nlohmann::json parsed = nlohmann::json::parse(line);
+    EXPECT_EQ(by_id.count(parsed["id"]), 0u) << "id " << parsed["id"] << " written twice in " << path;
+    by_id[parsed["id"]] = parsed["outputs"];
+  }
+  return by_id;
+}
+
+std::string requests_text(int vocab) {
+  std::string text;
+  for (int i = 0; i < 12; ++i) {
+    nlohmann::json request = {{"id", "q" + std::to_string(i)}, {"max_tokens", 2 + (i * 5) % 11}};
+    std::vector<int> prompt;
+    for (int j = 0; j < 1 + (i * 7) % 30; ++j) prompt.push_back((i * 131 + j * 17 + 3) % vocab);
+    request["prompt_token_ids"] = prompt;
+    if (i % 4 == 1) {
+      request["temperature"] = 0.7;
+      request["seed"] = i;
+      request["n"] = 2;
+    }
+    text += request.dump() + "\n";
+  }
+  return text;
+}
+
+class CliParallelRun : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CliParallelRun, OutputsEqualOneRankForEveryRankCountAndReplicas) {
+  if (GetParam() == "missing") GTEST_SKIP() << "no shared reference models";
+  const std::string model = testing::shared_dir() + "/reference/" + GetParam() + "/hf";
+  const nlohmann::json config = nlohmann::json::parse(testing::read_file(model + "/config.json"));
+  const int vocab = config["vocab_size"];
+  const int experts = config.value("num_local_experts", config.value("n_routed_experts", config.value("num_experts", 0)));
+  testing::ScratchDir scratch("cli-parallel-" + testing::test_param_name(GetParam()));
+  const std::string input = scratch / "in.jsonl";
+  testing::write_file(input, requests_text(vocab));
+  // Replicas: expert e on rank e % 3, and every other expert also on rank (e + 1) % 3.
+  std::vector<std::vector<int>> rank_experts(3);
+  for (int e = 0; e < experts; ++e) rank_experts[e % 3].push_back(e);
+  for (int e = 0; e < experts; e += 2) rank_experts[(e + 1) % 3].push_back(e);
+  const nlohmann::json placement = {{"num_ranks", 3}, {"layers", {{{"rank_experts", rank_experts}}}}};
+  testing::write_file(scratch / "replicas.json", placement.dump());
+
+  auto run = [&](const std::string& launcher, const std::string& name, const std::string& extra) {
+    const std::string output = scratch / (name + ".jsonl");
+    const testing::CommandResult result = run_command(launcher + testing::moert_binary() + " run --model " + model +
+                                                      " --input " + input + " --output " + output +
+                                                      " --threads 1 --max-batched-tokens 40 " + extra);
+    EXPECT_EQ(result.exit_code, 0) << name << ": " << result.err;
+    EXPECT_NE(result.err.find("requests: 12 finished"), std::string::npos) << name << ": " << result.err;
+    return outputs_by_id(output);
+  };
+  const std::map<std::string, nlohmann::json> single = run("", "single", "");
+  ASSERT_EQ(single.size(), 12u);
+  EXPECT_EQ(run(mpirun(1), "np1", ""), single);
+  EXPECT_EQ(run(mpirun(2), "np2", ""), single);
+  EXPECT_EQ(run(mpirun(4), "np4", ""), single);
+  EXPECT_EQ(run(mpirun(3), "np3_replicas", "--placement " + (scratch / "replicas.json")), single);
+  EXPECT_EQ(run(mpirun(2), "np2_bias0", "--balance bias --balance-gamma 0"), single);  // a zero step changes nothing
+  EXPECT_EQ(run(mpirun(4), "np4_replicate", "--balance replicate --balance-interval 2"), single);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CliParallelRun, ::testing::ValuesIn(testing::reference_model_params()),
+                         [](const auto& info) { return testing::test_param_name(info.param); });
+
+TEST(CliParallelRunErrors, ASetupErrorOnTheRanksEndsEveryRankWithOneMessage) {
+  testing::ScratchDir scratch("cli-parallel-errors");
+  const std::string model = scratch / "m";
+  ASSERT_EQ(run_command(testing::moert_binary() + " make-model --arch qwen3_moe --preset tiny --num-layers 2 --out " +
+                        model).exit_code, 0);
+  testing::write_file(scratch / "in.jsonl", R"({"id": "a", "prompt_token_ids": [1, 2], "max_tokens": 2})" "\n");
+  testing::write_file(scratch / "three.json", R"({"num_ranks": 3, "layers": [{"rank_experts": [[0, 1, 2], [3, 4, 5], [6, 7]]}]})");
+  const std::string base = testing::moert_binary() + " run --model " + model + " --input " + (scratch / "in.jsonl") +
+                           " --output " + (scratch / "out.jsonl");
+  const testing::CommandResult wrong_ranks = run_command(mpirun(2) + base + " --placement " + (scratch / "three.json"));
+  EXPECT_NE(wrong_ranks.exit_code, 0);
+  EXPECT_NE(wrong_ranks.err.find("places experts on 3 ranks, the job has 2"), std::string::npos) << wrong_ranks.err;
+  const testing::CommandResult missing = run_command(mpirun(2) + testing::moert_binary() + " run --model " +
+                                                     (scratch / "nowhere") + " --input " + (scratch / "in.jsonl") +
+                                                     " --output " + (scratch / "out.jsonl"));
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("nowhere"), std::string::npos) << missing.err;
+  const testing::CommandResult bad_mode = run_command(mpirun(2) + base + " --balance sideways");
+  EXPECT_NE(bad_mode.exit_code, 0);
+  EXPECT_NE(bad_mode.err.find("'sideways' is not one of none, bias, replicate"), std::string::npos) << bad_mode.err;
+}
+
+}  // namespace
+}  // namespace moert
