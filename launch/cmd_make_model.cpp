@@ -35,6 +35,7 @@ int run_make_model(const std::vector<std::string>& args) {
   uint64_t seed = 0;
   double shard_mb = 16.0;
   int threads = 0;
+  WeightShaping shaping;
   options.add_options()
       ("help,h", "show this help")
       ("arch", po::value(&arch_text)->default_value("qwen3_moe"),
@@ -52,7 +53,14 @@ int run_make_model(const std::vector<std::string>& args) {
       ("expert-size", po::value<int>(), "override: routed expert width (moe_intermediate_size)")
       ("num-heads", po::value<int>(), "override: query heads")
       ("num-kv-heads", po::value<int>(), "override: key/value heads")
-      ("head-dim", po::value<int>(), "override: head dimension");
+      ("head-dim", po::value<int>(), "override: head dimension")
+      ("router-skew", po::value(&shaping.router_skew)->default_value(0.0f),
+       "skewed router: expert e's router row scaled by 1 + S (E-1-e)/(E-1), so low ids win more often")
+      ("faithful-layers", po::value(&shaping.faithful_layers)->default_value(0),
+       "draft-friendly target: layers from this one on write residual updates scaled by --late-layer-scale "
+       "(make-model --num-layers <this> with the same seed writes its truncated draft); 0: off")
+      ("late-layer-scale", po::value(&shaping.late_layer_scale)->default_value(0.05f),
+       "residual scale of the layers past --faithful-layers, in (0, 1]");
   po::variables_map vm;
   if (!parse_command_line(args, options, &vm)) return 0;
   ModelShapeOverrides overrides;
@@ -73,8 +81,9 @@ int run_make_model(const std::vector<std::string>& args) {
   Result<ModelConfig> config = preset_model_config(parse_architecture(arch_text), preset, overrides);
   if (!config.is_ok()) throw CommandError(config.status().message());
   ThreadPool pool(threads > 0 ? threads : default_num_threads());
+  throw_if_error(validate_weight_shaping(shaping));
   const Status written = write_random_checkpoint(config.value(), seed, out_dir,
-                                                 static_cast<uint64_t>(shard_mb * 1024.0 * 1024.0), pool);
+                                                 static_cast<uint64_t>(shard_mb * 1024.0 * 1024.0), pool, shaping);
   if (!written.is_ok()) throw CommandError(written.message());
   const ParameterCounts counts = count_parameters(config.value());
   std::cout << "wrote " << out_dir << ": " << describe_model_config(config.value()) << "\n"

@@ -143,7 +143,43 @@ Result<ModelConfig> preset_model_config(Architecture arch, const std::string& pr
   return parse_model_config(model_config_to_json(c));
 }
 
-std::vector<TensorSpec> checkpoint_tensor_specs(const ModelConfig& c) {
+namespace {
+std::vector<TensorSpec> unshaped_tensor_specs(const ModelConfig& c);
+}  // namespace
+
+Status validate_weight_shaping(const WeightShaping& shaping) {
+  if (!(shaping.router_skew >= 0.0f) || !std::isfinite(shaping.router_skew)) {
+    return invalid_argument("router skew " + std::to_string(shaping.router_skew) + " must be finite and >= 0");
+  }
+  if (shaping.faithful_layers < 0) {
+    return invalid_argument("faithful layers " + std::to_string(shaping.faithful_layers) + " must be >= 0");
+  }
+  if (!(shaping.late_layer_scale > 0.0f && shaping.late_layer_scale <= 1.0f)) {
+    return invalid_argument("late layer scale " + std::to_string(shaping.late_layer_scale) + " must be in (0, 1]");
+  }
+  return Status::ok();
+}
+
+std::vector<TensorSpec> checkpoint_tensor_specs(const ModelConfig& c, const WeightShaping& shaping) {
+  std::vector<TensorSpec> specs = unshaped_tensor_specs(c);
+  const bool damp = shaping.faithful_layers > 0 && shaping.late_layer_scale != 1.0f;
+  for (TensorSpec& spec : specs) {
+    if (shaping.router_skew > 0.0f && spec.name == "model.embed_tokens.weight") spec.offset = 1.0f;
+    if (shaping.router_skew > 0.0f && spec.name.ends_with(".gate.weight")) {  // the router
+      spec.offset = shaping.router_skew / static_cast<float>(c.hidden_size);
+      spec.offset_ramps = true;
+    }
+    if (!damp || !spec.name.starts_with("model.layers.")) continue;
+    const int layer = std::stoi(spec.name.substr(13));
+    const bool residual_write = spec.name.ends_with("o_proj.weight") || spec.name.ends_with("down_proj.weight") ||
+                                spec.name.ends_with(".w2.weight");
+    if (layer >= shaping.faithful_layers && residual_write) spec.a *= shaping.late_layer_scale;
+  }
+  return specs;
+}
+
+namespace {
+std::vector<TensorSpec> unshaped_tensor_specs(const ModelConfig& c) {
   using Init = TensorSpec::Init;
   std::vector<TensorSpec> specs;
   const int64_t d = c.hidden_size;
@@ -191,6 +227,7 @@ std::vector<TensorSpec> checkpoint_tensor_specs(const ModelConfig& c) {
   }
   return specs;
 }
+}  // namespace
 
 ParameterCounts count_parameters(const ModelConfig& c) {
   ParameterCounts counts;
@@ -208,11 +245,12 @@ ParameterCounts count_parameters(const ModelConfig& c) {
 }
 
 Status write_random_checkpoint(const ModelConfig& config, uint64_t seed, const std::string& dir,
-                               uint64_t max_shard_bytes, ThreadPool& pool) {
+                               uint64_t max_shard_bytes, ThreadPool& pool, const WeightShaping& shaping) {
+  MOERT_RETURN_IF_ERROR(validate_weight_shaping(shaping));
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return io_error("cannot create " + dir + ": " + ec.message());
-  const std::vector<TensorSpec> specs = checkpoint_tensor_specs(config);
+  const std::vector<TensorSpec> specs = checkpoint_tensor_specs(config, shaping);
   std::vector<Buffer> buffers;
   buffers.reserve(specs.size());
   for (const TensorSpec& spec : specs) buffers.emplace_back(spec.dtype, spec.shape);
@@ -221,9 +259,20 @@ Status write_random_checkpoint(const ModelConfig& config, uint64_t seed, const s
     const TensorSpec& spec = specs[s];
     const uint64_t key = splitmix64(seed ^ fnv1a(spec.name));
     const TensorView& view = buffers[s].view();
+    const int64_t rows = spec.shape.size() == 2 ? spec.shape[0] : 1;
+    const int64_t row_length = rows > 0 ? view.numel() / rows : 1;
+    const uint64_t direction_key = splitmix64(seed ^ fnv1a("router-skew-direction"));
     pool.parallel_for(view.numel(), 4096, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        const float value = random_value(spec, key, i);
+        float value = random_value(spec, key, i);
+        if (spec.offset != 0.0f) {
+          const int64_t row = i / row_length, column = i % row_length;
+          const float ramp = spec.offset_ramps && rows > 1
+                                 ? 1.0f - 2.0f * static_cast<float>(row) / static_cast<float>(rows - 1)
+                                 : 1.0f;
+          const float sign = (splitmix64(direction_key + static_cast<uint64_t>(column)) >> 63) != 0 ? 1.0f : -1.0f;
+          value += spec.offset * ramp * sign;
+        }
         if (spec.dtype == DType::kF32) {
           view.as<float>()[i] = value;
         } else {

@@ -42,10 +42,35 @@ struct TensorSpec {
   Init init = Init::kNormal;
   float a = 0.0f;  // kNormal: mean 0, std a; kUniform: [a, b)
   float b = 0.0f;
+  // Element (r, c) gets + offset * ramp(r) * u[c], with u[c] = +-1 a fixed random sign
+  // per column (from the seed alone) and ramp(r) = 1, or 1 - 2 r / (R - 1) when
+  // offset_ramps (from +1 at row 0 to -1 at the last row). 0: no effect.
+  float offset = 0.0f;
+  bool offset_ramps = false;
 };
 
+// Optional deformations of the random weights, for tests and benchmarks. Each default
+// leaves the checkpoint exactly as without it.
+struct WeightShaping {
+  // A skewed router: every embedding row gets + u (u[c] = +-1, one random sign per
+  // column), so hidden states share the direction u, and router row e gets
+  // + skew * (1 - 2 e / (E - 1)) * u / hidden_size, so expert e's logit is shifted by
+  // about 0.7 * skew * (1 - 2 e / (E - 1)): low ids win the top-k more often. 0: off.
+  float router_skew = 0.0f;
+  // Draft-friendly targets: layers >= faithful_layers write residual updates scaled by
+  // late_layer_scale (their o_proj and every down_proj), so the first faithful_layers
+  // layers decide most of the output and a truncated copy is a good draft. Values depend
+  // on (seed, tensor name, index) only, so `make-model --num-layers k` with the same seed
+  // writes exactly those first k layers. faithful_layers 0: off.
+  int faithful_layers = 0;
+  float late_layer_scale = 1.0f;
+};
+// invalid_argument naming the value: router_skew < 0, faithful_layers < 0,
+// late_layer_scale not in (0, 1].
+Status validate_weight_shaping(const WeightShaping& shaping);
+
 // Every tensor that moert reads for `config`, with its initialisation rule, in checkpoint order.
-std::vector<TensorSpec> checkpoint_tensor_specs(const ModelConfig& config);
+std::vector<TensorSpec> checkpoint_tensor_specs(const ModelConfig& config, const WeightShaping& shaping = {});
 
 // Total parameter count and the count touched per token (dense + top-k experts + shared).
 struct ParameterCounts {
@@ -56,6 +81,6 @@ ParameterCounts count_parameters(const ModelConfig& config);
 
 // Writes the directory (created if needed). Shards hold at most max_shard_bytes each.
 Status write_random_checkpoint(const ModelConfig& config, uint64_t seed, const std::string& dir,
-                               uint64_t max_shard_bytes, ThreadPool& pool);
+                               uint64_t max_shard_bytes, ThreadPool& pool, const WeightShaping& shaping = {});
 
 }  // namespace moert

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -81,6 +82,120 @@ TEST(Generator, SameSeedSameBytesAnyThreadCount) {
   ASSERT_GT(a.size(), 1000u);
   EXPECT_EQ(a, testing::read_file(scratch / "b" + shard));
   EXPECT_NE(a, testing::read_file(scratch / "c" + shard));
+}
+
+
+// Loads of every MoE layer, summed, recorded on the way to the local experts.
+class CountingExperts : public RoutedExperts {
+ public:
+  CountingExperts(const ModelConfig& config, ThreadPool& pool)
+      : local_(config, pool), loads_(static_cast<size_t>(config.num_experts()), 0), top_k_(config.top_k()) {}
+  void run(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens, const int32_t* ids, const float* w,
+           float* out, const std::function<void()>& overlapped) override {
+    for (int64_t i = 0; i < num_tokens * top_k_; ++i) ++loads_[static_cast<size_t>(ids[i])];
+    local_.run(layer, moe, h, num_tokens, ids, w, out, overlapped);
+  }
+  const std::vector<int64_t>& loads() const { return loads_; }
+
+ private:
+  LocalRoutedExperts local_;
+  std::vector<int64_t> loads_;
+  int top_k_;
+};
+
+// Share of the routed entries that go to the lower half of the expert ids.
+double low_half_share(const std::string& dir) {
+  const std::unique_ptr<LoadedModel> model = load_model(dir).value();
+  ThreadPool pool(1);
+  TransformerForward forward(model->config, model->weights, pool);
+  CountingExperts counting(model->config, pool);
+  forward.set_routed_experts(&counting);
+  ForwardBatch batch;
+  for (int t = 0; t < 64; ++t) {
+    batch.tokens.push_back((t * 37 + 5) % model->config.vocab_size);
+    batch.positions.push_back(t);
+  }
+  DenseKvCache cache(model->config);
+  EXPECT_TRUE(forward.forward(batch, cache).is_ok());
+  int64_t total = 0;
+  for (int64_t load : counting.loads()) total += load;
+  int64_t low = 0;
+  for (int e = 0; e < model->config.num_experts() / 2; ++e) low += counting.loads()[static_cast<size_t>(e)];
+  return static_cast<double>(low) / static_cast<double>(total);
+}
+
+TEST(Generator, RouterSkewSendsMostTokensToTheLowExpertIds) {
+  testing::ScratchDir scratch("generator-skew");
+  ModelShapeOverrides shape;
+  shape.num_layers = 2;
+  const ModelConfig config = preset_model_config(Architecture::kQwen3Moe, "tiny", shape).value();
+  ThreadPool pool(2);
+  WeightShaping skewed;
+  skewed.router_skew = 1.0f;
+  ASSERT_TRUE(write_random_checkpoint(config, 3, scratch / "plain", 1 << 30, pool).is_ok());
+  ASSERT_TRUE(write_random_checkpoint(config, 3, scratch / "skewed", 1 << 30, pool, skewed).is_ok());
+  const double plain = low_half_share(scratch / "plain");
+  const double skew = low_half_share(scratch / "skewed");
+  EXPECT_GT(plain, 0.3) << "skewed: " << skew;
+  EXPECT_LT(plain, 0.6) << "skewed: " << skew;
+  EXPECT_GT(skew, plain + 0.15) << "plain: " << plain;
+  WeightShaping bad;
+  bad.router_skew = -1.0f;
+  EXPECT_FALSE(validate_weight_shaping(bad).is_ok());
+}
+
+// Greedy agreement of `draft` with `target` on a few prompts, position by position.
+double greedy_agreement(const std::string& target_dir, const std::string& draft_dir) {
+  const std::unique_ptr<LoadedModel> target = load_model(target_dir).value();
+  const std::unique_ptr<LoadedModel> draft = load_model(draft_dir).value();
+  ThreadPool pool(2);
+  ReferenceForward target_forward(target->config, target->weights, pool);
+  ReferenceForward draft_forward(draft->config, draft->weights, pool);
+  int agree = 0, total = 0;
+  for (int p = 0; p < 4; ++p) {
+    const std::vector<int32_t> prompt = {static_cast<int32_t>(p * 11 + 1), 7, static_cast<int32_t>(p * 3 + 2)};
+    const GreedyOutput a = greedy_generate(target_forward, prompt, 12).value();
+    // Teacher-forced: the draft's argmax after each target prefix.
+    DenseKvCache cache = draft_forward.new_cache();
+    std::vector<int32_t> tokens = prompt;
+    tokens.insert(tokens.end(), a.gen_tokens.begin(), a.gen_tokens.end() - 1);
+    const std::vector<float> logits = draft_forward.forward(cache, tokens).value();
+    const int64_t vocab = draft->config.vocab_size;
+    for (size_t j = 0; j < a.gen_tokens.size(); ++j) {
+      const int64_t row = static_cast<int64_t>(prompt.size() + j) - 1;
+      agree += argmax_lowest_index(logits.data() + row * vocab, vocab) == a.gen_tokens[j] ? 1 : 0;
+      ++total;
+    }
+  }
+  return static_cast<double>(agree) / total;
+}
+
+TEST(Generator, FaithfulLayersMakeTheTruncatedModelAGoodDraft) {
+  testing::ScratchDir scratch("generator-draft");
+  ModelShapeOverrides deep = small_shape();
+  deep.num_layers = 6;
+  ModelShapeOverrides shallow = small_shape();
+  shallow.num_layers = 1;
+  const ModelConfig target_config = preset_model_config(Architecture::kQwen3Moe, "tiny", deep).value();
+  const ModelConfig draft_config = preset_model_config(Architecture::kQwen3Moe, "tiny", shallow).value();
+  ThreadPool pool(2);
+  WeightShaping faithful;
+  faithful.faithful_layers = 1;
+  faithful.late_layer_scale = 0.05f;
+  ASSERT_TRUE(write_random_checkpoint(target_config, 9, scratch / "plain", 1 << 30, pool).is_ok());
+  ASSERT_TRUE(write_random_checkpoint(target_config, 9, scratch / "target", 1 << 30, pool, faithful).is_ok());
+  ASSERT_TRUE(write_random_checkpoint(draft_config, 9, scratch / "draft", 1 << 30, pool, faithful).is_ok());
+  // The draft's tensors are the target's first layer, embeddings and head, byte for byte.
+  const std::unique_ptr<LoadedModel> target = load_model(scratch / "target").value();
+  const std::unique_ptr<LoadedModel> draft = load_model(scratch / "draft").value();
+  const TensorView& a = target->weights.layers[0].attention.q.weight.dense;
+  const TensorView& b = draft->weights.layers[0].attention.q.weight.dense;
+  ASSERT_EQ(static_cast<size_t>(a.numel()) * 2, static_cast<size_t>(b.numel()) * 2);
+  EXPECT_EQ(0, std::memcmp(a.data, b.data, static_cast<size_t>(a.numel()) * 2));
+  const double shaped = greedy_agreement(scratch / "target", scratch / "draft");
+  const double unshaped = greedy_agreement(scratch / "plain", scratch / "draft");
+  EXPECT_GT(shaped, 0.8) << "unshaped target: " << unshaped;
+  EXPECT_LT(unshaped, 0.5) << "shaped target: " << shaped;
 }
 
 }  // namespace
