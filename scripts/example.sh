@@ -12,7 +12,7 @@ model="$MOERT_BUILD_DIR/example/qwen3moe-tiny"
   --out "$MOERT_BUILD_DIR/example/score"
 echo "logits written to $MOERT_BUILD_DIR/example/score.{json,prompt_logits.npy,gen_logits.npy}"
 
-# A batch of 8 requests through the continuous-batching engine (paged KV cache).
+# A batch of 9 requests through the continuous-batching engine (paged KV cache).
 requests="$MOERT_BUILD_DIR/example/requests.jsonl"
 : > "$requests"
 for i in 0 1 2 3 4 5 6 7; do
@@ -21,8 +21,10 @@ for i in 0 1 2 3 4 5 6 7; do
 done
 echo '{"id": "sampled", "prompt_token_ids": [84, 464, 280], "max_tokens": 12, "temperature": 0.8, "top_p": 0.95, "n": 2, "seed": 1}' \
   >> "$requests"
+# Served by 2 expert-parallel ranks: rank 0 assigns the requests and writes the results,
+# every rank runs its own paged KV cache and half of the routed experts.
 rm -f "$MOERT_BUILD_DIR/example/results.jsonl"
-"$MOERT_BUILD_DIR/launch/moert" run --model "$model" --input "$requests" \
-  --output "$MOERT_BUILD_DIR/example/results.jsonl"
+mpirun -np 2 --bind-to none "$MOERT_BUILD_DIR/launch/moert" run --model "$model" --input "$requests" \
+  --output "$MOERT_BUILD_DIR/example/results.jsonl" --threads 1
 echo "results written to $MOERT_BUILD_DIR/example/results.jsonl:"
 head -3 "$MOERT_BUILD_DIR/example/results.jsonl"

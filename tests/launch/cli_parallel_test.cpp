@@ -79,7 +79,22 @@ TEST_P(CliParallelRun, OutputsEqualOneRankForEveryRankCountAndReplicas) {
   const std::map<std::string, nlohmann::json> single = run("", "single", "");
   ASSERT_EQ(single.size(), 12u);
   EXPECT_EQ(run(mpirun(1), "np1", ""), single);
-  EXPECT_EQ(run(mpirun(2), "np2", ""), single);
+  EXPECT_EQ(run(mpirun(2), "np2", "--metrics " + (scratch / "metrics.jsonl")), single);
+  // Per-step metrics: one line per (step, rank), both ranks in every step, the steps in order.
+  std::istringstream metrics(testing::read_file(scratch / "metrics.jsonl"));
+  int lines = 0, finished = 0;
+  int64_t dispatch_bytes = 0;
+  for (std::string line; std::getline(metrics, line); ++lines) {
+    const nlohmann::json m = nlohmann::json::parse(line);
+    EXPECT_EQ(m["rank"], lines % 2) << line;
+    EXPECT_EQ(m["step"], lines / 2) << line;
+    finished += m["finished"].get<int>();
+    dispatch_bytes += m["dispatch_bytes"].get<int64_t>();
+    EXPECT_GE(m["step_s"].get<double>(), m["all_to_all_s"].get<double>()) << line;
+  }
+  EXPECT_GT(lines, 2);
+  EXPECT_EQ(finished, 12);
+  EXPECT_GT(dispatch_bytes, 0);
   EXPECT_EQ(run(mpirun(4), "np4", ""), single);
   EXPECT_EQ(run(mpirun(3), "np3_replicas", "--placement " + (scratch / "replicas.json")), single);
   EXPECT_EQ(run(mpirun(2), "np2_bias0", "--balance bias --balance-gamma 0"), single);  // a zero step changes nothing
