@@ -10,6 +10,7 @@
 #include "experts/placement/placement.h"
 #include "launch/commands.h"
 #include "launch/engine_options.h"
+#include "launch/spec_options.h"
 #include "runtime/comm/mpi_transport.h"
 #include "runtime/comm/self_transport.h"
 #include "runtime/core/log.h"
@@ -89,6 +90,11 @@ engine::EngineStats sum_engine_stats(const std::vector<engine::EngineStats>& ran
     total.running_at_peak += s.running_at_peak;
     total.forward_s = std::max(total.forward_s, s.forward_s);
     total.sample_s = std::max(total.sample_s, s.sample_s);
+    total.acceptance.merge(s.acceptance);
+    total.spec_steps = std::max(total.spec_steps, s.spec_steps);
+    total.spec_off_steps = std::max(total.spec_off_steps, s.spec_off_steps);
+    total.draft_s = std::max(total.draft_s, s.draft_s);
+    total.verify_s = std::max(total.verify_s, s.verify_s);
   }
   return total;
 }
@@ -99,6 +105,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   po::options_description options("moert run options");
   std::string model_dir, input_path, output_path, placement_path, balance = "none";
   EngineOptions engine_options;
+  SpecOptions spec_options;
   parallel::BatchJobConfig job;
   options.add_options()
       ("help,h", "show this help")
@@ -113,6 +120,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
       ("balance-redundant", po::value(&job.redundant_slots_per_rank)->default_value(1), "extra expert slots per rank for --balance=replicate")
       ("metrics", po::value(&job.metrics_path), "per-step, per-rank metrics JSONL written by rank 0");
   add_engine_options(options, engine_options);
+  add_spec_options(options, spec_options);
   po::variables_map vm;
   if (!parse_command_line(args, options, &vm)) return 0;
   job.balance = value_or_throw(parallel::parse_balance_mode(balance));
@@ -137,6 +145,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   std::optional<engine::EngineConfig> config;
   std::optional<experts::ExpertPlacement> placement;
   std::unique_ptr<engine::OutputWriter> writer;
+  std::unique_ptr<SpecSetup> spec_setup;
   std::unordered_set<std::string> done;
   int threads = 1;
   std::optional<std::string> setup_error;
@@ -151,6 +160,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
     loaded = value_or_throw(load_model(model_dir));
     config = resolve_engine_config(engine_options, loaded->config);
     config->forward_when_idle = true;
+    spec_setup = std::make_unique<SpecSetup>(spec_options, loaded->config, &*config);
     threads = resolve_threads(engine_options);
     const int num_experts = loaded->config.num_experts();
     if (num_experts < 1) throw CommandError(model_dir + " has no routed experts");
@@ -180,6 +190,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   parallel::ExpertParallelExperts experts(model.config, std::move(*placement), *transport, pool);
   forward.set_routed_experts(&experts);
   engine::Engine engine(forward, *config);
+  engine.set_proposer(spec_setup->start(pool, *config));
 
   // Rank 0 reads and checks the requests, then every rank receives its share.
   ParsedInput parsed;
@@ -212,6 +223,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   if (root) {
     std::cerr << engine_summary(sum_engine_stats(report->rank_engine_stats), *config, report->wall_s) << "\n";
     std::cerr << parallel::format_job_summary(*report, job) << "\n";
+    if (spec_setup->enabled()) std::cerr << spec_setup->summary(sum_engine_stats(report->rank_engine_stats)) << "\n";
     int64_t finished = 0;
     for (const parallel::StepMetrics& m : report->rank_totals) finished += m.finished_requests;
     std::cerr << "requests: " << finished << " finished, " << parsed.skipped << " skipped (already done), "

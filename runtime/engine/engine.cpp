@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "runtime/spec/rejection_sampler.h"
+
 #include "runtime/core/check.h"
 
 namespace moert::engine {
@@ -10,27 +12,6 @@ namespace {
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
-
-// Attention over the paged cache for one step's batch (rows grouped by sequence).
-class PagedAttentionContext : public AttentionContext {
- public:
-  PagedAttentionContext(const PagedKvStorage& storage, const attention::PagedAttentionPlan& plan,
-                        const std::vector<int64_t>& slots, int num_heads, ThreadPool& pool)
-      : storage_(storage), plan_(plan), slots_(slots), num_heads_(num_heads), pool_(pool) {}
-
-  void attend(int layer, const float* q, const float* k, const float* v, int64_t num_tokens, float* out) override {
-    const attention::PagedKvLayer kv = storage_.layer(layer);
-    attention::write_kv_slots(kv, k, v, slots_.data(), num_tokens);
-    attention::paged_attention_forward(q, kv, plan_, num_heads_, out, pool_);
-  }
-
- private:
-  const PagedKvStorage& storage_;
-  const attention::PagedAttentionPlan& plan_;
-  const std::vector<int64_t>& slots_;
-  int num_heads_;
-  ThreadPool& pool_;
-};
 
 }  // namespace
 
@@ -46,24 +27,6 @@ Status validate_engine_config(const EngineConfig& c) {
   return Status::ok();
 }
 
-PagedKvStorage::PagedKvStorage(const ModelConfig& config, int num_blocks, int block_size)
-    : num_blocks_(num_blocks), block_size_(block_size), num_kv_heads_(config.num_kv_heads), head_dim_(config.head_dim) {
-  const size_t per_layer = static_cast<size_t>(num_blocks) * block_size * num_kv_heads_ * head_dim_;
-  for (int layer = 0; layer < config.num_layers; ++layer) {
-    keys_.emplace_back(new float[per_layer]);
-    values_.emplace_back(new float[per_layer]);
-  }
-}
-
-attention::PagedKvLayer PagedKvStorage::layer(int index) const {
-  return {keys_[static_cast<size_t>(index)].get(), values_[static_cast<size_t>(index)].get(), num_blocks_, block_size_,
-          num_kv_heads_, head_dim_};
-}
-
-int64_t PagedKvStorage::bytes_per_block(const ModelConfig& config, int block_size) {
-  return 2LL * config.num_layers * block_size * config.num_kv_heads * config.head_dim * static_cast<int64_t>(sizeof(float));
-}
-
 Engine::Engine(const TransformerForward& model, const EngineConfig& config)
     : model_(model),
       config_(config),
@@ -75,7 +38,8 @@ Engine::Engine(const TransformerForward& model, const EngineConfig& config)
             return scheduler;
           }(),
           kv_),
-      storage_(model.config(), config.num_kv_blocks, config.block_size) {}
+      storage_(model.config(), config.num_kv_blocks, config.block_size),
+      depth_(config.spec) {}
 
 Status Engine::check_request(const Request& request) const {
   const ModelConfig& c = model_.config();
@@ -116,72 +80,117 @@ Status Engine::add_request(Request request) {
   return Status::ok();
 }
 
+Status Engine::propose_drafts() {
+  drafts_.clear();
+  const std::vector<SeqId> ready = scheduler_.decode_ready_sequences();
+  if (ready.empty()) return Status::ok();
+  const spec::DepthChoice depth = depth_.choose(static_cast<int64_t>(ready.size()));
+  if (depth.num_draft < 1) {
+    ++stats_.spec_off_steps;
+    for (SeqId seq : ready) scheduler_.set_spec_tokens(seq, {});
+    return Status::ok();
+  }
+  std::vector<spec::DraftRequest> requests;
+  for (SeqId seq : ready) {
+    const SeqOwner owner = owners_.at(seq);
+    const RequestState& state = requests_.at(owner.request_idx);
+    const int64_t generated = static_cast<int64_t>(state.samples[static_cast<size_t>(owner.sample_idx)].token_ids.size());
+    // At most max_tokens are emitted: K accepted drafts + 1 final token must fit.
+    const int64_t room = state.request.params.max_tokens - generated - 1;
+    spec::DraftRequest request;
+    request.seq = seq;
+    request.tokens = scheduler_.sequence(seq).tokens;
+    request.num_draft = static_cast<int>(std::min<int64_t>(depth.num_draft, room));
+    request.params = &state.request.params;
+    request.seed = seed_of(state);
+    request.stream = static_cast<uint64_t>(owner.sample_idx);
+    request.first_position = static_cast<uint64_t>(generated);
+    requests.push_back(request);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  MOERT_ASSIGN_OR_RETURN(std::vector<spec::Draft> drafts, proposer_->propose(requests));
+  const double elapsed = seconds_since(start);
+  stats_.draft_s += elapsed;
+  depth_.observe_drafting(static_cast<int64_t>(ready.size()), depth.num_draft, elapsed);
+  MOERT_CHECK(drafts.size() == requests.size(), "proposer returned " << drafts.size() << " drafts for "
+                                                                      << requests.size() << " sequences");
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    spec::Draft& draft = drafts[i];
+    MOERT_CHECK(static_cast<int>(draft.tokens.size()) <= std::max(requests[i].num_draft, 0) &&
+                    (draft.probs.empty() || draft.probs.size() == draft.tokens.size() * vocab),
+                "proposer returned " << draft.tokens.size() << " drafts (" << draft.probs.size()
+                                     << " probabilities) for K = " << requests[i].num_draft);
+    for (int32_t token : draft.tokens) {
+      MOERT_CHECK(token >= 0 && static_cast<size_t>(token) < vocab, "draft token " << token << " outside the vocabulary");
+    }
+    scheduler_.set_spec_tokens(requests[i].seq, draft.tokens);
+    if (!draft.tokens.empty()) drafts_[requests[i].seq] = std::move(draft);
+  }
+  return Status::ok();
+}
+
 Result<std::vector<RequestOutput>> Engine::step() {
   std::vector<RequestOutput> finished;
+  if (proposer_ != nullptr) MOERT_RETURN_IF_ERROR(propose_drafts());
   const StepPlan plan = scheduler_.schedule();
+  if (proposer_ != nullptr) {
+    for (SeqId seq : plan.preempted) {
+      proposer_->release(seq);
+      drafts_.erase(seq);
+    }
+  }
   if (plan.chunks.empty()) {
     if (scheduler_.has_unfinished()) return internal_error("the scheduler made no progress with work left");
     if (config_.forward_when_idle) MOERT_RETURN_IF_ERROR(idle_forward());
     return finished;
   }
   ++stats_.steps;
-  // Copy-on-write block copies recorded by this step's reservations, in every layer.
-  const std::vector<attention::BlockCopy> copies = kv_.take_pending_copies();
-  if (!copies.empty()) {
-    std::vector<int32_t> src, dst;
-    for (const attention::BlockCopy& copy : copies) {
-      src.push_back(copy.src);
-      dst.push_back(copy.dst);
-    }
-    for (int layer = 0; layer < model_.config().num_layers; ++layer) {
-      attention::copy_kv_blocks(storage_.layer(layer), src.data(), dst.data(), static_cast<int64_t>(copies.size()));
-    }
+  apply_block_copies(storage_, kv_.take_pending_copies());
+  // One chunk per sequence; a speculative chunk ends with the drafts and wants logits for
+  // its last token and every draft.
+  std::vector<PagedChunk> chunks;
+  bool verifies = false;
+  for (const ScheduledChunk& scheduled : plan.chunks) {
+    const SequenceState& state = scheduler_.sequence(scheduled.seq);
+    PagedChunk chunk;
+    chunk.seq = scheduled.seq;
+    chunk.start = scheduled.start;
+    const auto first = state.tokens.begin() + scheduled.start;
+    chunk.tokens.assign(first, first + (scheduled.num_tokens - scheduled.num_spec_tokens));
+    chunk.tokens.insert(chunk.tokens.end(), state.spec_tokens.begin(), state.spec_tokens.end());
+    chunk.num_logit_rows = scheduled.samples ? static_cast<int>(1 + scheduled.num_spec_tokens) : 0;
+    verifies = verifies || scheduled.num_spec_tokens > 0;
+    chunks.push_back(std::move(chunk));
   }
-  // The batch and its paged-attention plan, rows grouped by sequence.
-  ForwardBatch batch;
-  std::vector<int64_t> slots;
-  std::vector<int32_t> qo_indptr{0}, page_indptr{0}, page_indices, last_page_len;
-  std::vector<SeqId> sampled_seqs;
-  const int block_size = config_.block_size;
-  for (const ScheduledChunk& chunk : plan.chunks) {
-    const SequenceState& state = scheduler_.sequence(chunk.seq);
-    const std::vector<attention::BlockId>& table = kv_.block_table(chunk.seq);
-    for (int64_t pos = chunk.start; pos < chunk.start + chunk.num_tokens; ++pos) {
-      batch.tokens.push_back(state.tokens[static_cast<size_t>(pos)]);
-      batch.positions.push_back(pos);
-      slots.push_back(kv_.slot(chunk.seq, pos));
-    }
-    const int64_t kv_len = chunk.start + chunk.num_tokens;
-    const int64_t num_pages = (kv_len + block_size - 1) / block_size;
-    page_indices.insert(page_indices.end(), table.begin(), table.begin() + num_pages);
-    page_indptr.push_back(static_cast<int32_t>(page_indices.size()));
-    last_page_len.push_back(static_cast<int32_t>(kv_len - (num_pages - 1) * block_size));
-    qo_indptr.push_back(static_cast<int32_t>(batch.tokens.size()));
-    if (chunk.samples) {
-      batch.logit_rows.push_back(static_cast<int64_t>(batch.tokens.size()) - 1);
-      sampled_seqs.push_back(chunk.seq);
-    }
-  }
-  attention::PagedAttentionPlan attention_plan;
-  attention_plan.num_seqs = static_cast<int>(plan.chunks.size());
-  attention_plan.qo_indptr = qo_indptr.data();
-  attention_plan.kv_page_indptr = page_indptr.data();
-  attention_plan.kv_page_indices = page_indices.data();
-  attention_plan.kv_last_page_len = last_page_len.data();
-  PagedAttentionContext context(storage_, attention_plan, slots, model_.config().num_heads, model_.pool());
-
+  const int64_t num_tokens = plan.num_tokens();
   const auto forward_start = std::chrono::steady_clock::now();
-  MOERT_ASSIGN_OR_RETURN(std::vector<float> logits, model_.forward(batch, context));
-  stats_.forward_s += seconds_since(forward_start);
-  stats_.computed_tokens += static_cast<int64_t>(batch.tokens.size());
+  MOERT_ASSIGN_OR_RETURN(std::vector<float> logits, paged_forward(model_, storage_, kv_, chunks));
+  const double forward_s = seconds_since(forward_start);
+  stats_.forward_s += forward_s;
+  depth_.observe_target_step(num_tokens, forward_s);
+  if (verifies) {
+    ++stats_.spec_steps;
+    stats_.verify_s += forward_s;
+  }
+  stats_.computed_tokens += num_tokens;
   scheduler_.complete_step(plan);
   record_kv_stats();
 
   const auto sample_start = std::chrono::steady_clock::now();
-  const int64_t vocab = model_.config().vocab_size;
-  for (size_t i = 0; i < sampled_seqs.size(); ++i) {
-    sample_and_append(sampled_seqs[i], logits.data() + static_cast<int64_t>(i) * vocab, finished);
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  size_t row = 0;
+  for (const ScheduledChunk& scheduled : plan.chunks) {
+    if (!scheduled.samples) continue;
+    const float* rows = logits.data() + row * vocab;
+    if (scheduled.num_spec_tokens > 0) {
+      verify_and_append(scheduled.seq, rows, finished);
+    } else {
+      sample_and_append(scheduled.seq, rows, finished);
+    }
+    row += static_cast<size_t>(1 + scheduled.num_spec_tokens);
   }
+  drafts_.clear();
   stats_.sample_s += seconds_since(sample_start);
   stats_.preemptions = scheduler_.num_preemptions();
   stats_.cow_copies = kv_.stats().cow_copies;
@@ -191,13 +200,7 @@ Result<std::vector<RequestOutput>> Engine::step() {
 }
 
 Status Engine::idle_forward() {
-  const std::vector<int32_t> qo_indptr{0}, page_indptr{0};
-  attention::PagedAttentionPlan plan;
-  plan.qo_indptr = qo_indptr.data();
-  plan.kv_page_indptr = page_indptr.data();
-  const std::vector<int64_t> no_slots;
-  PagedAttentionContext context(storage_, plan, no_slots, model_.config().num_heads, model_.pool());
-  return model_.forward(ForwardBatch{}, context).status();
+  return paged_forward(model_, storage_, kv_, {}).status();
 }
 
 void Engine::record_kv_stats() {
@@ -226,7 +229,7 @@ void Engine::sample_and_append(SeqId seq, const float* logits, std::vector<Reque
       targets.push_back(child);
     }
   }
-  const uint64_t seed = params.seed >= 0 ? static_cast<uint64_t>(params.seed) : state.request.default_seed;
+  const uint64_t seed = seed_of(state);
   const int vocab = model_.config().vocab_size;
   for (SeqId target : targets) {
     const SeqOwner target_owner = owners_.at(target);
@@ -235,21 +238,61 @@ void Engine::sample_and_append(SeqId seq, const float* logits, std::vector<Reque
                                                      static_cast<uint64_t>(sample.token_ids.size()));
     const int32_t token = sampling::sample_token(logits, vocab, params, uniform, &scratch_probs_);
     if (push_token(target, token) && ++state.samples_finished == params.n) {
-      RequestOutput output;
-      output.id = state.request.id;
-      output.prompt_tokens = static_cast<int64_t>(state.request.prompt.size());
-      for (const SampleOutput& s : state.samples) output.output_tokens += static_cast<int64_t>(s.token_ids.size());
-      output.cached_prompt_tokens = state.cached_prompt_tokens;
-      output.num_preemptions = state.num_preemptions;
-      output.time_s = seconds_since(state.added);
-      output.outputs = std::move(state.samples);
-      stats_.prompt_tokens += output.prompt_tokens;
-      stats_.output_tokens += output.output_tokens;
-      finished.push_back(std::move(output));
-      requests_.erase(owner.request_idx);
+      finish_request(owner.request_idx, finished);
       return;
     }
   }
+}
+
+uint64_t Engine::seed_of(const RequestState& state) const {
+  const sampling::SamplingParams& params = state.request.params;
+  return params.seed >= 0 ? static_cast<uint64_t>(params.seed) : state.request.default_seed;
+}
+
+void Engine::finish_request(int64_t request_idx, std::vector<RequestOutput>& finished) {
+  RequestState& state = requests_.at(request_idx);
+  RequestOutput output;
+  output.id = state.request.id;
+  output.prompt_tokens = static_cast<int64_t>(state.request.prompt.size());
+  for (const SampleOutput& s : state.samples) output.output_tokens += static_cast<int64_t>(s.token_ids.size());
+  output.cached_prompt_tokens = state.cached_prompt_tokens;
+  output.num_preemptions = state.num_preemptions;
+  output.time_s = seconds_since(state.added);
+  output.outputs = std::move(state.samples);
+  stats_.prompt_tokens += output.prompt_tokens;
+  stats_.output_tokens += output.output_tokens;
+  finished.push_back(std::move(output));
+  requests_.erase(request_idx);
+}
+
+// The rejection sampler over this step's drafts of `seq`: p = the request's processed
+// distributions of the K + 1 target rows, q = the proposer's (one-hot without them), the
+// uniforms of the output positions the pass covers.
+void Engine::verify_and_append(SeqId seq, const float* logits, std::vector<RequestOutput>& finished) {
+  const SeqOwner owner = owners_.at(seq);
+  RequestState& state = requests_.at(owner.request_idx);
+  const sampling::SamplingParams& params = state.request.params;
+  const SequenceState& sequence = scheduler_.sequence(seq);
+  spec::Draft& draft = drafts_.at(seq);
+  const int num_draft = static_cast<int>(sequence.spec_tokens.size());  // the scheduler may have trimmed them
+  const int vocab = model_.config().vocab_size;
+  draft.tokens.resize(static_cast<size_t>(num_draft));
+  if (!draft.probs.empty()) draft.probs.resize(static_cast<size_t>(num_draft) * static_cast<size_t>(vocab));
+  spec::processed_distributions(logits, num_draft + 1, vocab, params, &target_probs_);
+  const uint64_t generated = state.samples[static_cast<size_t>(owner.sample_idx)].token_ids.size();
+  const spec::PassUniforms uniforms =
+      spec::make_pass_uniforms(seed_of(state), static_cast<uint64_t>(owner.sample_idx), generated, num_draft);
+  const spec::SpecVerifyInput input{vocab, draft.tokens, draft.probs, target_probs_};
+  const spec::SpecVerifyResult result = spec::verify_draft(input, params, uniforms.view(), &residual_);
+  stats_.acceptance.record(num_draft, result.num_accepted);
+  depth_.observe_pass(num_draft, result.num_accepted);
+  for (int32_t token : result.tokens) {
+    if (push_token(seq, token)) {
+      if (++state.samples_finished == params.n) finish_request(owner.request_idx, finished);
+      return;
+    }
+  }
+  scheduler_.accept_spec_tokens(seq, result.num_accepted);
 }
 
 bool Engine::push_token(SeqId seq, int32_t token) {
@@ -266,6 +309,7 @@ bool Engine::push_token(SeqId seq, int32_t token) {
   sample.finish_reason = *reason;
   state.num_preemptions += scheduler_.sequence(seq).num_preemptions;
   scheduler_.finish_sequence(seq);
+  if (proposer_ != nullptr) proposer_->release(seq);
   owners_.erase(seq);
   return true;
 }

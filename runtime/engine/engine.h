@@ -14,10 +14,14 @@
 
 #include "attention/cache/kv_cache_manager.h"
 #include "attention/cpu/paged_attention.h"
+#include "runtime/engine/paged_forward.h"
 #include "runtime/core/status.h"
 #include "runtime/engine/scheduler.h"
 #include "runtime/model/transformer.h"
 #include "runtime/sampling/sampler.h"
+#include "runtime/spec/adaptive_depth.h"
+#include "runtime/spec/depth_controller.h"
+#include "runtime/spec/proposer.h"
 
 namespace moert::engine {
 
@@ -51,6 +55,9 @@ struct EngineConfig {
   // this rank has nothing scheduled, so it takes part in every MoE layer's exchanges.
   bool forward_when_idle = false;
   SchedulerConfig scheduler;
+  // Speculative decoding (used when a proposer is set): K drafts per sequence and pass, or
+  // with adaptive, K in [0, max_num_draft] chosen every step (depth_controller.h).
+  spec::DepthControllerConfig spec;
 };
 Status validate_engine_config(const EngineConfig& config);
 
@@ -69,19 +76,12 @@ struct EngineStats {
   int64_t prefix_hit_tokens = 0;
   double forward_s = 0.0;
   double sample_s = 0.0;
-};
-
-// K/V of every layer, F32, [num_blocks, block_size, KVH, Dh] each; uninitialised memory
-// (a slot is always written before it is read).
-class PagedKvStorage {
- public:
-  PagedKvStorage(const ModelConfig& config, int num_blocks, int block_size);
-  attention::PagedKvLayer layer(int index) const;
-  static int64_t bytes_per_block(const ModelConfig& config, int block_size);
-
- private:
-  int num_blocks_, block_size_, num_kv_heads_, head_dim_;
-  std::vector<std::unique_ptr<float[]>> keys_, values_;
+  // Speculative decoding.
+  spec::AcceptanceStats acceptance;  // per verified pass (a pass = one sequence's K drafts)
+  int64_t spec_steps = 0;            // steps that verified at least one draft
+  int64_t spec_off_steps = 0;        // steps with sequences decoding but depth 0 chosen
+  double draft_s = 0.0;              // in the proposer
+  double verify_s = 0.0;             // forward time of the steps that verified drafts
 };
 
 class Engine {
@@ -96,6 +96,9 @@ class Engine {
   Status check_request(const Request& request) const;
   bool has_unfinished() const { return scheduler_.has_unfinished(); }
   size_t num_running() const { return scheduler_.num_running(); }
+
+  // Speculative decoding through `proposer` (must outlive the engine; null: off).
+  void set_proposer(spec::Proposer* proposer) { proposer_ = proposer; }
 
   // Runs one iteration; returns the requests that finished in it.
   Result<std::vector<RequestOutput>> step();
@@ -119,6 +122,14 @@ class Engine {
   };
 
   void sample_and_append(SeqId seq, const float* logits, std::vector<RequestOutput>& finished);
+  // Verifies the step's drafts of `seq` against logits [1 + K, V] and appends the emitted
+  // tokens (accepted drafts, then the recovered or bonus token).
+  void verify_and_append(SeqId seq, const float* logits, std::vector<RequestOutput>& finished);
+  // Asks the proposer for drafts of every sequence ready to decode.
+  Status propose_drafts();
+  // Moves a request whose samples all finished into `finished`.
+  void finish_request(int64_t request_idx, std::vector<RequestOutput>& finished);
+  uint64_t seed_of(const RequestState& state) const;
   // Returns true when the sample finished.
   bool push_token(SeqId seq, int32_t token);
   void record_kv_stats();
@@ -136,6 +147,10 @@ class Engine {
   SeqId next_seq_id_ = 1;
   EngineStats stats_;
   std::vector<double> scratch_probs_;
+  spec::Proposer* proposer_ = nullptr;
+  spec::DepthController depth_;
+  std::unordered_map<SeqId, spec::Draft> drafts_;  // proposed for this step
+  std::vector<double> target_probs_, residual_;
 };
 
 }  // namespace moert::engine

@@ -81,6 +81,7 @@ void Scheduler::preempt(SeqId seq) {
   untrack_pending_prefix(seq);
   kv_.free_sequence(seq);
   state.num_computed = 0;
+  state.spec_tokens.clear();
   ++state.num_preemptions;
   ++num_preemptions_;
   running_.erase(std::find(running_.begin(), running_.end(), seq));
@@ -113,8 +114,18 @@ StepPlan Scheduler::schedule() {
     const SeqId seq = running_[i];
     SequenceState& state = sequences_.at(seq);
     const int64_t remaining = static_cast<int64_t>(state.tokens.size()) - state.num_computed;
-    const int64_t num_new = std::min(remaining, budget);
+    int64_t num_new = std::min(remaining, budget);
     if (num_new == 0) {
+      ++i;
+      continue;
+    }
+    // Drafts ride along with the last token when the budget and the free blocks allow.
+    int64_t num_spec = remaining == 1 ? std::min<int64_t>(static_cast<int64_t>(state.spec_tokens.size()), budget - 1) : 0;
+    if (num_spec > 0 && !kv_.reserve(seq, state.num_computed, state.num_computed + 1 + num_spec)) num_spec = 0;
+    state.spec_tokens.resize(static_cast<size_t>(num_spec));
+    if (num_spec > 0) {
+      plan.chunks.push_back({seq, state.num_computed, 1 + num_spec, true, num_spec});
+      budget -= 1 + num_spec;
       ++i;
       continue;
     }
@@ -159,7 +170,8 @@ void Scheduler::complete_step(const StepPlan& plan) {
     SequenceState& state = sequences_.at(chunk.seq);
     MOERT_CHECK(state.num_computed == chunk.start, "sequence " << chunk.seq << " computed " << state.num_computed
                                                                 << " tokens, the chunk starts at " << chunk.start);
-    state.num_computed += chunk.num_tokens;
+    // Drafts are not known tokens: their K/V counts only once accept_spec_tokens says so.
+    state.num_computed += chunk.num_tokens - chunk.num_spec_tokens;
     kv_.commit_computed(chunk.seq, state.tokens, state.num_computed);
   }
   for (auto it = pending_prefix_.begin(); it != pending_prefix_.end();) {
@@ -169,6 +181,36 @@ void Scheduler::complete_step(const StepPlan& plan) {
 }
 
 void Scheduler::append_token(SeqId seq, int32_t token) { sequences_.at(seq).tokens.push_back(token); }
+
+void Scheduler::set_spec_tokens(SeqId seq, std::vector<int32_t> drafts) {
+  SequenceState& state = sequences_.at(seq);
+  MOERT_CHECK(drafts.empty() || state.num_computed + 1 == static_cast<int64_t>(state.tokens.size()),
+              "drafts for sequence " << seq << " that is not ready to decode (" << state.num_computed << " of "
+                                     << state.tokens.size() << " tokens computed)");
+  state.spec_tokens = std::move(drafts);
+}
+
+void Scheduler::accept_spec_tokens(SeqId seq, int64_t num_accepted) {
+  SequenceState& state = sequences_.at(seq);
+  const int64_t num_tokens = static_cast<int64_t>(state.tokens.size());
+  MOERT_CHECK(num_accepted >= 0 && num_accepted <= static_cast<int64_t>(state.spec_tokens.size()) &&
+                  state.num_computed + num_accepted < num_tokens,
+              "sequence " << seq << ": " << num_accepted << " accepted of " << state.spec_tokens.size()
+                          << " drafts with " << state.num_computed << " of " << num_tokens << " tokens computed");
+  state.spec_tokens.clear();
+  state.num_computed += num_accepted;
+  kv_.truncate(seq, num_tokens);
+  kv_.commit_computed(seq, state.tokens, state.num_computed);
+}
+
+std::vector<SeqId> Scheduler::decode_ready_sequences() const {
+  std::vector<SeqId> ready;
+  for (SeqId seq : running_) {
+    const SequenceState& state = sequences_.at(seq);
+    if (state.num_computed + 1 == static_cast<int64_t>(state.tokens.size())) ready.push_back(seq);
+  }
+  return ready;
+}
 
 void Scheduler::finish_sequence(SeqId seq) {
   auto it = std::find(running_.begin(), running_.end(), seq);

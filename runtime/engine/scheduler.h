@@ -41,6 +41,9 @@ struct SequenceState {
   int64_t num_computed = 0;      // K/V written for tokens[0, num_computed)
   int64_t num_cached_prompt_tokens = 0;  // served by the prefix cache at the last admission
   int num_preemptions = 0;
+  // Draft tokens proposed after tokens.back(), awaiting verification (speculative
+  // decoding). Never part of `tokens`; scheduled only together with the last token.
+  std::vector<int32_t> spec_tokens;
 };
 
 struct ScheduledChunk {
@@ -48,6 +51,10 @@ struct ScheduledChunk {
   int64_t start = 0;       // first position computed this step (== num_computed before the step)
   int64_t num_tokens = 0;  // positions [start, start + num_tokens)
   bool samples = false;    // the chunk ends at the sequence's last known token: sample after it
+  // Speculative chunk: the last num_spec_tokens positions hold the sequence's spec_tokens
+  // (drafts) instead of known tokens; num_tokens = 1 + num_spec_tokens, samples is true and
+  // the step verifies the drafts (logits of all 1 + num_spec_tokens rows).
+  int64_t num_spec_tokens = 0;
 };
 
 struct StepPlan {
@@ -74,6 +81,22 @@ class Scheduler {
   void complete_step(const StepPlan& plan);
   // Appends a sampled token to a running sequence.
   void append_token(SeqId seq, int32_t token);
+
+  // Speculative decoding. Sets the drafts of a running sequence that is ready to decode
+  // (num_computed == tokens.size() - 1); an empty vector clears them. The next schedule()
+  // gives the sequence 1 + drafts positions (fewer drafts when the token budget or the
+  // pool is short; they are dropped before anyone is preempted for them).
+  void set_spec_tokens(SeqId seq, std::vector<int32_t> drafts);
+  // After a step whose chunk for `seq` was speculative and after the verified tokens
+  // (num_accepted drafts, then the final token) were appended with append_token: the
+  // K/V of the accepted drafts stays (they were computed from the very tokens now in
+  // `tokens`), num_computed advances by num_accepted, blocks wholly past the known tokens
+  // (holding only rejected drafts) return to the pool, and full verified blocks enter the
+  // prefix cache. Blocks holding unverified drafts were never hashed.
+  void accept_spec_tokens(SeqId seq, int64_t num_accepted);
+  // Running sequences ready to decode (their K/V covers all but the last token), in
+  // admission order: the ones a proposer may draft for.
+  std::vector<SeqId> decode_ready_sequences() const;
   // Removes a finished sequence and frees its blocks.
   void finish_sequence(SeqId seq);
 

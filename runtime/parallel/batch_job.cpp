@@ -71,7 +71,7 @@ std::string metrics_json(int64_t step, int rank, const StepMetrics& m) {
 }
 
 // Engine statistics as plain int64/double fields in a fixed order, for one gather.
-constexpr int kEngineStatFields = 13;
+constexpr int kEngineStatFields = 17;
 void pack_engine_stats(const engine::EngineStats& s, double* out) {
   const double fields[kEngineStatFields] = {static_cast<double>(s.steps),          static_cast<double>(s.prompt_tokens),
                                             static_cast<double>(s.computed_tokens), static_cast<double>(s.output_tokens),
@@ -79,7 +79,8 @@ void pack_engine_stats(const engine::EngineStats& s, double* out) {
                                             static_cast<double>(s.peak_used_blocks), static_cast<double>(s.prefix_hit_tokens),
                                             s.forward_s,                            s.sample_s,
                                             static_cast<double>(s.unused_slots_at_peak), static_cast<double>(s.running_at_peak),
-                                            static_cast<double>(s.prefix_query_tokens)};
+                                            static_cast<double>(s.prefix_query_tokens), static_cast<double>(s.spec_steps),
+                                            static_cast<double>(s.spec_off_steps), s.draft_s, s.verify_s};
   std::copy(fields, fields + kEngineStatFields, out);
 }
 engine::EngineStats unpack_engine_stats(const double* in) {
@@ -97,6 +98,10 @@ engine::EngineStats unpack_engine_stats(const double* in) {
   s.unused_slots_at_peak = static_cast<int64_t>(in[10]);
   s.running_at_peak = static_cast<int64_t>(in[11]);
   s.prefix_query_tokens = static_cast<int64_t>(in[12]);
+  s.spec_steps = static_cast<int64_t>(in[13]);
+  s.spec_off_steps = static_cast<int64_t>(in[14]);
+  s.draft_s = in[15];
+  s.verify_s = in[16];
   return s;
 }
 
@@ -373,8 +378,20 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
   std::vector<double> all(static_cast<size_t>(world) * kEngineStatFields);
   Status gathered = transport.gather(packed, sizeof(packed), all.data(), 0);
   if (!gathered.is_ok()) return fail(gathered);
+  const std::vector<int64_t> acceptance = engine.stats().acceptance.to_counts();
+  Result<std::vector<std::vector<uint8_t>>> acceptances =
+      transport.gatherv(acceptance.data(), acceptance.size() * sizeof(int64_t), 0);
+  if (!acceptances.is_ok()) return fail(acceptances.status());
   if (root) {
-    for (int r = 0; r < world; ++r) report.rank_engine_stats.push_back(unpack_engine_stats(all.data() + r * kEngineStatFields));
+    for (int r = 0; r < world; ++r) {
+      report.rank_engine_stats.push_back(unpack_engine_stats(all.data() + r * kEngineStatFields));
+      const std::vector<uint8_t>& bytes = (*acceptances)[static_cast<size_t>(r)];
+      std::vector<int64_t> counts(bytes.size() / sizeof(int64_t));
+      std::memcpy(counts.data(), bytes.data(), counts.size() * sizeof(int64_t));
+      if (!spec::AcceptanceStats::from_counts(counts, &report.rank_engine_stats.back().acceptance)) {
+        return fail(internal_error("rank " + std::to_string(r) + " sent malformed acceptance statistics"));
+      }
+    }
     report.expert_run_max_violation = expert_loads.run_max_violation();
     report.expert_step_max_violation = expert_loads.mean_step_max_violation();
     for (int l = 0; l < num_layers; ++l) report.expert_run_max_violation_per_layer.push_back(expert_loads.run_max_violation(l));

@@ -1,0 +1,116 @@
+#include "launch/spec_options.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "launch/commands.h"
+#include "runtime/spec/draft_model_proposer.h"
+
+namespace po = boost::program_options;
+
+namespace moert::launch {
+namespace {
+
+constexpr int kMaxNumDraft = 32;
+
+int parse_depth(const std::string& text) {
+  try {
+    size_t used = 0;
+    const int k = std::stoi(text, &used);
+    if (used == text.size() && k >= 1 && k <= kMaxNumDraft) return k;
+  } catch (const std::exception&) {
+  }
+  throw CommandError("--spec-k '" + text + "' must be an integer in [1, " + std::to_string(kMaxNumDraft) + "] or auto");
+}
+
+}  // namespace
+
+void add_spec_options(po::options_description& options, SpecOptions& v) {
+  options.add_options()
+      ("spec", po::value(&v.method)->default_value("none"), "speculative decoding: none, draft (a draft model), ngram (prompt lookup)")
+      ("draft-model", po::value(&v.draft_model), "draft checkpoint for --spec=draft (same vocabulary as --model)")
+      ("spec-k", po::value(&v.num_draft)->default_value("4"), "drafts per sequence and pass, or auto (chosen each step from acceptance and measured costs)")
+      ("spec-max-k", po::value(&v.max_num_draft)->default_value(8), "the most drafts with --spec-k auto")
+      ("ngram-min", po::value(&v.ngram_min)->default_value(2), "shortest suffix the n-gram proposer matches")
+      ("ngram-max", po::value(&v.ngram_max)->default_value(4), "longest suffix the n-gram proposer matches")
+      ("draft-kv-blocks", po::value(&v.draft_kv_blocks)->default_value(0), "KV blocks of the draft model's pool (0: as many as the target's)");
+}
+
+SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engine::EngineConfig* engine)
+    : method_(options.method), options_(options) {
+  if (method_ != "none" && method_ != "draft" && method_ != "ngram") {
+    throw CommandError("--spec '" + method_ + "' is not one of none, draft, ngram");
+  }
+  if (method_ != "draft" && !options.draft_model.empty()) {
+    throw CommandError("--draft-model " + options.draft_model + " needs --spec=draft (got --spec=" + method_ + ")");
+  }
+  if (method_ == "draft" && options.draft_model.empty()) throw CommandError("--spec=draft needs --draft-model DIR");
+  if (options.draft_kv_blocks < 0 || (options.draft_kv_blocks > 0 && options.draft_kv_blocks < 2)) {
+    throw CommandError("--draft-kv-blocks = " + std::to_string(options.draft_kv_blocks) + " must be 0 or >= 2");
+  }
+  spec::DepthControllerConfig& depth = engine->spec;
+  if (options.num_draft == "auto") {
+    if (options.max_num_draft < 1 || options.max_num_draft > kMaxNumDraft) {
+      throw CommandError("--spec-max-k = " + std::to_string(options.max_num_draft) + " must be in [1, " +
+                         std::to_string(kMaxNumDraft) + "]");
+    }
+    depth.adaptive = true;
+    depth.max_num_draft = options.max_num_draft;
+    depth_text_ = "auto (K <= " + std::to_string(options.max_num_draft) + ")";
+  } else {
+    depth.adaptive = false;
+    depth.max_num_draft = parse_depth(options.num_draft);
+    depth_text_ = "K = " + std::to_string(depth.max_num_draft);
+  }
+  depth.probe_num_draft = std::min(4, depth.max_num_draft);
+  if (method_ == "ngram") {
+    spec::NgramProposerConfig ngram{options.ngram_min, options.ngram_max, depth.max_num_draft};
+    const Status valid = spec::validate_ngram_config(ngram);
+    if (!valid.is_ok()) throw CommandError("--ngram-min/--ngram-max: " + valid.message());
+  }
+  if (method_ == "draft") {
+    draft_ = value_or_throw(load_model(options.draft_model));
+    if (draft_->config.vocab_size != target.vocab_size) {
+      throw CommandError("draft model " + options.draft_model + " has a vocabulary of " +
+                         std::to_string(draft_->config.vocab_size) + " tokens, the target " +
+                         std::to_string(target.vocab_size) + ": a draft must share the target's vocabulary");
+    }
+  }
+}
+
+spec::Proposer* SpecSetup::start(ThreadPool& pool, const engine::EngineConfig& engine) {
+  if (method_ == "ngram") {
+    proposer_ = std::make_unique<spec::NgramProposer>(
+        spec::NgramProposerConfig{options_.ngram_min, options_.ngram_max, engine.spec.max_num_draft});
+  } else if (method_ == "draft") {
+    draft_forward_ = std::make_unique<TransformerForward>(draft_->config, draft_->weights, pool);
+    spec::DraftModelConfig config;
+    config.num_kv_blocks = options_.draft_kv_blocks > 0 ? options_.draft_kv_blocks : engine.num_kv_blocks;
+    config.block_size = engine.block_size;
+    config.enable_prefix_caching = engine.enable_prefix_caching;
+    proposer_ = std::make_unique<spec::DraftModelProposer>(*draft_forward_, config);
+  }
+  return proposer_.get();
+}
+
+std::string SpecSetup::summary(const engine::EngineStats& s) const {
+  if (!enabled()) return "";
+  const spec::AcceptanceStats& a = s.acceptance;
+  std::ostringstream out;
+  char text[512];
+  std::snprintf(text, sizeof(text),
+                "spec: %s, %s: %lld passes, %lld drafts, %lld accepted (rate %.3f), %.3f tokens per pass; draft %.2f s, "
+                "verify %.2f s over %lld steps, depth 0 in %lld steps; acceptance by position",
+                method_.c_str(), depth_text_.c_str(), static_cast<long long>(a.num_passes()),
+                static_cast<long long>(a.num_draft_tokens()), static_cast<long long>(a.num_accepted_tokens()),
+                a.acceptance_rate(), a.mean_tokens_per_pass(), s.draft_s, s.verify_s,
+                static_cast<long long>(s.spec_steps), static_cast<long long>(s.spec_off_steps));
+  out << text;
+  for (int i = 0; i < a.max_num_draft(); ++i) {
+    std::snprintf(text, sizeof(text), " %.3f", a.acceptance_rate_at(i));
+    out << text;
+  }
+  return out.str();
+}
+
+}  // namespace moert::launch

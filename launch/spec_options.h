@@ -1,0 +1,52 @@
+// Speculative-decoding options shared by `moert run` and `moert bench`: the proposer
+// (--spec none|draft|ngram, --draft-model), the depth (--spec-k K|auto, --spec-max-k) and
+// the n-gram window; and the summary line of the acceptance statistics.
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <memory>
+#include <string>
+
+#include "runtime/core/thread_pool.h"
+#include "runtime/engine/engine.h"
+#include "runtime/model/weights.h"
+#include "runtime/spec/proposer.h"
+
+namespace moert::launch {
+
+struct SpecOptions {
+  std::string method = "none";  // none, draft, ngram
+  std::string draft_model;      // checkpoint directory for --spec=draft
+  std::string num_draft = "4";  // K, or "auto"
+  int max_num_draft = 8;        // the most drafts with --spec-k auto
+  int ngram_min = 2;
+  int ngram_max = 4;
+  int draft_kv_blocks = 0;      // 0: as many blocks as the target pool
+};
+
+void add_spec_options(boost::program_options::options_description& options, SpecOptions& values);
+
+// What speculation needs alive while the engine runs. Built in two phases so that a bad
+// option or draft checkpoint is reported during setup (before any rank starts serving).
+class SpecSetup {
+ public:
+  // Validates the options against the target (throws CommandError naming the option or
+  // the checkpoint), loads the draft model, and sets engine->spec.
+  SpecSetup(const SpecOptions& options, const ModelConfig& target, engine::EngineConfig* engine);
+  // Creates the proposer (null with --spec=none); `pool` must outlive this object.
+  spec::Proposer* start(ThreadPool& pool, const engine::EngineConfig& engine);
+  bool enabled() const { return method_ != "none"; }
+  // One line: method, depth, passes, acceptance (overall and per position), tokens per
+  // pass, draft and verify time. Empty when speculation is off.
+  std::string summary(const engine::EngineStats& stats) const;
+
+ private:
+  std::string method_;
+  std::string depth_text_;
+  SpecOptions options_;
+  std::unique_ptr<LoadedModel> draft_;
+  std::unique_ptr<TransformerForward> draft_forward_;
+  std::unique_ptr<spec::Proposer> proposer_;
+};
+
+}  // namespace moert::launch
