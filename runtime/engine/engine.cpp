@@ -97,6 +97,10 @@ Status Engine::propose_drafts() {
     const int64_t generated = static_cast<int64_t>(state.samples[static_cast<size_t>(owner.sample_idx)].token_ids.size());
     // At most max_tokens are emitted: K accepted drafts + 1 final token must fit.
     const int64_t room = state.request.params.max_tokens - generated - 1;
+    if (room < 1) {
+      scheduler_.set_spec_tokens(seq, {});
+      continue;
+    }
     spec::DraftRequest request;
     request.seq = seq;
     request.tokens = scheduler_.sequence(seq).tokens;
@@ -107,11 +111,12 @@ Status Engine::propose_drafts() {
     request.first_position = static_cast<uint64_t>(generated);
     requests.push_back(request);
   }
+  if (requests.empty()) return Status::ok();
   const auto start = std::chrono::steady_clock::now();
   MOERT_ASSIGN_OR_RETURN(std::vector<spec::Draft> drafts, proposer_->propose(requests));
   const double elapsed = seconds_since(start);
   stats_.draft_s += elapsed;
-  depth_.observe_drafting(static_cast<int64_t>(ready.size()), depth.num_draft, elapsed);
+  depth_.observe_drafting(static_cast<int64_t>(requests.size()), depth.num_draft, elapsed);
   MOERT_CHECK(drafts.size() == requests.size(), "proposer returned " << drafts.size() << " drafts for "
                                                                       << requests.size() << " sequences");
   const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
