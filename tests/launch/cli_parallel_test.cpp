@@ -104,6 +104,59 @@ TEST_P(CliParallelRun, OutputsEqualOneRankForEveryRankCountAndReplicas) {
 INSTANTIATE_TEST_SUITE_P(Models, CliParallelRun, ::testing::ValuesIn(testing::reference_model_params()),
                          [](const auto& info) { return testing::test_param_name(info.param); });
 
+// Greedy outputs of speculative decoding equal plain decoding on 1, 2 and 4 ranks, with a
+// truncated draft of a draft-friendly target, the target's own NVFP4 copy as its draft
+// (self-speculation), the n-gram proposer, and adaptive depth. Sampled requests finish
+// (their tokens legitimately depend on the pass structure).
+TEST(CliParallelSpec, GreedyOutputsEqualPlainDecodingOnOneAndFourRanks) {
+  testing::ScratchDir scratch("cli-parallel-spec");
+  const std::string moert = testing::moert_binary();
+  const std::string target = scratch / "target", draft = scratch / "draft", nvfp4 = scratch / "nvfp4";
+  const std::string shape = " --arch qwen3_moe --preset tiny --seed 8 --faithful-layers 1 --late-layer-scale 0.2";
+  ASSERT_EQ(run_command(moert + " make-model" + shape + " --num-layers 4 --out " + target).exit_code, 0);
+  ASSERT_EQ(run_command(moert + " make-model" + shape + " --num-layers 1 --out " + draft).exit_code, 0);
+  ASSERT_EQ(run_command(moert + " quantize --model " + target + " --format nvfp4 --out " + nvfp4).exit_code, 0);
+  std::string text;
+  for (int i = 0; i < 12; ++i) {
+    nlohmann::json request = {{"id", "s" + std::to_string(i)}, {"max_tokens", 6 + (i * 7) % 25}};
+    std::vector<int> prompt;
+    const int phrase = 3 + i % 4;
+    for (int j = 0; j < 4 + (i * 5) % 27; ++j) prompt.push_back(i % 2 == 0 ? (i * 31 + (j % phrase) * 7) % 1024 : (i * 131 + j * 17 + 3) % 1024);
+    request["prompt_token_ids"] = prompt;
+    if (i % 4 == 3) {
+      request["temperature"] = 0.8;
+      request["seed"] = i;
+    }
+    text += request.dump() + "\n";
+  }
+  const std::string input = scratch / "in.jsonl";
+  testing::write_file(input, text);
+  auto run = [&](const std::string& launcher, const std::string& name, const std::string& extra) {
+    const std::string output = scratch / (name + ".jsonl");
+    const testing::CommandResult result = run_command(launcher + moert + " run --model " + target + " --input " + input +
+                                                      " --output " + output + " --threads 1 --max-batched-tokens 48 " + extra);
+    EXPECT_EQ(result.exit_code, 0) << name << ": " << result.err;
+    EXPECT_NE(result.err.find("requests: 12 finished"), std::string::npos) << name << ": " << result.err;
+    if (!extra.empty()) {  // it speculated: the summary counts verified passes
+      EXPECT_NE(result.err.find("spec: "), std::string::npos) << name << ": " << result.err;
+      EXPECT_EQ(result.err.find(" 0 passes"), std::string::npos) << name << ": " << result.err;
+    }
+    std::map<std::string, nlohmann::json> greedy;
+    for (const auto& [id, outputs] : outputs_by_id(output)) {
+      if (std::stoi(id.substr(1)) % 4 != 3) greedy[id] = outputs;
+    }
+    EXPECT_EQ(outputs_by_id(output).size(), 12u) << name;
+    return greedy;
+  };
+  const std::map<std::string, nlohmann::json> plain = run("", "plain", "");
+  ASSERT_EQ(plain.size(), 9u);
+  EXPECT_EQ(run(mpirun(1), "draft_np1", "--spec draft --draft-model " + draft + " --spec-k 3"), plain);
+  EXPECT_EQ(run(mpirun(4), "draft_np4", "--spec draft --draft-model " + draft + " --spec-k 5"), plain);
+  EXPECT_EQ(run(mpirun(1), "ngram_np1", "--spec ngram --spec-k 4"), plain);
+  EXPECT_EQ(run(mpirun(4), "ngram_np4", "--spec ngram --spec-k 4"), plain);
+  EXPECT_EQ(run(mpirun(2), "nvfp4_np2", "--spec draft --draft-model " + nvfp4 + " --spec-k 4"), plain);
+}
+
 TEST(CliParallelRunErrors, ASetupErrorOnTheRanksEndsEveryRankWithOneMessage) {
   testing::ScratchDir scratch("cli-parallel-errors");
   const std::string model = scratch / "m";
@@ -124,6 +177,22 @@ TEST(CliParallelRunErrors, ASetupErrorOnTheRanksEndsEveryRankWithOneMessage) {
   const testing::CommandResult bad_mode = run_command(mpirun(2) + base + " --balance sideways");
   EXPECT_NE(bad_mode.exit_code, 0);
   EXPECT_NE(bad_mode.err.find("'sideways' is not one of none, bias, replicate"), std::string::npos) << bad_mode.err;
+  // Speculative-decoding options that cannot work are refused at setup, on every rank.
+  ASSERT_EQ(run_command(testing::moert_binary() + " make-model --arch mixtral --preset tiny --num-layers 1 --vocab-size 512 --out " +
+                        (scratch / "other_vocab")).exit_code, 0);
+  const std::vector<std::pair<std::string, std::string>> bad_spec = {
+      {" --spec draft", "--spec=draft needs --draft-model DIR"},
+      {" --draft-model " + model, "needs --spec=draft (got --spec=none)"},
+      {" --spec ngram --spec-k 0", "--spec-k '0' must be an integer in [1, 32] or auto"},
+      {" --spec guess", "--spec 'guess' is not one of none, draft, ngram"},
+      {" --spec ngram --ngram-min 5 --ngram-max 3", "min_n = 5 must be <= max_n = 3"},
+      {" --spec draft --draft-model " + (scratch / "nowhere"), "nowhere"},
+      {" --spec draft --draft-model " + (scratch / "other_vocab"), "has a vocabulary of 512 tokens, the target 1024"}};
+  for (const auto& [options, message] : bad_spec) {
+    const testing::CommandResult bad = run_command(mpirun(2) + base + options);
+    EXPECT_NE(bad.exit_code, 0) << options;
+    EXPECT_NE(bad.err.find(message), std::string::npos) << options << ": " << bad.err;
+  }
 }
 
 }  // namespace
