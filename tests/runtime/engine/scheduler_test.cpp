@@ -106,3 +106,77 @@ TEST(Scheduler, FitsAloneRule) {
 
 }  // namespace
 }  // namespace moert::engine
+
+// Speculative chunks: drafts ride with the last token, are trimmed by the budget, never
+// hashed; accept_spec_tokens keeps the accepted drafts' K/V and returns blocks that hold
+// only rejected drafts.
+namespace moert::engine {
+namespace {
+
+TEST(SchedulerSpec, DraftsRideWithTheLastTokenAndAreRolledBack) {
+  attention::KvCacheManager kv(16, 4, /*enable_prefix_caching=*/true);
+  Scheduler scheduler({/*max_batched_tokens=*/16, /*max_seqs=*/4}, kv);
+  scheduler.add_sequence(1, tokens(6));  // 6 prompt tokens: blocks [0..3], [4..5]
+  complete(scheduler, scheduler.schedule(), 7);  // prefill, then token 7 at position 6
+  ASSERT_EQ(scheduler.decode_ready_sequences(), std::vector<SeqId>{1});
+  scheduler.set_spec_tokens(1, {8, 9, 10, 11, 12});  // positions 7..11: needs a third block
+  StepPlan step = scheduler.schedule();
+  ASSERT_EQ(step.chunks.size(), 1u);
+  EXPECT_EQ(chunks_of(step), (std::vector<ChunkTuple>{{1, 6, 6, true}}));
+  EXPECT_EQ(step.chunks[0].num_spec_tokens, 5);
+  EXPECT_EQ(kv.block_table(1).size(), 3u);  // 12 positions
+  scheduler.complete_step(step);
+  // Only the known token counts as computed; block 1 ([4..7]) holds draft 8, not hashed.
+  EXPECT_EQ(scheduler.sequence(1).num_computed, 7);
+  EXPECT_EQ(kv.num_hashed_blocks(1), 1);
+  // The target accepted 8 and 9 (positions 7, 8) and emitted 40 at position 9.
+  for (int32_t token : {8, 9, 40}) scheduler.append_token(1, token);
+  scheduler.accept_spec_tokens(1, 2);
+  EXPECT_EQ(scheduler.sequence(1).num_computed, 9);
+  EXPECT_TRUE(scheduler.sequence(1).spec_tokens.empty());
+  EXPECT_EQ(kv.block_table(1).size(), 3u);  // 10 known tokens still need 3 blocks
+  EXPECT_EQ(kv.num_hashed_blocks(1), 2);    // [4..7] = 5, 6, 7, 8 is verified now
+  // Next pass: everything rejected at position 10; the tail block shrinks away below.
+  scheduler.set_spec_tokens(1, {1, 2, 3, 4, 5, 6});  // positions 10..15: 4 blocks
+  step = scheduler.schedule();
+  EXPECT_EQ(chunks_of(step), (std::vector<ChunkTuple>{{1, 9, 7, true}}));
+  EXPECT_EQ(kv.block_table(1).size(), 4u);
+  const int free_before = kv.num_free_blocks();
+  scheduler.complete_step(step);
+  scheduler.append_token(1, 41);
+  scheduler.accept_spec_tokens(1, 0);
+  EXPECT_EQ(scheduler.sequence(1).num_computed, 10);
+  EXPECT_EQ(kv.block_table(1).size(), 3u);  // 11 known tokens
+  EXPECT_EQ(kv.num_free_blocks(), free_before + 1);
+}
+
+TEST(SchedulerSpec, BudgetTrimsDraftsAndPrefillsStillRun) {
+  attention::KvCacheManager kv(64, 4, false);
+  Scheduler scheduler({/*max_batched_tokens=*/5, /*max_seqs=*/4}, kv);
+  scheduler.add_sequence(1, tokens(3));
+  complete(scheduler, scheduler.schedule(), 50);
+  scheduler.add_sequence(2, tokens(8, 20));
+  scheduler.set_spec_tokens(1, {1, 2, 3, 4, 5, 6, 7});
+  const StepPlan step = scheduler.schedule();
+  // 1 + 4 drafts fill the budget of 5; the new prompt waits.
+  EXPECT_EQ(chunks_of(step), (std::vector<ChunkTuple>{{1, 3, 5, true}}));
+  EXPECT_EQ(step.chunks[0].num_spec_tokens, 4);
+  EXPECT_EQ(scheduler.sequence(1).spec_tokens, (std::vector<int32_t>{1, 2, 3, 4}));
+}
+
+TEST(SchedulerSpec, DraftsAreDroppedBeforeAnyoneIsPreempted) {
+  attention::KvCacheManager kv(4, 4, false);  // 3 usable blocks
+  Scheduler scheduler({100, 4}, kv);
+  scheduler.add_sequence(1, tokens(4));
+  scheduler.add_sequence(2, tokens(4, 30));
+  complete(scheduler, scheduler.schedule(), 60);  // each holds 1 block + needs a 2nd for its token
+  scheduler.set_spec_tokens(1, {1, 2, 3, 4, 5});  // positions 5..9 would need 2 more blocks
+  const StepPlan step = scheduler.schedule();
+  EXPECT_EQ(chunks_of(step), (std::vector<ChunkTuple>{{1, 4, 1, true}}));
+  EXPECT_EQ(step.chunks[0].num_spec_tokens, 0);
+  EXPECT_TRUE(step.preempted.empty() || step.preempted == std::vector<SeqId>{2});
+  EXPECT_TRUE(scheduler.sequence(1).spec_tokens.empty());
+}
+
+}  // namespace
+}  // namespace moert::engine

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Speculative decoding on the large preset: output tokens/s and acceptance at batch 1 and
+# 16, without speculation and with (a) the 1-layer truncation of a draft-friendly target,
+# (b) the target's own NVFP4 copy as its draft (self-speculation), (c) the n-gram
+# proposer on repetitive prompts; fixed K and --spec-k auto. Every figure comes from this
+# one script, so the ratios compare runs on the same machine state.
+#   bash bench/spec_decode.sh [threads=2] [output_len=64] [k=4]
+set -euo pipefail
+source "$(dirname "$0")/../scripts/env.sh"
+threads=${1:-2}
+output_len=${2:-64}
+k=${3:-4}
+moert="$MOERT_BUILD_DIR/launch/moert"
+work="$MOERT_BUILD_DIR/bench-spec"
+mkdir -p "$work"
+shape="--arch qwen3_moe --preset large --seed 1 --faithful-layers 1 --late-layer-scale 0.1"
+[ -f "$work/target/config.json" ] || "$moert" make-model $shape --out "$work/target" > /dev/null
+[ -f "$work/draft1/config.json" ] || "$moert" make-model $shape --num-layers 1 --out "$work/draft1" > /dev/null
+[ -f "$work/nvfp4/config.json" ] || "$moert" quantize --model "$work/target" --format nvfp4 --out "$work/nvfp4" > /dev/null
+bench() {  # label, batch, extra options
+  local line spec
+  local out
+  out=$("$moert" bench --model "$work/target" --num-requests "$2" --max-seqs "$2" --input-len 32 \
+        --output-len "$output_len" --threads "$threads" "${@:3}")
+  line=$(grep '^bench:' <<< "$out")
+  spec=$(grep '^spec:' <<< "$out" || true)
+  printf '%-28s batch %2d  %s  %s\n' "$1" "$2" "$(grep -o 'output_tok_s=[0-9.]*' <<< "$line")" \
+    "$(grep -o 'acceptance=[0-9.]* tokens_per_pass=[0-9.]*' <<< "$line")"
+  [ -z "$spec" ] || echo "    ${spec#spec: }"
+}
+for batch in 1 16; do
+  bench "none" "$batch"
+  bench "draft 1-layer K=$k" "$batch" --spec draft --draft-model "$work/draft1" --spec-k "$k"
+  bench "draft 1-layer auto" "$batch" --spec draft --draft-model "$work/draft1" --spec-k auto
+  bench "nvfp4 self-draft K=$k" "$batch" --spec draft --draft-model "$work/nvfp4" --spec-k "$k"
+  bench "none, repetitive" "$batch" --repetitive
+  bench "ngram K=$k, repetitive" "$batch" --repetitive --spec ngram --spec-k "$k"
+  bench "ngram auto, repetitive" "$batch" --repetitive --spec ngram --spec-k auto
+done
