@@ -3,7 +3,8 @@
 # 16, without speculation and with (a) the 1-layer truncation of a draft-friendly target,
 # (b) the target's own NVFP4 copy as its draft (self-speculation), (c) the n-gram
 # proposer on repetitive prompts; fixed K and --spec-k auto. Every figure comes from this
-# one script, so the ratios compare runs on the same machine state.
+# one script, so the ratios compare runs on the same machine state. Batch B serves 2B
+# requests (4 at batch 1) with --max-seqs B.
 #   bash bench/spec_decode.sh [threads=2] [output_len=64] [k=4]
 set -euo pipefail
 source "$(dirname "$0")/../scripts/env.sh"
@@ -20,7 +21,7 @@ shape="--arch qwen3_moe --preset large --seed 1 --faithful-layers 1 --late-layer
 bench() {  # label, batch, extra options
   local line spec
   local out
-  out=$("$moert" bench --model "$work/target" --num-requests "$2" --max-seqs "$2" --input-len 32 \
+  out=$("$moert" bench --model "$work/target" --num-requests $(($2 == 1 ? 4 : 2 * $2)) --max-seqs "$2" --input-len 32 \
         --output-len "$output_len" --threads "$threads" "${@:3}")
   line=$(grep '^bench:' <<< "$out")
   spec=$(grep '^spec:' <<< "$out" || true)

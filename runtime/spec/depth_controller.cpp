@@ -1,30 +1,33 @@
 #include "runtime/spec/depth_controller.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "runtime/core/check.h"
 
 namespace moert::spec {
 
-void LinearTimeModel::observe(double n, double seconds) {
-  s0_ = decay_ * s0_ + 1.0;
-  s1_ = decay_ * s1_ + n;
-  s2_ = decay_ * s2_ + n * n;
-  sy_ = decay_ * sy_ + seconds;
-  sny_ = decay_ * sny_ + n * seconds;
-  min_n_ = num_observations_ == 0 ? n : std::min(min_n_, n);
-  max_n_ = num_observations_ == 0 ? n : std::max(max_n_, n);
-  ++num_observations_;
+void StepTimeTable::observe(int64_t n, double seconds) {
+  MOERT_CHECK(n >= 1, "size n = " << n << " must be >= 1");
+  auto [it, inserted] = means_.emplace(n, seconds);
+  if (!inserted) it->second = decay_ * it->second + (1.0 - decay_) * seconds;
 }
 
-double LinearTimeModel::predict(double n) const {
-  MOERT_CHECK(!empty(), "prediction from an empty time model");
-  const double mean_y = sy_ / s0_;
-  const double spread = s0_ * s2_ - s1_ * s1_;
-  if (!has_slope() || !(spread > 1e-12 * s0_ * s2_)) return std::max(mean_y, 1e-12);
-  const double slope = std::max(0.0, (s0_ * sny_ - s1_ * sy_) / spread);
-  const double intercept = (sy_ - slope * s1_) / s0_;
-  return std::max(intercept + slope * n, 1e-12);
+double StepTimeTable::predict(int64_t n) const {
+  MOERT_CHECK(!means_.empty() && n >= 1, "prediction at n = " << n << " from " << means_.size() << " sizes");
+  const auto upper = means_.lower_bound(n);  // first size >= n
+  double seconds = 0.0;
+  if (upper == means_.end()) {
+    const auto& [largest, at_largest] = *means_.rbegin();
+    seconds = at_largest * static_cast<double>(n) / static_cast<double>(largest);
+  } else if (upper->first == n || upper == means_.begin()) {
+    seconds = upper->second;
+  } else {
+    const auto lower = std::prev(upper);
+    const double fraction = static_cast<double>(n - lower->first) / static_cast<double>(upper->first - lower->first);
+    seconds = lower->second + fraction * (upper->second - lower->second);
+  }
+  return std::max(seconds, 1e-12);
 }
 
 DepthController::DepthController(const DepthControllerConfig& config) : config_(config) {
@@ -33,22 +36,23 @@ DepthController::DepthController(const DepthControllerConfig& config) : config_(
 }
 
 void DepthController::observe_target_step(int64_t num_tokens, double seconds) {
-  if (num_tokens > 0) target_.observe(static_cast<double>(num_tokens), seconds);
+  if (num_tokens > 0) target_.observe(num_tokens, seconds);
 }
 
 void DepthController::observe_drafting(int64_t num_seqs, int num_draft, double seconds) {
-  if (num_seqs > 0 && num_draft > 0) draft_.observe(static_cast<double>(num_seqs), seconds / num_draft);
+  if (num_seqs > 0 && num_draft > 0) draft_.observe(num_seqs, seconds / num_draft);
 }
 
 DepthChoice DepthController::choose(int64_t num_decoding) const {
   if (!config_.adaptive) return {config_.max_num_draft, 0.0};
   if (num_decoding < 1) return {};
-  if (!target_.has_slope() || draft_.empty()) return {config_.probe_num_draft, 0.0};
-  const double batch = static_cast<double>(num_decoding);
-  const double step = target_.predict(batch);
+  if (target_.num_sizes() < 2 || draft_.empty()) return {config_.probe_num_draft, 0.0};
+  const double step = target_.predict(num_decoding);
   SpecCostModel model;
-  model.draft_step_cost = draft_.predict(batch) / step;
-  for (int k = 0; k <= config_.max_num_draft; ++k) model.verify_cost.push_back(target_.predict(batch * (k + 1)) / step);
+  model.draft_step_cost = draft_.predict(num_decoding) / step;
+  for (int k = 0; k <= config_.max_num_draft; ++k) {
+    model.verify_cost.push_back(target_.predict(num_decoding * (k + 1)) / step);
+  }
   return choose_draft_depth(alpha_.alpha(), model, config_.max_num_draft, config_.min_gain);
 }
 

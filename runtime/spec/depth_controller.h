@@ -5,6 +5,9 @@
 // For B sequences ready to decode, in units of a plain decode step t(B):
 //   v(K) = t(B * (K + 1)) / t(B)          verify pass over K + 1 tokens per sequence;
 //   c    = d(B) / t(B)                    one drafted position for B sequences;
+// with t and d read from tables of measured times (StepTimeTable). Depths never tried are
+// interpolated; once tried they are measured, so a depth that looked cheap and is not gets
+// corrected after a few steps.
 // and K = choose_draft_depth(alpha, {c, v}, max). On a CPU (and on a GPU at large B) the
 // step is compute bound, t grows with the tokens, v(K) approaches K + 1 and speculation
 // switches itself off; at small B the step is bound by reading weights, v stays near 1
@@ -12,36 +15,41 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 
 #include "runtime/spec/adaptive_depth.h"
 
 namespace moert::spec {
 
-// Exponentially weighted least-squares line y = a + b n through observations (n, y).
-// Invariant: the weights of older observations decay by `decay` per new observation.
-class LinearTimeModel {
+// Measured time as a function of a size n (tokens in a step, sequences drafted for): an
+// exponentially weighted mean per observed n, read back by linear interpolation between
+// the nearest observed sizes. Not a global fit: an MoE step's time is concave in its
+// tokens (more tokens share the experts already read) and a line through decode and
+// prefill steps would misjudge the few-token verify passes that matter here.
+// Beyond the largest observed n the time grows in proportion to n (compute bound, the
+// pessimistic side); below the smallest it stays flat.
+class StepTimeTable {
  public:
-  explicit LinearTimeModel(double decay = 0.95) : decay_(decay) {}
-  void observe(double n, double seconds);
-  // Whether two observations with different n (by >= 25%) have been seen, so b is known.
-  bool has_slope() const { return num_observations_ > 0 && max_n_ >= 1.25 * min_n_; }
-  bool empty() const { return num_observations_ == 0; }
-  // a + b n with b clamped to >= 0 and the prediction to > 0; the weighted mean of y
-  // without a slope. Precondition: !empty().
-  double predict(double n) const;
+  // decay in (0, 1]: weight kept by the previous mean of a size at each new observation.
+  explicit StepTimeTable(double decay = 0.8) : decay_(decay) {}
+  void observe(int64_t n, double seconds);  // n >= 1
+  bool empty() const { return means_.empty(); }
+  // Number of distinct sizes observed.
+  size_t num_sizes() const { return means_.size(); }
+  // Precondition: !empty(); n >= 1. Always > 0.
+  double predict(int64_t n) const;
 
  private:
   double decay_;
-  double s0_ = 0, s1_ = 0, s2_ = 0, sy_ = 0, sny_ = 0;  // sums of w, w n, w n^2, w y, w n y
-  double min_n_ = 0, max_n_ = 0;
-  int64_t num_observations_ = 0;
+  std::map<int64_t, double> means_;  // n -> weighted mean seconds
 };
 
 struct DepthControllerConfig {
   int max_num_draft = 4;   // K (fixed), or the most drafts (adaptive); >= 1
   bool adaptive = false;   // --spec-k auto
   double min_gain = 0.02;  // speculate only when the expected speedup exceeds 1 + min_gain
-  // Adaptive: depth used until both time models are measured. Default min(4, max).
+  // Adaptive: depth used until the target was timed at two sizes and the draft at one.
+  // Default min(4, max).
   int probe_num_draft = 4;
 };
 
@@ -63,8 +71,8 @@ class DepthController {
  private:
   DepthControllerConfig config_;
   AcceptanceRateEstimator alpha_;
-  LinearTimeModel target_;
-  LinearTimeModel draft_;  // seconds per drafted position vs sequences
+  StepTimeTable target_;  // forward seconds vs tokens in the step
+  StepTimeTable draft_;   // seconds per drafted position vs sequences drafted for
 };
 
 }  // namespace moert::spec

@@ -1,4 +1,4 @@
-// The depth controller: the fitted step-time line, the probe depth before anything is
+// The depth controller: the table of measured step times, the probe depth before anything is
 // measured, deep speculation when verifying is nearly free, none when the step time grows
 // with the tokens (compute bound, e.g. large batches on a CPU).
 #include <gtest/gtest.h>
@@ -8,27 +8,25 @@
 namespace moert::spec {
 namespace {
 
-TEST(LinearTimeModel, FitsALineExactly) {
-  LinearTimeModel model;
-  for (int n : {1, 4, 16, 64, 2, 8}) model.observe(n, 0.5 + 0.25 * n);
-  ASSERT_TRUE(model.has_slope());
-  EXPECT_NEAR(model.predict(10), 3.0, 1e-9);
-  EXPECT_NEAR(model.predict(100), 25.5, 1e-9);
+TEST(StepTimeTable, InterpolatesBetweenObservedSizes) {
+  StepTimeTable table(0.5);
+  table.observe(1, 0.020);
+  table.observe(5, 0.060);
+  table.observe(32, 0.100);
+  EXPECT_DOUBLE_EQ(table.predict(1), 0.020);
+  EXPECT_DOUBLE_EQ(table.predict(3), 0.040);
+  EXPECT_NEAR(table.predict(14), 0.060 + 9.0 / 27.0 * 0.040, 1e-15);
+  EXPECT_DOUBLE_EQ(table.predict(64), 0.200);  // proportional beyond the largest size
+  table.observe(5, 0.080);                     // weighted mean: 0.5 * 0.060 + 0.5 * 0.080
+  EXPECT_DOUBLE_EQ(table.predict(5), 0.070);
+  EXPECT_EQ(table.num_sizes(), 3u);
 }
 
-TEST(LinearTimeModel, WithoutSpreadPredictsTheMean) {
-  LinearTimeModel model(1.0);
-  model.observe(8, 1.0);
-  model.observe(8, 3.0);
-  EXPECT_FALSE(model.has_slope());
-  EXPECT_DOUBLE_EQ(model.predict(100), 2.0);
-}
-
-TEST(LinearTimeModel, NegativeSlopeIsClampedToFlat) {
-  LinearTimeModel model(1.0);
-  model.observe(1, 2.0);
-  model.observe(10, 1.0);
-  EXPECT_NEAR(model.predict(1000), model.predict(1), 1e-12);
+TEST(StepTimeTable, FlatBelowTheSmallestSize) {
+  StepTimeTable table;
+  table.observe(8, 0.5);
+  EXPECT_DOUBLE_EQ(table.predict(1), 0.5);
+  EXPECT_DOUBLE_EQ(table.predict(16), 1.0);
 }
 
 TEST(DepthController, FixedDepthIsReturnedAsIs) {
@@ -41,6 +39,7 @@ TEST(DepthController, ProbesUntilBothCostsAreMeasured) {
   DepthController controller({8, true, 0.02, 3});
   EXPECT_EQ(controller.choose(1).num_draft, 3);
   controller.observe_target_step(1, 0.010);
+  EXPECT_EQ(controller.choose(1).num_draft, 3);  // one size only
   controller.observe_target_step(4, 0.011);
   EXPECT_EQ(controller.choose(1).num_draft, 3);  // no draft time yet
   controller.observe_drafting(1, 3, 0.003);
@@ -53,7 +52,7 @@ TEST(DepthController, ProbesUntilBothCostsAreMeasured) {
 TEST(DepthController, DeepWhenVerifyIsCheapOffWhenComputeBound) {
   DepthController cheap({8, true, 0.02, 4});
   DepthController bound({8, true, 0.02, 4});
-  for (int n : {1, 2, 5, 9, 16, 32, 64}) {
+  for (int n : {1, 2, 5, 9, 16, 32, 64, 144, 288}) {
     cheap.observe_target_step(n, 0.010 + 0.00001 * n);
     bound.observe_target_step(n, 0.001 * n);
   }
@@ -68,6 +67,23 @@ TEST(DepthController, DeepWhenVerifyIsCheapOffWhenComputeBound) {
   EXPECT_GE(deep.num_draft, 5);
   EXPECT_GT(deep.speedup, 3.0);
   EXPECT_EQ(bound.choose(16).num_draft, 0);
+}
+
+// An MoE step at batch 1: a 32-token prefill is cheap per token, so the interpolated
+// 5-token verify looks cheap and speculation starts; once the real 5-token (and 2-token)
+// passes are timed (they read ~3x the expert weights of one token) it stops.
+TEST(DepthController, MeasuredVerifyPassesCorrectAnOptimisticInterpolation) {
+  DepthController controller({4, true, 0.02, 4});
+  controller.observe_target_step(1, 0.020);
+  controller.observe_target_step(32, 0.100);
+  controller.observe_drafting(1, 4, 4 * 0.003);
+  for (int i = 0; i < 100; ++i) controller.observe_pass(4, i % 2 == 0 ? 1 : 2);  // alpha ~ 0.6
+  const DepthChoice before = controller.choose(1);
+  EXPECT_GE(before.num_draft, 1);
+  for (int k = 1; k <= 4; ++k) {
+    for (int i = 0; i < 8; ++i) controller.observe_target_step(1 + k, 0.020 + 0.012 * k);
+  }
+  EXPECT_EQ(controller.choose(1).num_draft, 0);
 }
 
 }  // namespace
