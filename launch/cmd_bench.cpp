@@ -41,7 +41,8 @@ int run_bench(const std::vector<std::string>& args) {
   engine::EngineConfig config = resolve_engine_config(engine_options, model.config);
   SpecSetup spec_setup(spec_options, model.config, &config);
   const int threads = resolve_threads(engine_options);
-  std::cout << "model: " << describe_model_config(model.config) << "\n" << describe_engine_config(config, threads) << "\n";
+  std::cout << "model: " << describe_model_config(model.config) << "\n" << describe_engine_config(config, threads) << "\n"
+            << spec_setup.describe() << "\n";
   ThreadPool pool(threads);
   TransformerForward forward(model.config, model.weights, pool);
   engine::Engine engine(forward, config);

@@ -184,6 +184,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   if (root) {
     MOERT_INFO("model: " << describe_model_config(model.config));
     MOERT_INFO(describe_engine_config(*config, threads) << ", " << transport->world_size() << " rank(s)");
+    MOERT_INFO(spec_setup->describe());
   }
   ThreadPool pool(threads);
   TransformerForward forward(model.config, model.weights, pool);

@@ -93,6 +93,16 @@ spec::Proposer* SpecSetup::start(ThreadPool& pool, const engine::EngineConfig& e
   return proposer_.get();
 }
 
+std::string SpecSetup::describe() const {
+  if (!enabled()) return "spec: off";
+  std::string text = "spec: " + method_;
+  if (method_ == "draft") text += " (" + options_.draft_model + ", " + describe_model_config(draft_->config) + ")";
+  if (method_ == "ngram") {
+    text += " (suffix " + std::to_string(options_.ngram_min) + ".." + std::to_string(options_.ngram_max) + " tokens)";
+  }
+  return text + ", " + depth_text_;
+}
+
 std::string SpecSetup::summary(const engine::EngineStats& s) const {
   if (!enabled()) return "";
   const spec::AcceptanceStats& a = s.acceptance;

@@ -36,6 +36,8 @@ class SpecSetup {
   // Creates the proposer (null with --spec=none); `pool` must outlive this object.
   spec::Proposer* start(ThreadPool& pool, const engine::EngineConfig& engine);
   bool enabled() const { return method_ != "none"; }
+  // The effective configuration, one line for start-up ("spec: draft (DIR), K = 4, ...").
+  std::string describe() const;
   // One line: method, depth, passes, acceptance (overall and per position), tokens per
   // pass, draft and verify time. Empty when speculation is off.
   std::string summary(const engine::EngineStats& stats) const;

@@ -44,15 +44,24 @@ bool DraftModelProposer::prepare(ProposalSeqId seq, std::span<const int32_t> kno
 Result<std::vector<Draft>> DraftModelProposer::propose(std::span<const DraftRequest> requests) {
   std::vector<Draft> drafts(requests.size());
   std::vector<size_t> active;  // indices into requests
+  std::vector<int> draft_lengths(requests.size(), 0);  // K per request, after the draft's own limits
   int max_draft = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     const DraftRequest& request = requests[i];
     MOERT_CHECK(!request.tokens.empty() && request.params != nullptr,
                 "draft request for sequence " << request.seq << " without tokens or sampling parameters");
-    if (request.num_draft < 1) continue;
-    if (!prepare(request.seq, request.tokens, request.num_draft)) continue;
+    // The draft computes positions up to L + K - 2: a draft with a shorter context than the
+    // target drafts less, or nothing, near its end.
+    const int64_t room = draft_.config().max_position_embeddings - static_cast<int64_t>(request.tokens.size()) + 1;
+    const int num_draft = static_cast<int>(std::min<int64_t>(request.num_draft, room));
+    if (num_draft < 1) {
+      release(request.seq);
+      continue;
+    }
+    if (!prepare(request.seq, request.tokens, num_draft)) continue;
     active.push_back(i);
-    max_draft = std::max(max_draft, request.num_draft);
+    draft_lengths[i] = num_draft;
+    max_draft = std::max(max_draft, num_draft);
   }
   engine::apply_block_copies(storage_, kv_.take_pending_copies());
   const int vocab = draft_.config().vocab_size;
@@ -61,7 +70,7 @@ Result<std::vector<Draft>> DraftModelProposer::propose(std::span<const DraftRequ
     std::vector<size_t> members;
     for (size_t i : active) {
       const DraftRequest& request = requests[i];
-      if (round >= request.num_draft) continue;
+      if (round >= draft_lengths[i]) continue;
       SeqState& state = seqs_.at(request.seq);
       const int64_t length = static_cast<int64_t>(request.tokens.size());
       engine::PagedChunk chunk;

@@ -1,0 +1,72 @@
+// Expert-parallel forward over real MPI (mpirun -np 1, 2, 4): every rank's logits for its
+// own prompt are bit-identical to the single-rank forward with all experts local, on every
+// shared reference model, for contiguous slices and for a placement with replicas.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "experts/placement/placement.h"
+#include "runtime/model/reference_forward.h"
+#include "runtime/parallel/expert_parallel.h"
+#include "tests/runtime/comm/mpi_test_main.h"
+#include "tests/support/test_support.h"
+
+namespace moert::parallel {
+namespace {
+
+ForwardBatch batch_for_rank(int rank, int vocab) {
+  ForwardBatch batch;
+  for (int i = 0; i < 4 + 5 * rank; ++i) {
+    batch.tokens.push_back((rank * 211 + i * 29 + 5) % vocab);
+    batch.positions.push_back(i);
+    batch.logit_rows.push_back(i);
+  }
+  return batch;
+}
+
+// Expert e on rank e % R, and every third expert also on rank (e + 1) % R.
+experts::ExpertPlacement placement_with_replicas(int num_experts, int num_ranks) {
+  std::vector<std::vector<int32_t>> rank_experts(static_cast<size_t>(num_ranks));
+  for (int e = 0; e < num_experts; ++e) rank_experts[static_cast<size_t>(e % num_ranks)].push_back(e);
+  if (num_ranks > 1) {
+    for (int e = 0; e < num_experts; e += 3) rank_experts[static_cast<size_t>((e + 1) % num_ranks)].push_back(e);
+  }
+  std::vector<experts::LayerPlacement> layers{experts::LayerPlacement::create(num_experts, rank_experts).value()};
+  return experts::ExpertPlacement::create(std::move(layers)).value();
+}
+
+class EpLogitsOverMpi : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EpLogitsOverMpi, BitIdenticalToOneRankForContiguousAndReplicatedPlacements) {
+  if (GetParam() == "missing") GTEST_SKIP() << "no shared reference models";
+  comm::Transport& transport = comm::testing::mpi_test_transport();
+  std::unique_ptr<LoadedModel> model = load_model(testing::shared_dir() + "/reference/" + GetParam() + "/hf").value();
+  const ModelConfig& config = model->config;
+  const ForwardBatch batch = batch_for_rank(transport.rank(), config.vocab_size);
+  ThreadPool pool(1);
+  TransformerForward local(config, model->weights, pool);
+  DenseKvCache local_cache(config);
+  const std::vector<float> expected = local.forward(batch, local_cache).value();
+  for (const bool replicas : {false, true}) {
+    experts::ExpertPlacement placement = replicas
+                                             ? placement_with_replicas(config.num_experts(), transport.world_size())
+                                             : experts::contiguous_placement(config.num_experts(), transport.world_size()).value();
+    TransformerForward forward(config, model->weights, pool);
+    ExpertParallelExperts experts(config, std::move(placement), transport, pool);
+    forward.set_routed_experts(&experts);
+    DenseKvCache cache(config);
+    Result<std::vector<float>> got = forward.forward(batch, cache);
+    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    ASSERT_EQ(got->size(), expected.size());
+    EXPECT_EQ(std::memcmp(got->data(), expected.data(), expected.size() * sizeof(float)), 0)
+        << GetParam() << (replicas ? ", replicas" : ", contiguous") << ", rank " << transport.rank() << " of "
+        << transport.world_size();
+    if (transport.world_size() > 1) EXPECT_GT(experts.stats().dispatch_bytes_sent, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, EpLogitsOverMpi, ::testing::ValuesIn(testing::reference_model_params()),
+                         [](const auto& info) { return testing::test_param_name(info.param); });
+
+}  // namespace
+}  // namespace moert::parallel
