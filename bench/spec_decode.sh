@@ -2,7 +2,10 @@
 # Speculative decoding on the large preset: output tokens/s and acceptance at batch 1 and
 # 16, without speculation and with (a) the 1-layer truncation of a draft-friendly target,
 # (b) the target's own NVFP4 copy as its draft (self-speculation), (c) the n-gram
-# proposer on repetitive prompts; fixed K and --spec-k auto. Every figure comes from this
+# proposer on repetitive prompts; fixed K and --spec-k auto. A control at the end: the
+# same target shape with 4 experts all active per token (--num-experts 4 --top-k 4, the
+# same active parameters), where a K+1-token verify pass reads no more expert weights
+# than a 1-token step. Every figure comes from this
 # one script, so the ratios compare runs on the same machine state. Batch B serves 2B
 # requests (4 at batch 1) with --max-seqs B.
 #   bash bench/spec_decode.sh [threads=2] [output_len=64] [k=4]
@@ -18,13 +21,14 @@ shape="--arch qwen3_moe --preset large --seed 1 --faithful-layers 1 --late-layer
 [ -f "$work/target/config.json" ] || "$moert" make-model $shape --out "$work/target" > /dev/null
 [ -f "$work/draft1/config.json" ] || "$moert" make-model $shape --num-layers 1 --out "$work/draft1" > /dev/null
 [ -f "$work/nvfp4/config.json" ] || "$moert" quantize --model "$work/target" --format nvfp4 --out "$work/nvfp4" > /dev/null
+model="$work/target"
 bench() {  # label, batch, extra options
   local line spec
   local out
-  out=$("$moert" bench --model "$work/target" --num-requests $(($2 == 1 ? 4 : 2 * $2)) --max-seqs "$2" --input-len 32 \
+  out=$("$moert" bench --model "$model" --num-requests $(($2 == 1 ? 4 : 2 * $2)) --max-seqs "$2" --input-len 32 \
         --output-len "$output_len" --threads "$threads" "${@:3}")
   line=$(grep '^bench:' <<< "$out")
-  spec=$(grep '^spec:' <<< "$out" || true)
+  spec=$(grep '^spec: .* passes' <<< "$out" || true)
   printf '%-28s batch %2d  %s  %s\n' "$1" "$2" "$(grep -o 'output_tok_s=[0-9.]*' <<< "$line")" \
     "$(grep -o 'acceptance=[0-9.]* tokens_per_pass=[0-9.]*' <<< "$line")"
   [ -z "$spec" ] || echo "    ${spec#spec: }"
@@ -38,3 +42,11 @@ for batch in 1 16; do
   bench "ngram K=$k, repetitive" "$batch" --repetitive --spec ngram --spec-k "$k"
   bench "ngram auto, repetitive" "$batch" --repetitive --spec ngram --spec-k auto
 done
+shape4="$shape --num-experts 4 --top-k 4"
+[ -f "$work/all4/config.json" ] || "$moert" make-model $shape4 --out "$work/all4" > /dev/null
+[ -f "$work/all4_draft1/config.json" ] || "$moert" make-model $shape4 --num-layers 1 --out "$work/all4_draft1" > /dev/null
+model="$work/all4"
+echo "control: 4 experts, all active per token"
+bench "none" 1
+bench "draft 1-layer K=$k" 1 --spec draft --draft-model "$work/all4_draft1" --spec-k "$k"
+bench "draft 1-layer auto" 1 --spec draft --draft-model "$work/all4_draft1" --spec-k auto

@@ -202,6 +202,37 @@ TEST_F(SpecOnGeneratedModels, SampledOutputsDoNotDependOnTheBatch) {
   }
 }
 
+// A dense draft: the 1-layer truncation of a GLM-4.5-style target whose layer 0 is a
+// dense MLP (first_k_dense_replace = 1) has no experts at all.
+TEST(SpecDenseDraft, GreedyOutputsEqualPlainDecoding) {
+  testing::ScratchDir scratch("spec-dense-draft");
+  ThreadPool pool(2);
+  WeightShaping shaping;
+  shaping.faithful_layers = 1;
+  shaping.late_layer_scale = 0.3f;
+  std::unique_ptr<LoadedModel> models[2];
+  for (int layers : {3, 1}) {
+    ModelConfig config = preset_model_config(Architecture::kGlm4Moe, "tiny", small_shape(layers)).value();
+    config.layer_is_moe[0] = false;  // as the target's: same seed, same tensors, a faithful draft
+    const std::string dir = scratch / ("layers" + std::to_string(layers));
+    ASSERT_TRUE(write_random_checkpoint(config, 23, dir, 1 << 30, pool, shaping).is_ok());
+    models[layers == 3 ? 0 : 1] = load_model(dir).value();
+  }
+  ASSERT_FALSE(models[1]->config.layer_is_moe[0]);  // the draft has no MoE layer
+  TransformerForward target(models[0]->config, models[0]->weights, pool);
+  TransformerForward draft(models[1]->config, models[1]->weights, pool);
+  const std::vector<Request> requests = mixed_requests(12, 512, 8);
+  EngineConfig config;
+  config.num_kv_blocks = 256;
+  config.scheduler.max_batched_tokens = 64;
+  config.spec.max_num_draft = 3;
+  const auto plain = tokens_of(run_all(target, config, requests, nullptr));
+  DraftModelProposer proposer(draft, {256, 16, true});
+  EngineStats stats;
+  EXPECT_EQ(tokens_of(run_all(target, config, requests, &proposer, &stats)), plain);
+  EXPECT_GT(stats.acceptance.num_accepted_tokens(), 0);
+}
+
 // The verify pass of K drafts computes every row exactly as K + 1 one-token decode steps
 // do (same bits), also when the chunk shares its batch with another sequence's prefill.
 TEST_F(SpecOnGeneratedModels, VerifyPassEqualsOneTokenStepsBitwise) {
