@@ -55,6 +55,9 @@ void add_into(StepMetrics& total, const StepMetrics& step) {
   total.all_to_all_s += step.all_to_all_s;
   total.expert_s += step.expert_s;
   total.shared_s += step.shared_s;
+  total.spec_drafts += step.spec_drafts;
+  total.spec_accepted += step.spec_accepted;
+  total.draft_s += step.draft_s;
 }
 
 std::string metrics_json(int64_t step, int rank, const StepMetrics& m) {
@@ -62,11 +65,13 @@ std::string metrics_json(int64_t step, int rank, const StepMetrics& m) {
   std::snprintf(text, sizeof(text),
                 "{\"step\": %lld, \"rank\": %d, \"tokens\": %lld, \"output_tokens\": %lld, \"finished\": %lld, "
                 "\"dispatch_bytes\": %lld, \"combine_bytes\": %lld, \"step_s\": %.6f, \"all_to_all_s\": %.6f, "
-                "\"expert_s\": %.6f, \"shared_s\": %.6f}",
+                "\"expert_s\": %.6f, \"shared_s\": %.6f, \"spec_drafts\": %lld, \"spec_accepted\": %lld, "
+                "\"draft_s\": %.6f}",
                 static_cast<long long>(step), rank, static_cast<long long>(m.scheduled_tokens),
                 static_cast<long long>(m.output_tokens), static_cast<long long>(m.finished_requests),
                 static_cast<long long>(m.dispatch_bytes), static_cast<long long>(m.combine_bytes), m.step_s,
-                m.all_to_all_s, m.expert_s, m.shared_s);
+                m.all_to_all_s, m.expert_s, m.shared_s, static_cast<long long>(m.spec_drafts),
+                static_cast<long long>(m.spec_accepted), m.draft_s);
   return text;
 }
 
@@ -262,6 +267,9 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
     const engine::EngineStats& engine_now = engine.stats();
     mine.scheduled_tokens = engine_now.computed_tokens - previous_engine.computed_tokens;
     mine.output_tokens = engine_now.output_tokens - previous_engine.output_tokens;
+    mine.spec_drafts = engine_now.acceptance.num_draft_tokens() - previous_engine.acceptance.num_draft_tokens();
+    mine.spec_accepted = engine_now.acceptance.num_accepted_tokens() - previous_engine.acceptance.num_accepted_tokens();
+    mine.draft_s = engine_now.draft_s - previous_engine.draft_s;
     previous_engine = engine_now;
     mine.finished_requests = static_cast<int64_t>(outputs->size());
 

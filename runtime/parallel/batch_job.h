@@ -72,6 +72,9 @@ struct StepMetrics {
   double all_to_all_s = 0.0;     // inside exchanges (waiting for peers included)
   double expert_s = 0.0;         // routed experts computed here
   double shared_s = 0.0;         // shared experts, overlapped with the dispatch
+  int64_t spec_drafts = 0;       // draft tokens verified (speculative decoding)
+  int64_t spec_accepted = 0;     // of those, accepted
+  double draft_s = 0.0;          // in the proposer
 };
 
 struct BatchJobReport {  // complete at rank 0 only

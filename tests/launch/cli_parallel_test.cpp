@@ -151,7 +151,20 @@ TEST(CliParallelSpec, GreedyOutputsEqualPlainDecodingOnOneAndFourRanks) {
   const std::map<std::string, nlohmann::json> plain = run("", "plain", "");
   ASSERT_EQ(plain.size(), 9u);
   EXPECT_EQ(run(mpirun(1), "draft_np1", "--spec draft --draft-model " + draft + " --spec-k 3"), plain);
-  EXPECT_EQ(run(mpirun(4), "draft_np4", "--spec draft --draft-model " + draft + " --spec-k 5"), plain);
+  EXPECT_EQ(run(mpirun(4), "draft_np4", "--spec draft --draft-model " + draft + " --spec-k 5 --metrics " +
+                                            (scratch / "spec_metrics.jsonl")),
+            plain);
+  // Per-step, per-rank metrics carry the verified drafts; they add up to the summary's.
+  int64_t drafts = 0, accepted = 0;
+  std::istringstream metrics(testing::read_file(scratch / "spec_metrics.jsonl"));
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json m = nlohmann::json::parse(line);
+    drafts += m["spec_drafts"].get<int64_t>();
+    accepted += m["spec_accepted"].get<int64_t>();
+  }
+  EXPECT_GT(drafts, 0);
+  EXPECT_GT(accepted, 0);
+  EXPECT_LE(accepted, drafts);
   EXPECT_EQ(run(mpirun(1), "ngram_np1", "--spec ngram --spec-k 4"), plain);
   EXPECT_EQ(run(mpirun(4), "ngram_np4", "--spec ngram --spec-k 4"), plain);
   EXPECT_EQ(run(mpirun(2), "nvfp4_np2", "--spec draft --draft-model " + nvfp4 + " --spec-k 4"), plain);
