@@ -10,6 +10,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/model/generator.h"
 #include "runtime/model/reference_forward.h"
+#include "tests/runtime/engine/serve_all.h"
 #include "tests/support/test_support.h"
 
 namespace moert::engine {
@@ -40,20 +41,7 @@ std::vector<MixedRequest> mixed_requests(int count, int vocab, uint64_t seed) {
 
 std::map<std::string, RequestOutput> run_all(const TransformerForward& model, const EngineConfig& config,
                                              const std::vector<Request>& requests, EngineStats* stats = nullptr) {
-  Engine engine(model, config);
-  for (const Request& request : requests) {
-    const Status added = engine.add_request(request);
-    EXPECT_TRUE(added.is_ok()) << added.to_string();
-  }
-  std::map<std::string, RequestOutput> outputs;
-  while (engine.has_unfinished()) {
-    Result<std::vector<RequestOutput>> finished = engine.step();
-    EXPECT_TRUE(finished.is_ok()) << finished.status().to_string();
-    if (!finished.is_ok()) break;
-    for (RequestOutput& output : *finished) outputs[output.id] = std::move(output);
-  }
-  if (stats != nullptr) *stats = engine.stats();
-  return outputs;
+  return testing::serve_all(model, config, requests, nullptr, stats);
 }
 
 std::vector<Request> greedy_requests(const std::vector<MixedRequest>& mixed) {

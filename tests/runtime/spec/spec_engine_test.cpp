@@ -14,6 +14,7 @@
 #include "runtime/model/generator.h"
 #include "runtime/model/reference_forward.h"
 #include "runtime/spec/draft_model_proposer.h"
+#include "tests/runtime/engine/serve_all.h"
 #include "tests/support/test_support.h"
 
 namespace moert::spec {
@@ -27,21 +28,7 @@ using engine::RequestOutput;
 std::map<std::string, RequestOutput> run_all(const TransformerForward& model, const EngineConfig& config,
                                              const std::vector<Request>& requests, Proposer* proposer,
                                              EngineStats* stats = nullptr) {
-  engine::Engine engine(model, config);
-  engine.set_proposer(proposer);
-  for (const Request& request : requests) {
-    const Status added = engine.add_request(request);
-    EXPECT_TRUE(added.is_ok()) << added.to_string();
-  }
-  std::map<std::string, RequestOutput> outputs;
-  while (engine.has_unfinished()) {
-    Result<std::vector<RequestOutput>> finished = engine.step();
-    EXPECT_TRUE(finished.is_ok()) << finished.status().to_string();
-    if (!finished.is_ok()) break;
-    for (RequestOutput& output : *finished) outputs[output.id] = std::move(output);
-  }
-  if (stats != nullptr) *stats = engine.stats();
-  return outputs;
+  return testing::serve_all(model, config, requests, proposer, stats);
 }
 
 // Prompts of 3..60 tokens; every third repeats a phrase (n-gram matches), the rest are
