@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The built-in example: install what is missing, build, make a small Qwen3-MoE model and
-# score a prompt with greedy decoding, then serve a small batch with `moert run`.
+# score a prompt with greedy decoding, then serve a small batch with `moert run` on 2 MPI
+# ranks, plainly and with speculative decoding (a draft model).
 set -euo pipefail
 here="$(dirname "$0")"
 bash "$here/install-deps.sh"
@@ -28,3 +29,15 @@ mpirun -np 2 --bind-to none "$MOERT_BUILD_DIR/launch/moert" run --model "$model"
   --output "$MOERT_BUILD_DIR/example/results.jsonl" --threads 1
 echo "results written to $MOERT_BUILD_DIR/example/results.jsonl:"
 head -3 "$MOERT_BUILD_DIR/example/results.jsonl"
+
+# The same batch with speculative decoding: a draft-friendly target and its 1-layer
+# truncation as the draft model; greedy results equal plain decoding.
+target="$MOERT_BUILD_DIR/example/qwen3moe-faithful"
+draft="$MOERT_BUILD_DIR/example/qwen3moe-faithful-draft"
+shape="--arch qwen3_moe --preset tiny --seed 7 --faithful-layers 1 --late-layer-scale 0.2"
+"$MOERT_BUILD_DIR/launch/moert" make-model $shape --out "$target" > /dev/null
+"$MOERT_BUILD_DIR/launch/moert" make-model $shape --num-layers 1 --out "$draft" > /dev/null
+rm -f "$MOERT_BUILD_DIR/example/results-spec.jsonl"
+mpirun -np 2 --bind-to none "$MOERT_BUILD_DIR/launch/moert" run --model "$target" --input "$requests" \
+  --output "$MOERT_BUILD_DIR/example/results-spec.jsonl" --threads 1 --spec draft --draft-model "$draft" --spec-k 4
+echo "speculative results written to $MOERT_BUILD_DIR/example/results-spec.jsonl"
