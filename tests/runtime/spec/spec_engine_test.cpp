@@ -6,6 +6,8 @@
 // known acceptance rate match (1 - alpha^(K+1)) / (1 - alpha).
 #include <gtest/gtest.h>
 
+#include <boost/math/special_functions/gamma.hpp>
+
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -173,6 +175,41 @@ TEST_F(SpecOnGeneratedModels, AdaptiveDepthAndPreemptionKeepGreedyOutputs) {
   EXPECT_EQ(small_pool.kv().num_used_blocks(), 0);
 }
 
+// Stop tokens inside an accepted run of drafts end the request there, n > 1 greedy samples
+// and tight pools (preemption, dropped drafts) on every pass: outputs equal plain decoding
+// with the same stops, and every draft block is released at the end.
+TEST_F(SpecOnGeneratedModels, StopTokensMidPassForksAndTightPoolsMatchPlainDecoding) {
+  std::vector<Request> requests = mixed_requests(18, 512, 9);
+  const auto unstopped = tokens_of(run_all(*target_forward_, config(4), requests, nullptr));
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const std::vector<int32_t>& out = unstopped.at(requests[r].id);
+    if (r % 2 == 0 && out.size() > 4) requests[r].params.stop_token_ids = {out[out.size() / 2]};  // stops mid-output
+    if (r % 5 == 1) requests[r].params.n = 3;  // greedy forks: three identical samples
+  }
+  EngineConfig tight = config(6);
+  tight.num_kv_blocks = 12;
+  const auto plain = run_all(*target_forward_, tight, requests, nullptr);
+  for (int k : {2, 6}) {
+    tight.spec.max_num_draft = k;
+    DraftModelProposer proposer(*draft_forward_, draft_config(8));
+    EngineStats stats;
+    const auto got = run_all(*target_forward_, tight, requests, &proposer, &stats);
+    ASSERT_EQ(got.size(), plain.size());
+    for (const auto& [id, output] : plain) {
+      ASSERT_EQ(got.at(id).outputs.size(), output.outputs.size()) << id;
+      for (size_t s = 0; s < output.outputs.size(); ++s) {
+        EXPECT_EQ(got.at(id).outputs[s].token_ids, output.outputs[s].token_ids) << id << " sample " << s << ", K " << k;
+        EXPECT_EQ(got.at(id).outputs[s].finish_reason, output.outputs[s].finish_reason) << id << ", K " << k;
+      }
+    }
+    EXPECT_GT(stats.acceptance.num_accepted_tokens(), 0);
+    EXPECT_EQ(proposer.kv().num_used_blocks(), 0);
+  }
+  int stopped = 0;
+  for (const auto& [id, output] : plain) stopped += output.outputs[0].finish_reason == "stop" ? 1 : 0;
+  EXPECT_GT(stopped, 3);
+}
+
 TEST_F(SpecOnGeneratedModels, SampledOutputsDoNotDependOnTheBatch) {
   std::vector<Request> requests = mixed_requests(12, 512, 6, /*sampled_every_fourth=*/true);
   requests[3].params.n = 2;
@@ -218,6 +255,67 @@ TEST(SpecDenseDraft, GreedyOutputsEqualPlainDecoding) {
   EngineStats stats;
   EXPECT_EQ(tokens_of(run_all(target, config, requests, &proposer, &stats)), plain);
   EXPECT_GT(stats.acceptance.num_accepted_tokens(), 0);
+}
+
+// Two-sample chi-square homogeneity p-value of two histograms over the same categories
+// (categories empty in both are left out).
+double homogeneity_p_value(const std::map<int32_t, int64_t>& a, const std::map<int32_t, int64_t>& b) {
+  std::map<int32_t, std::pair<double, double>> both;
+  double total_a = 0, total_b = 0;
+  for (const auto& [token, count] : a) both[token].first = static_cast<double>(count), total_a += static_cast<double>(count);
+  for (const auto& [token, count] : b) both[token].second = static_cast<double>(count), total_b += static_cast<double>(count);
+  double statistic = 0.0;
+  for (const auto& [token, counts] : both) {
+    const double pooled = (counts.first + counts.second) / (total_a + total_b);
+    const double expect_a = pooled * total_a, expect_b = pooled * total_b;
+    statistic += (counts.first - expect_a) * (counts.first - expect_a) / expect_a +
+                 (counts.second - expect_b) * (counts.second - expect_b) / expect_b;
+  }
+  const double df = static_cast<double>(both.size()) - 1.0;
+  return df > 0 ? boost::math::gamma_q(df / 2.0, statistic / 2.0) : 1.0;
+}
+
+// Sampled requests through the whole engine (draft q from the 1-layer model, p from the
+// target, top-k and temperature on both): the tokens at output positions 1 and 2 (decided
+// by a verify pass) have the same distribution as plain sampling's, over 3000 seeds.
+TEST_F(SpecOnGeneratedModels, SampledTokensHaveThePlainDistribution) {
+  std::vector<Request> requests;
+  for (int seed = 0; seed < 3000; ++seed) {
+    Request request;
+    request.id = "s" + std::to_string(seed);
+    request.prompt = {17, 230, 41, 9, 311};
+    request.params.temperature = 1.3f;
+    request.params.top_k = 4;
+    request.params.max_tokens = 3;  // token 0 sampled plainly, tokens 1-2 by one pass of K = 1 + bonus
+    request.params.seed = seed;
+    requests.push_back(std::move(request));
+  }
+  EngineConfig c = config(2);
+  c.scheduler.max_seqs = 512;
+  c.scheduler.max_batched_tokens = 4096;
+  c.num_kv_blocks = 2048;
+  const auto plain = run_all(*target_forward_, c, requests, nullptr);
+  DraftModelProposer proposer(*draft_forward_, draft_config(2048));
+  EngineStats stats;
+  const auto speculative = run_all(*target_forward_, c, requests, &proposer, &stats);
+  EXPECT_EQ(stats.acceptance.num_passes(), 3000);
+  EXPECT_GT(stats.acceptance.num_accepted_tokens(), 300);   // the draft is often right...
+  EXPECT_LT(stats.acceptance.num_accepted_tokens(), 2900);  // ...and often wrong
+  for (int position : {1, 2}) {
+    std::map<int32_t, int64_t> plain_counts, spec_counts;
+    for (const auto& [id, output] : plain) ++plain_counts[output.outputs[0].token_ids.at(static_cast<size_t>(position))];
+    for (const auto& [id, output] : speculative) {
+      ++spec_counts[output.outputs[0].token_ids.at(static_cast<size_t>(position))];
+    }
+    EXPECT_GT(plain_counts.size(), 3u);
+    EXPECT_GT(homogeneity_p_value(plain_counts, spec_counts), 1e-3) << "position " << position;
+  }
+  // A negative control: the draft model's own samples differ from the target's.
+  const auto draft_only = run_all(*draft_forward_, c, requests, nullptr);
+  std::map<int32_t, int64_t> plain_counts, draft_counts;
+  for (const auto& [id, output] : plain) ++plain_counts[output.outputs[0].token_ids.at(1)];
+  for (const auto& [id, output] : draft_only) ++draft_counts[output.outputs[0].token_ids.at(1)];
+  EXPECT_LT(homogeneity_p_value(plain_counts, draft_counts), 1e-6);
 }
 
 // The verify pass of K drafts computes every row exactly as K + 1 one-token decode steps
