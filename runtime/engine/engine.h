@@ -1,8 +1,11 @@
 // The single-rank serving engine: continuous batching over the paged KV cache. One step =
-// schedule (scheduler.h) -> copy-on-write block copies -> one transformer forward over all
-// scheduled chunks with paged attention -> sample the sequences whose chunk reached their
-// last token -> finish requests. Requests with n > 1 prefill once and fork into n samples
-// that share the prompt's blocks.
+// [speculative decoding: draft tokens for the sequences ready to decode (a Proposer, K from
+// the depth controller)] -> schedule (scheduler.h) -> copy-on-write block copies -> one
+// transformer forward over all scheduled chunks with paged attention (a speculative chunk
+// asks for the logits of its last token and every draft) -> sample the sequences whose
+// chunk reached their last token, or verify their drafts with the rejection sampler and
+// roll the rejected ones back -> finish requests. Requests with n > 1 prefill once and
+// fork into n samples that share the prompt's blocks.
 #pragma once
 
 #include <chrono>
