@@ -445,7 +445,11 @@ std::string format_job_summary(const BatchJobReport& report, const BatchJobConfi
                 "MaxVio %.3f over the run, %.3f per step; %d placement(s) installed",
                 balance_mode_name(config.balance), report.expert_run_max_violation, report.expert_step_max_violation,
                 report.rank_run_max_violation, report.rank_step_max_violation, report.rebalances);
-  out << line;
+  out << line << "\nexpert MaxVio by layer over the run:";
+  for (double layer : report.expert_run_max_violation_per_layer) {
+    std::snprintf(line, sizeof(line), " %.3f", layer);
+    out << line;
+  }
   return out.str();
 }
 

@@ -194,6 +194,49 @@ TEST(Lockstep, SampledOutputsAndRequestSpreadDoNotDependOnTheRankCount) {
   }
 }
 
+// Balancing on a deliberately skewed router, 2 ranks: the bias rule lowers the expert
+// MaxVio (and changes outputs: it moves expert choices), replicas lower the per-rank
+// compute MaxVio and change nothing in the outputs; MaxVio is reported per layer.
+TEST(Lockstep, BiasLowersExpertMaxVioReplicasLowerRankMaxVio) {
+  testing::ScratchDir scratch("lockstep-balance");
+  const testing::CommandResult made = testing::run_command(
+      testing::moert_binary() + " make-model --arch qwen3_moe --preset tiny --num-layers 2 --seed 5 --router-skew 1 --out " +
+      (scratch / "m"));
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const std::unique_ptr<LoadedModel> model = load_model(scratch / "m").value();
+  std::vector<std::string> lines;
+  for (int i = 0; i < 24; ++i) {
+    lines.push_back(nlohmann::json{{"id", "b" + std::to_string(i)},
+                                   {"prompt_token_ids", prompt_of(i, 12, model->config.vocab_size)},
+                                   {"max_tokens", 24}}.dump());
+  }
+  BatchJobReport none_report, bias_report, replicate_report;
+  const auto none = serve(*model, 2, "contiguous", lines, BatchJobConfig{}, &none_report);
+  BatchJobConfig bias;
+  bias.balance = BalanceMode::kBias;
+  bias.balance_gamma = 0.01f;
+  const auto biased = serve(*model, 2, "contiguous", lines, bias, &bias_report);
+  BatchJobConfig replicate;
+  replicate.balance = BalanceMode::kReplicate;
+  replicate.balance_interval = 4;
+  const auto replicated = serve(*model, 2, "contiguous", lines, replicate, &replicate_report);
+  ASSERT_EQ(none.size(), lines.size());
+  ASSERT_EQ(none_report.expert_run_max_violation_per_layer.size(), 2u);
+  for (double layer : none_report.expert_run_max_violation_per_layer) EXPECT_GT(layer, 0.5);  // skewed
+  EXPECT_LT(bias_report.expert_run_max_violation, 0.8 * none_report.expert_run_max_violation);
+  EXPECT_GT(replicate_report.rebalances, 0);
+  EXPECT_LT(replicate_report.rank_run_max_violation, none_report.rank_run_max_violation);
+  EXPECT_DOUBLE_EQ(replicate_report.expert_run_max_violation, none_report.expert_run_max_violation);
+  int changed = 0;
+  for (const auto& [id, result] : none) {
+    EXPECT_EQ(result["outputs"], replicated.at(id)["outputs"]) << id;
+    changed += result["outputs"] != biased.at(id)["outputs"] ? 1 : 0;
+  }
+  EXPECT_GT(changed, 0);
+  const std::string summary = format_job_summary(none_report, BatchJobConfig{});
+  EXPECT_NE(summary.find("expert MaxVio by layer"), std::string::npos) << summary;
+}
+
 TEST(Lockstep, AssignmentGoesToTheRankWithTheMostFreeBlocks) {
   // Pools 10 and 6: 4 -> r0 (10), 4 -> r0 (6 vs 6: lowest), 3 -> r1 (2 vs 6), 1 -> r1 (2 vs 3).
   EXPECT_EQ(assign_by_free_blocks({4, 4, 3, 1}, {10, 6}), (std::vector<int>{0, 0, 1, 1}));
