@@ -22,6 +22,7 @@ run() {  # name, extra options
   mpirun -np "$ranks" --bind-to none "$moert" run --model "$work/model" --input "$work/in.jsonl" \
     --output "$work/$1.jsonl" --threads 1 --progress-interval 0 "${@:2}" 2> "$work/$1.log"
   echo "$1: $(grep '^balance' "$work/$1.log")"
+  echo "    $(grep '^expert MaxVio by layer' "$work/$1.log")"
 }
 # Position-wise greedy agreement and identical sequences of two result files.
 agreement() {
