@@ -170,6 +170,31 @@ TEST(CliParallelSpec, GreedyOutputsEqualPlainDecodingOnOneAndFourRanks) {
   EXPECT_EQ(run(mpirun(2), "nvfp4_np2", "--spec draft --draft-model " + nvfp4 + " --spec-k 4"), plain);
 }
 
+// The MPI transport under each point-to-point layer Open MPI can use here: UCX (pml ucx;
+// selected only where asked, see ../shared/ENVIRONMENT.md), TCP and shared memory (pml ob1
+// with btl tcp / vader). Forcing a layer that cannot start makes mpirun fail, so a pass
+// means the job really ran over it; outputs equal one rank's each time.
+TEST(CliParallelTransports, OutputsEqualOneRankOverUcxTcpAndSharedMemory) {
+  testing::ScratchDir scratch("cli-parallel-transports");
+  const std::string model = scratch / "m";
+  ASSERT_EQ(run_command(testing::moert_binary() + " make-model --arch mixtral --preset tiny --num-layers 2 --out " +
+                        model).exit_code, 0);
+  testing::write_file(scratch / "in.jsonl", requests_text(1024));
+  auto run = [&](const std::string& launcher, const std::string& name) {
+    const std::string output = scratch / (name + ".jsonl");
+    const testing::CommandResult result =
+        run_command(launcher + testing::moert_binary() + " run --model " + model + " --input " + (scratch / "in.jsonl") +
+                    " --output " + output + " --threads 1 --max-batched-tokens 40");
+    EXPECT_EQ(result.exit_code, 0) << name << ": " << result.err;
+    return outputs_by_id(output);
+  };
+  const std::map<std::string, nlohmann::json> single = run("", "single");
+  ASSERT_EQ(single.size(), 12u);
+  EXPECT_EQ(run(mpirun(2) + "--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any ", "ucx"), single);
+  EXPECT_EQ(run(mpirun(3) + "--mca pml ob1 --mca btl self,tcp ", "tcp"), single);
+  EXPECT_EQ(run(mpirun(2) + "--mca pml ob1 --mca btl self,vader ", "shared_memory"), single);
+}
+
 TEST(CliParallelRunErrors, ASetupErrorOnTheRanksEndsEveryRankWithOneMessage) {
   testing::ScratchDir scratch("cli-parallel-errors");
   const std::string model = scratch / "m";
