@@ -222,9 +222,10 @@ int run_serve_batch(const std::vector<std::string>& args) {
       });
   if (!report.is_ok()) throw CommandError(report.status().message());
   if (root) {
-    std::cerr << engine_summary(sum_engine_stats(report->rank_engine_stats), *config, report->wall_s) << "\n";
+    const engine::EngineStats totals = sum_engine_stats(report->rank_engine_stats);
+    std::cerr << engine_summary(totals, *config, report->wall_s) << "\n";
     std::cerr << parallel::format_job_summary(*report, job) << "\n";
-    if (spec_setup->enabled()) std::cerr << spec_setup->summary(sum_engine_stats(report->rank_engine_stats)) << "\n";
+    if (spec_setup->enabled()) std::cerr << spec_setup->summary(totals) << "\n";
     int64_t finished = 0;
     for (const parallel::StepMetrics& m : report->rank_totals) finished += m.finished_requests;
     std::cerr << "requests: " << finished << " finished, " << parsed.skipped << " skipped (already done), "

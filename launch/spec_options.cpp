@@ -37,14 +37,14 @@ void add_spec_options(po::options_description& options, SpecOptions& v) {
 }
 
 SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engine::EngineConfig* engine)
-    : method_(options.method), options_(options) {
-  if (method_ != "none" && method_ != "draft" && method_ != "ngram") {
-    throw CommandError("--spec '" + method_ + "' is not one of none, draft, ngram");
+    : options_(options) {
+  if (options_.method != "none" && options_.method != "draft" && options_.method != "ngram") {
+    throw CommandError("--spec '" + options_.method + "' is not one of none, draft, ngram");
   }
-  if (method_ != "draft" && !options.draft_model.empty()) {
-    throw CommandError("--draft-model " + options.draft_model + " needs --spec=draft (got --spec=" + method_ + ")");
+  if (options_.method != "draft" && !options.draft_model.empty()) {
+    throw CommandError("--draft-model " + options.draft_model + " needs --spec=draft (got --spec=" + options_.method + ")");
   }
-  if (method_ == "draft" && options.draft_model.empty()) throw CommandError("--spec=draft needs --draft-model DIR");
+  if (options_.method == "draft" && options.draft_model.empty()) throw CommandError("--spec=draft needs --draft-model DIR");
   if (options.draft_kv_blocks < 0 || (options.draft_kv_blocks > 0 && options.draft_kv_blocks < 2)) {
     throw CommandError("--draft-kv-blocks = " + std::to_string(options.draft_kv_blocks) + " must be 0 or >= 2");
   }
@@ -63,12 +63,12 @@ SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engi
     depth_text_ = "K = " + std::to_string(depth.max_num_draft);
   }
   depth.probe_num_draft = std::min(4, depth.max_num_draft);
-  if (method_ == "ngram") {
+  if (options_.method == "ngram") {
     spec::NgramProposerConfig ngram{options.ngram_min, options.ngram_max, depth.max_num_draft};
     const Status valid = spec::validate_ngram_config(ngram);
     if (!valid.is_ok()) throw CommandError("--ngram-min/--ngram-max: " + valid.message());
   }
-  if (method_ == "draft") {
+  if (options_.method == "draft") {
     draft_ = value_or_throw(load_model(options.draft_model));
     if (draft_->config.vocab_size != target.vocab_size) {
       throw CommandError("draft model " + options.draft_model + " has a vocabulary of " +
@@ -79,10 +79,10 @@ SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engi
 }
 
 spec::Proposer* SpecSetup::start(ThreadPool& pool, const engine::EngineConfig& engine) {
-  if (method_ == "ngram") {
+  if (options_.method == "ngram") {
     proposer_ = std::make_unique<spec::NgramProposer>(
         spec::NgramProposerConfig{options_.ngram_min, options_.ngram_max, engine.spec.max_num_draft});
-  } else if (method_ == "draft") {
+  } else if (options_.method == "draft") {
     draft_forward_ = std::make_unique<TransformerForward>(draft_->config, draft_->weights, pool);
     spec::DraftModelConfig config;
     config.num_kv_blocks = options_.draft_kv_blocks > 0 ? options_.draft_kv_blocks : engine.num_kv_blocks;
@@ -95,9 +95,9 @@ spec::Proposer* SpecSetup::start(ThreadPool& pool, const engine::EngineConfig& e
 
 std::string SpecSetup::describe() const {
   if (!enabled()) return "spec: off";
-  std::string text = "spec: " + method_;
-  if (method_ == "draft") text += " (" + options_.draft_model + ", " + describe_model_config(draft_->config) + ")";
-  if (method_ == "ngram") {
+  std::string text = "spec: " + options_.method;
+  if (options_.method == "draft") text += " (" + options_.draft_model + ", " + describe_model_config(draft_->config) + ")";
+  if (options_.method == "ngram") {
     text += " (suffix " + std::to_string(options_.ngram_min) + ".." + std::to_string(options_.ngram_max) + " tokens)";
   }
   return text + ", " + depth_text_;
@@ -111,7 +111,7 @@ std::string SpecSetup::summary(const engine::EngineStats& s) const {
   std::snprintf(text, sizeof(text),
                 "spec: %s, %s: %lld passes, %lld drafts, %lld accepted (rate %.3f), %.3f tokens per pass; draft %.2f s, "
                 "verify %.2f s over %lld steps, depth 0 in %lld steps; acceptance by position",
-                method_.c_str(), depth_text_.c_str(), static_cast<long long>(a.num_passes()),
+                options_.method.c_str(), depth_text_.c_str(), static_cast<long long>(a.num_passes()),
                 static_cast<long long>(a.num_draft_tokens()), static_cast<long long>(a.num_accepted_tokens()),
                 a.acceptance_rate(), a.mean_tokens_per_pass(), s.draft_s, s.verify_s,
                 static_cast<long long>(s.spec_steps), static_cast<long long>(s.spec_off_steps));

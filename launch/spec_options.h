@@ -35,7 +35,7 @@ class SpecSetup {
   SpecSetup(const SpecOptions& options, const ModelConfig& target, engine::EngineConfig* engine);
   // Creates the proposer (null with --spec=none); `pool` must outlive this object.
   spec::Proposer* start(ThreadPool& pool, const engine::EngineConfig& engine);
-  bool enabled() const { return method_ != "none"; }
+  bool enabled() const { return options_.method != "none"; }
   // The effective configuration, one line for start-up ("spec: draft (DIR), K = 4, ...").
   std::string describe() const;
   // One line: method, depth, passes, acceptance (overall and per position), tokens per
@@ -43,7 +43,6 @@ class SpecSetup {
   std::string summary(const engine::EngineStats& stats) const;
 
  private:
-  std::string method_;
   std::string depth_text_;
   SpecOptions options_;
   std::unique_ptr<LoadedModel> draft_;

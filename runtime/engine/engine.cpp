@@ -122,7 +122,7 @@ Status Engine::propose_drafts() {
   const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
   for (size_t i = 0; i < requests.size(); ++i) {
     spec::Draft& draft = drafts[i];
-    MOERT_CHECK(static_cast<int>(draft.tokens.size()) <= std::max(requests[i].num_draft, 0) &&
+    MOERT_CHECK(static_cast<int>(draft.tokens.size()) <= requests[i].num_draft &&
                     (draft.probs.empty() || draft.probs.size() == draft.tokens.size() * vocab),
                 "proposer returned " << draft.tokens.size() << " drafts (" << draft.probs.size()
                                      << " probabilities) for K = " << requests[i].num_draft);
@@ -140,10 +140,7 @@ Result<std::vector<RequestOutput>> Engine::step() {
   if (proposer_ != nullptr) MOERT_RETURN_IF_ERROR(propose_drafts());
   const StepPlan plan = scheduler_.schedule();
   if (proposer_ != nullptr) {
-    for (SeqId seq : plan.preempted) {
-      proposer_->release(seq);
-      drafts_.erase(seq);
-    }
+    for (SeqId seq : plan.preempted) proposer_->release(seq);
   }
   if (plan.chunks.empty()) {
     if (scheduler_.has_unfinished()) return internal_error("the scheduler made no progress with work left");

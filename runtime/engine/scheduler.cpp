@@ -114,7 +114,7 @@ StepPlan Scheduler::schedule() {
     const SeqId seq = running_[i];
     SequenceState& state = sequences_.at(seq);
     const int64_t remaining = static_cast<int64_t>(state.tokens.size()) - state.num_computed;
-    int64_t num_new = std::min(remaining, budget);
+    const int64_t num_new = std::min(remaining, budget);
     if (num_new == 0) {
       ++i;
       continue;

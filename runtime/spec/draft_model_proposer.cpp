@@ -87,7 +87,6 @@ Result<std::vector<Draft>> DraftModelProposer::propose(std::span<const DraftRequ
       members.push_back(i);
     }
     MOERT_ASSIGN_OR_RETURN(std::vector<float> logits, engine::paged_forward(draft_, storage_, kv_, chunks));
-    ++num_forwards_;
     for (size_t m = 0; m < members.size(); ++m) {
       const DraftRequest& request = requests[members[m]];
       Draft& draft = drafts[members[m]];

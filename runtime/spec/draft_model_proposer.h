@@ -42,8 +42,6 @@ class DraftModelProposer : public Proposer {
   void release(ProposalSeqId seq) override;
   const char* name() const override { return "draft"; }
 
-  // Draft forwards run so far and their total wall time (for the cost model and stats).
-  int64_t num_forwards() const { return num_forwards_; }
   const attention::KvCacheManager& kv() const { return kv_; }
 
  private:
@@ -61,7 +59,6 @@ class DraftModelProposer : public Proposer {
   attention::KvCacheManager kv_;
   engine::PagedKvStorage storage_;
   std::unordered_map<ProposalSeqId, SeqState> seqs_;
-  int64_t num_forwards_ = 0;
   std::vector<double> scratch_;
 };
 
