@@ -8,8 +8,8 @@
 #include <cstdint>
 
 #include "quant/weight.h"
-#include "runtime/core/tensor.h"
-#include "runtime/core/thread_pool.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
 
 namespace moert::experts {
 

@@ -6,7 +6,7 @@
 #include <numeric>
 #include <string>
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace moert::experts {
 namespace {

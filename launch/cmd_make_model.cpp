@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "launch/commands.h"
-#include "runtime/core/thread_pool.h"
+#include "core/thread_pool.h"
 #include "runtime/model/generator.h"
 
 namespace po = boost::program_options;

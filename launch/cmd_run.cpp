@@ -13,7 +13,7 @@
 #include "launch/spec_options.h"
 #include "runtime/comm/mpi_transport.h"
 #include "runtime/comm/self_transport.h"
-#include "runtime/core/log.h"
+#include "core/log.h"
 #include "runtime/engine/request_io.h"
 #include "runtime/model/weights.h"
 #include "runtime/parallel/batch_job.h"

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launch/commands.h"
-#include "runtime/core/thread_pool.h"
+#include "core/thread_pool.h"
 #include "runtime/io/npy.h"
 #include "runtime/model/reference_forward.h"
 #include "runtime/model/weights.h"

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "launch/commands.h"
-#include "runtime/core/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace po = boost::program_options;
 

@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "launch/commands.h"
-#include "runtime/spec/draft_model_proposer.h"
+#include "runtime/speculative/draft_model_proposer.h"
 
 namespace po = boost::program_options;
 

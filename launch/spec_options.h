@@ -7,10 +7,10 @@
 #include <memory>
 #include <string>
 
-#include "runtime/core/thread_pool.h"
+#include "core/thread_pool.h"
 #include "runtime/engine/engine.h"
 #include "runtime/model/weights.h"
-#include "runtime/spec/proposer.h"
+#include "runtime/speculative/proposer.h"
 
 namespace moert::launch {
 

@@ -7,8 +7,8 @@
 #include <optional>
 
 #include "quant/cpu/quantized_linear.h"
-#include "runtime/core/tensor.h"
-#include "runtime/core/thread_pool.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
 
 namespace moert::quant {
 

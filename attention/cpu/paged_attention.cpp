@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "quant/cpu/linear.h"
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace moert::attention {
 namespace {

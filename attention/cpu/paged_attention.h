@@ -19,7 +19,7 @@
 
 #include <cstdint>
 
-#include "runtime/core/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace moert::attention {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "experts/router.h"
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace moert::experts {
 namespace {

@@ -5,7 +5,7 @@
 #include <numeric>
 #include <string>
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace moert::experts {
 

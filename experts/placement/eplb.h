@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "experts/placement/placement.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace moert::experts {
 

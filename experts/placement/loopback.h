@@ -18,8 +18,8 @@
 
 #include "experts/placement/dispatch_plan.h"
 #include "experts/placement/placement.h"
-#include "runtime/core/check.h"
-#include "runtime/core/status.h"
+#include "core/check.h"
+#include "core/status.h"
 
 namespace moert::experts {
 

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace moert::experts {
 

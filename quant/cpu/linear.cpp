@@ -11,7 +11,7 @@
 
 #include "quant/bf16.h"
 #include "quant/cpu/isa.h"
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace moert::quant {
 namespace {

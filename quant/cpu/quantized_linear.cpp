@@ -16,7 +16,7 @@
 #include "quant/formats/fp4.h"
 #include "quant/formats/fp8.h"
 #include "quant/formats/minifloat.h"
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace moert::quant {
 namespace {

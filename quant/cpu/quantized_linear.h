@@ -16,8 +16,8 @@
 
 #include <cstdint>
 
-#include "runtime/core/status.h"
-#include "runtime/core/thread_pool.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
 
 namespace moert::quant {
 

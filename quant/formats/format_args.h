@@ -5,7 +5,7 @@
 #include <limits>
 #include <string>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace moert::quant::formats_detail {
 

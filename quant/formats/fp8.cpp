@@ -6,7 +6,7 @@
 
 #include "quant/formats/format_args.h"
 #include "quant/formats/minifloat.h"
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace moert::quant {
 namespace {

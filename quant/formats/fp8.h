@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace moert::quant {
 

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/core/log.h"
+#include "core/log.h"
 
 namespace moert::comm {
 namespace {

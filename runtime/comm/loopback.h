@@ -16,7 +16,7 @@
 #include <functional>
 
 #include "runtime/comm/transport.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace moert::comm {
 

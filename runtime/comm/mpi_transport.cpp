@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/core/check.h"
-#include "runtime/core/log.h"
+#include "core/check.h"
+#include "core/log.h"
 
 namespace moert::comm {
 namespace {

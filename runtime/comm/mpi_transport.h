@@ -12,7 +12,7 @@
 #include <string>
 
 #include "runtime/comm/transport.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace moert::comm {
 

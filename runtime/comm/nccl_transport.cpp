@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace moert::comm {
 namespace {

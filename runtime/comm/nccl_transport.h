@@ -11,7 +11,7 @@
 #include <memory>
 
 #include "runtime/comm/transport.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 struct CUstream_st;
 

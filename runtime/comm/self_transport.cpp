@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "runtime/core/check.h"
-#include "runtime/core/log.h"
+#include "core/check.h"
+#include "core/log.h"
 
 namespace moert::comm {
 namespace {

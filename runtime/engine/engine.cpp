@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "runtime/spec/rejection_sampler.h"
+#include "runtime/speculative/rejection_sampler.h"
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace moert::engine {
 namespace {

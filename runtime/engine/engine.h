@@ -18,13 +18,13 @@
 #include "attention/cache/kv_cache_manager.h"
 #include "attention/cpu/paged_attention.h"
 #include "runtime/engine/paged_forward.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "runtime/engine/scheduler.h"
 #include "runtime/model/transformer.h"
 #include "runtime/sampling/sampler.h"
-#include "runtime/spec/adaptive_depth.h"
-#include "runtime/spec/depth_controller.h"
-#include "runtime/spec/proposer.h"
+#include "runtime/speculative/adaptive_depth.h"
+#include "runtime/speculative/depth_controller.h"
+#include "runtime/speculative/proposer.h"
 
 namespace moert::engine {
 

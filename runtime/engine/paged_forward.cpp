@@ -1,6 +1,6 @@
 #include "runtime/engine/paged_forward.h"
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace moert::engine {
 namespace {

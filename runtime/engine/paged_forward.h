@@ -10,7 +10,7 @@
 
 #include "attention/cache/kv_cache_manager.h"
 #include "attention/cpu/paged_attention.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "runtime/model/transformer.h"
 
 namespace moert::engine {

@@ -13,7 +13,7 @@
 #include <string>
 #include <unordered_set>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "runtime/engine/engine.h"
 
 namespace moert::engine {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace moert::engine {
 

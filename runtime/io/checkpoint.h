@@ -9,8 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/core/status.h"
-#include "runtime/core/tensor.h"
+#include "core/status.h"
+#include "core/tensor.h"
 #include "runtime/io/safetensors.h"
 
 namespace moert::io {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/status.h"
-#include "runtime/core/tensor.h"
+#include "core/status.h"
+#include "core/tensor.h"
 
 namespace moert::io {
 

@@ -15,9 +15,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/core/dtype.h"
-#include "runtime/core/status.h"
-#include "runtime/core/tensor.h"
+#include "core/dtype.h"
+#include "core/status.h"
+#include "core/tensor.h"
 
 namespace moert::io {
 

@@ -9,7 +9,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "experts/router.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace moert {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "runtime/model/reference_forward.h"
 
 namespace moert {

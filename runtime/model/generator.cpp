@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "quant/bf16.h"
-#include "runtime/core/tensor.h"
+#include "core/tensor.h"
 #include "runtime/io/checkpoint.h"
 #include "runtime/model/weights.h"
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/status.h"
-#include "runtime/core/tensor.h"
-#include "runtime/core/thread_pool.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
 #include "runtime/model/config.h"
 
 namespace moert {

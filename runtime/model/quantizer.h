@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "quant/cpu/quantized_linear.h"
-#include "runtime/core/status.h"
-#include "runtime/core/thread_pool.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
 
 namespace moert {
 

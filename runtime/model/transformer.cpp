@@ -8,7 +8,7 @@
 #include "quant/bf16.h"
 #include "quant/cpu/linear.h"
 #include "quant/weight.h"
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace moert {
 

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "attention/rope.h"
-#include "runtime/core/status.h"
-#include "runtime/core/thread_pool.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
 #include "runtime/model/config.h"
 #include "runtime/model/weights.h"
 

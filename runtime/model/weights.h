@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "quant/weight.h"
-#include "runtime/core/status.h"
-#include "runtime/core/tensor.h"
+#include "core/status.h"
+#include "core/tensor.h"
 #include "runtime/io/checkpoint.h"
 #include "runtime/model/config.h"
 

@@ -12,8 +12,8 @@
 #include "experts/placement/balance.h"
 #include "experts/placement/eplb.h"
 #include "experts/router.h"
-#include "runtime/core/check.h"
-#include "runtime/core/log.h"
+#include "core/check.h"
+#include "core/log.h"
 #include "runtime/engine/request_io.h"
 
 namespace moert::parallel {

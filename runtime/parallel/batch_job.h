@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "runtime/comm/transport.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "runtime/engine/engine.h"
 #include "runtime/parallel/expert_parallel.h"
 

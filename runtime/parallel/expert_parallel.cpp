@@ -5,7 +5,7 @@
 
 #include "experts/expert_ffn.h"
 #include "experts/placement/dispatch_plan.h"
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace moert::parallel {
 namespace {

@@ -6,7 +6,7 @@
 #include <numeric>
 #include <sstream>
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace moert::sampling {
 namespace {

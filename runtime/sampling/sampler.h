@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace moert::sampling {
 

@@ -17,7 +17,7 @@
 #include "quant/bf16.h"
 #include "quant/cpu/linear.h"
 #include "quant/cpu/quantized_linear.h"
-#include "runtime/core/tensor.h"
+#include "core/tensor.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/core/log.h"
+#include "core/log.h"
 #include "tests/runtime/comm/comm_checks.h"
 #include "tests/runtime/comm/mpi_test_main.h"
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "runtime/comm/mpi_transport.h"
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 int main(int argc, char** argv) {
   moert::comm::MpiSession session(&argc, &argv);

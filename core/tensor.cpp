@@ -1,0 +1,78 @@
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "core/check.h"
+
+namespace moert {
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  return numel;
+}
+
+std::string shape_to_string(const Shape& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) text += ", ";
+    text += std::to_string(shape[i]);
+  }
+  return text + "]";
+}
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
+  return strides;
+}
+
+TensorView TensorView::contiguous(DType dtype, Shape shape, void* data) {
+  TensorView view;
+  view.dtype = dtype;
+  view.strides = contiguous_strides(shape);
+  view.shape = std::move(shape);
+  view.data = data;
+  return view;
+}
+
+TensorView TensorView::row(int64_t index) const {
+  MOERT_CHECK(ndim() >= 1 && index >= 0 && index < shape[0],
+              "row " << index << " of a tensor of shape " << shape_to_string(shape));
+  MOERT_CHECK(dtype_bits(dtype) % 8 == 0, "row() of a sub-byte dtype");
+  TensorView out;
+  out.dtype = dtype;
+  out.shape.assign(shape.begin() + 1, shape.end());
+  out.strides.assign(strides.begin() + 1, strides.end());
+  out.data = static_cast<char*>(data) + index * strides[0] * (dtype_bits(dtype) / 8);
+  return out;
+}
+
+Buffer::Buffer(DType dtype, Shape shape) {
+  const auto bytes = dtype_storage_bytes(dtype, static_cast<uint64_t>(shape_numel(shape)));
+  MOERT_CHECK(bytes.has_value(), "buffer of shape " << shape_to_string(shape) << " is not whole bytes");
+  size_bytes_ = *bytes;
+  const uint64_t rounded = (size_bytes_ + 63) / 64 * 64;
+  void* data = rounded == 0 ? nullptr : std::aligned_alloc(64, rounded);
+  MOERT_CHECK(rounded == 0 || data != nullptr, "out of host memory allocating " << rounded << " bytes");
+  if (data != nullptr) std::memset(data, 0, rounded);
+  view_ = TensorView::contiguous(dtype, std::move(shape), data);
+}
+
+Buffer::~Buffer() { std::free(view_.data); }
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : view_(std::exchange(other.view_, TensorView{})), size_bytes_(std::exchange(other.size_bytes_, 0)) {}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    std::free(view_.data);
+    view_ = std::exchange(other.view_, TensorView{});
+    size_bytes_ = std::exchange(other.size_bytes_, 0);
+  }
+  return *this;
+}
+
+}  // namespace moert

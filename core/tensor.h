@@ -1,0 +1,60 @@
+// Non-owning tensor views over host memory: dtype, shape, strides (in elements).
+// A view never frees its data; its owner (an mmapped file, a Buffer) must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace moert {
+
+using Shape = std::vector<int64_t>;
+
+int64_t shape_numel(const Shape& shape);
+std::string shape_to_string(const Shape& shape);  // "[4, 256]"
+// Row-major strides for `shape`, in elements.
+Shape contiguous_strides(const Shape& shape);
+
+struct TensorView {
+  DType dtype = DType::kF32;
+  Shape shape;
+  Shape strides;  // in elements; contiguous_strides(shape) for every tensor read from a file
+  void* data = nullptr;
+
+  static TensorView contiguous(DType dtype, Shape shape, void* data);
+
+  int64_t ndim() const { return static_cast<int64_t>(shape.size()); }
+  int64_t dim(int64_t i) const { return shape.at(static_cast<size_t>(i)); }
+  int64_t numel() const { return shape_numel(shape); }
+  bool is_contiguous() const { return strides == contiguous_strides(shape); }
+  // Typed pointer; the caller has checked the dtype.
+  template <typename T>
+  T* as() const { return static_cast<T*>(data); }
+  // View of row `index` of the first dimension (rank drops by one).
+  TensorView row(int64_t index) const;
+};
+
+// Owning, contiguous, 64-byte aligned host storage with a view over it.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(DType dtype, Shape shape);
+  ~Buffer();
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  const TensorView& view() const { return view_; }
+  template <typename T>
+  T* data() const { return view_.as<T>(); }
+  uint64_t size_bytes() const { return size_bytes_; }
+
+ private:
+  TensorView view_;
+  uint64_t size_bytes_ = 0;
+};
+
+}  // namespace moert

@@ -1,0 +1,57 @@
+#include "core/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <algorithm>
+#include <mutex>
+
+namespace moert {
+namespace {
+
+TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
+  for (int threads : {1, 2, 3, 7}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 5, 64, 1001}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      pool.parallel_for(n, 3, [&](int64_t begin, int64_t end) {
+        ASSERT_LE(begin, end);
+        for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "n=" << n << " i=" << i;
+    }
+  }
+}
+
+TEST(ThreadPool, ReusableAcrossManyCalls) {
+  ThreadPool pool(4);
+  std::atomic<int64_t> total{0};
+  for (int round = 0; round < 500; ++round) {
+    pool.parallel_for(100, 1, [&](int64_t begin, int64_t end) {
+      int64_t local = 0;
+      for (int64_t i = begin; i < end; ++i) local += i;
+      total += local;
+    });
+  }
+  EXPECT_EQ(total.load(), 500 * 4950);
+}
+
+TEST(ThreadPool, ChunksDependOnlyOnSizes) {
+  ThreadPool pool(3);
+  std::vector<std::pair<int64_t, int64_t>> first, second;
+  std::mutex mutex;
+  auto record = [&](std::vector<std::pair<int64_t, int64_t>>& out) {
+    pool.parallel_for(100, 10, [&](int64_t begin, int64_t end) {
+      std::lock_guard<std::mutex> lock(mutex);
+      out.emplace_back(begin, end);
+    });
+    std::sort(out.begin(), out.end());
+  };
+  record(first);
+  record(second);
+  EXPECT_EQ(first, second);
+  EXPECT_EQ(first.size(), 3u);
+}
+
+}  // namespace
+}  // namespace moert
