@@ -10,7 +10,8 @@ namespace moert::testing {
 
 // MOERT_SHARED_DIR (set by CTest) or "" when unset or absent.
 std::string shared_dir();
-// The reference model folders present under shared/reference ("qwen3moe-tiny", ...).
+// The reference model folders present under shared/reference ("qwen3moe-tiny", ...) whose
+// architecture moert implements.
 std::vector<std::string> reference_model_names();
 // reference_model_names(), or {"missing"} when there are none, so parameterised suites
 // always instantiate (their tests skip on "missing").
