@@ -113,18 +113,9 @@ Result<DispatchPlan> build_dispatch_plan(const LayerPlacement& placement, int ra
   MOERT_CHECK(next_return_row == plan.cu_return_rows.back(),
               "return rows " << next_return_row << " != " << plan.cu_return_rows.back());
 
-  plan.combine_src_rows.assign(num_entries, -1);
-  std::vector<int> order(k_count);
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    const size_t base = static_cast<size_t>(t) * k_count;
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-      return expert_ids[base + static_cast<size_t>(a)] < expert_ids[base + static_cast<size_t>(b)];
-    });
-    for (size_t j = 0; j < k_count; ++j) {
-      plan.combine_src_rows[base + j] = entry_return_row[base + static_cast<size_t>(order[j])];
-    }
-  }
+  // The same summation order as the single-rank forward (dispatch_layout.h).
+  plan.combine_src_rows = expert_order_of_tokens(expert_ids, num_tokens, top_k);
+  for (int64_t& entry : plan.combine_src_rows) entry = entry_return_row[static_cast<size_t>(entry)];
   return plan;
 }
 
@@ -149,15 +140,7 @@ void combine_contributions(const DispatchPlan& plan, std::span<const float> retu
                               << " * " << hidden_size);
   MOERT_CHECK(out.size() == static_cast<size_t>(plan.num_tokens) * d,
               "out has " << out.size() << " values, expected [T, D] = " << plan.num_tokens << " * " << hidden_size);
-  const auto k_count = static_cast<size_t>(plan.top_k);
-  for (size_t t = 0; t < static_cast<size_t>(plan.num_tokens); ++t) {
-    float* acc = out.data() + t * d;
-    std::fill_n(acc, d, 0.0f);
-    for (size_t j = 0; j < k_count; ++j) {
-      const float* c = returned.data() + static_cast<size_t>(plan.combine_src_rows[t * k_count + j]) * d;
-      for (size_t i = 0; i < d; ++i) acc[i] += c[i];
-    }
-  }
+  sum_rows_in_order(plan.combine_src_rows, plan.top_k, returned, hidden_size, out);
 }
 
 Result<ExpertComputePlan> build_expert_compute_plan(const LayerPlacement& placement, int rank,
@@ -195,7 +178,6 @@ Result<ExpertComputePlan> build_expert_compute_plan(const LayerPlacement& placem
   }
 
   plan.return_row_counts.assign(static_cast<size_t>(num_ranks), 0);
-  std::vector<int64_t> expert_counts(static_cast<size_t>(num_experts), 0);
   for (int s = 0; s < num_ranks; ++s) {
     for (int64_t row = plan.cu_recv_rows[static_cast<size_t>(s)]; row < plan.cu_recv_rows[static_cast<size_t>(s) + 1];
          ++row) {
@@ -208,29 +190,14 @@ Result<ExpertComputePlan> build_expert_compute_plan(const LayerPlacement& placem
                                   " (from rank " + std::to_string(s) + ") is not an expert of rank " +
                                   std::to_string(rank) + " and not -1");
         }
-        plan.contrib_recv_row.push_back(row);
-        plan.contrib_expert.push_back(e);
-        plan.contrib_weight.push_back(recv_weights[j]);
+        plan.layout.add_entry(row, e, recv_weights[j]);
         ++plan.return_row_counts[static_cast<size_t>(s)];
-        ++expert_counts[static_cast<size_t>(e)];
       }
     }
   }
   plan.cu_return_rows = prefix_sums(plan.return_row_counts);
 
-  plan.cu_expert_contribs.push_back(0);
-  std::vector<int64_t> expert_cursor(static_cast<size_t>(num_experts), -1);
-  for (int e = 0; e < num_experts; ++e) {
-    if (expert_counts[static_cast<size_t>(e)] == 0) continue;
-    expert_cursor[static_cast<size_t>(e)] = plan.cu_expert_contribs.back();
-    plan.local_experts.push_back(e);
-    plan.cu_expert_contribs.push_back(plan.cu_expert_contribs.back() + expert_counts[static_cast<size_t>(e)]);
-  }
-  plan.expert_contrib_idx.assign(plan.contrib_expert.size(), -1);
-  for (size_t c = 0; c < plan.contrib_expert.size(); ++c) {
-    plan.expert_contrib_idx[static_cast<size_t>(expert_cursor[static_cast<size_t>(plan.contrib_expert[c])]++)] =
-        static_cast<int64_t>(c);
-  }
+  group_entries_by_expert(plan.layout, num_experts);
   return plan;
 }
 

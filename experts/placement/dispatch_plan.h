@@ -44,6 +44,7 @@
 #include <span>
 #include <vector>
 
+#include "experts/grouped/dispatch_layout.h"
 #include "experts/placement/placement.h"
 #include "core/status.h"
 
@@ -98,23 +99,15 @@ struct ExpertComputePlan {
   // Rows from source s are [cu_recv_rows[s], cu_recv_rows[s+1]) of the received buffers.
   std::vector<int64_t> cu_recv_rows;  // [R+1]
 
-  // Contributions, in return order: received row ascending, then k ascending.
-  std::vector<int64_t> contrib_recv_row;  // [N_c] received row (the input x)
-  std::vector<int32_t> contrib_expert;    // [N_c]
-  std::vector<float> contrib_weight;      // [N_c]
+  // Contributions = the layout's entries, in return order (received row ascending, then
+  // k ascending), reading received rows; grouped by expert for the grouped expert FFN.
+  ExpertDispatchLayout layout;
   // Contributions returned to source s are [cu_return_rows[s], cu_return_rows[s+1]).
   std::vector<int64_t> return_row_counts;  // [R]
   std::vector<int64_t> cu_return_rows;     // [R+1]
 
-  // The same contributions grouped by expert, for a grouped expert FFN: expert
-  // local_experts[a] computes contributions expert_contrib_idx[cu_expert_contribs[a] ..
-  // cu_expert_contribs[a+1]) (ascending). Only experts with work are listed, ascending.
-  std::vector<int32_t> local_experts;       // [A]
-  std::vector<int64_t> cu_expert_contribs;  // [A+1]
-  std::vector<int64_t> expert_contrib_idx;  // [N_c]
-
   int64_t num_recv_rows() const { return cu_recv_rows.back(); }
-  int64_t num_contribs() const { return static_cast<int64_t>(contrib_expert.size()); }
+  int64_t num_contribs() const { return layout.num_entries(); }
 };
 
 // Builds the destination-side plan once the counts are exchanged.

@@ -1,5 +1,7 @@
 #include "experts/placement/loopback.h"
 
+#include "experts/grouped/grouped_expert_ffn.h"
+
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -32,18 +34,13 @@ void compute_contributions(const ExpertComputePlan& plan, std::span<const float>
   MOERT_CHECK(recv_x.size() == static_cast<size_t>(plan.num_recv_rows()) * d,
               "recv_x has " << recv_x.size() << " values, expected [N_recv, D] = " << plan.num_recv_rows() << " * "
                             << hidden_size);
-  MOERT_CHECK(contributions.size() == static_cast<size_t>(plan.num_contribs()) * d,
-              "contributions has " << contributions.size() << " values, expected [N_c, D] = " << plan.num_contribs()
-                                   << " * " << hidden_size);
-  std::vector<float> y(d);
-  for (size_t a = 0; a < plan.local_experts.size(); ++a) {
-    for (int64_t j = plan.cu_expert_contribs[a]; j < plan.cu_expert_contribs[a + 1]; ++j) {
-      const auto c = static_cast<size_t>(plan.expert_contrib_idx[static_cast<size_t>(j)]);
-      const auto row = static_cast<size_t>(plan.contrib_recv_row[c]);
-      expert_fn(plan.local_experts[a], recv_x.subspan(row * d, d), y);
-      weighted_contribution(plan.contrib_weight[c], y, contributions.data() + c * d);
+  // The row function applied to each row of a group: the grouped FFN's test double.
+  auto per_row = [&](int expert, const float* x, int64_t num_rows, float* y) {
+    for (size_t r = 0; r < static_cast<size_t>(num_rows); ++r) {
+      expert_fn(expert, std::span<const float>(x + r * d, d), std::span<float>(y + r * d, d));
     }
-  }
+  };
+  grouped_expert_ffn(plan.layout, recv_x, hidden_size, per_row, contributions);
 }
 
 Result<LoopbackResult> loopback_moe_forward(const LayerPlacement& placement, const std::vector<RankTokens>& ranks,

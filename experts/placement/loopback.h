@@ -64,8 +64,8 @@ std::vector<std::vector<T>> loopback_all_to_all_v(const std::vector<std::vector<
 std::vector<std::vector<int64_t>> loopback_exchange_counts(const std::vector<std::vector<int64_t>>& send_counts);
 
 // The local expert step on one rank: contributions [N_c, D], contribution c =
-// contrib_weight[c] * f(contrib_expert[c], recv_x[contrib_recv_row[c]]), computed expert
-// by expert (local_experts order). recv_x: [N_recv, D] (MOERT_CHECK on sizes).
+// entry_weight[c] * f(entry_expert[c], recv_x[entry_row[c]]) over plan.layout, through the
+// grouped expert FFN with f applied row by row. recv_x: [N_recv, D] (MOERT_CHECK on sizes).
 void compute_contributions(const ExpertComputePlan& plan, std::span<const float> recv_x, int hidden_size,
                            const ExpertFn& expert_fn, std::span<float> contributions);
 

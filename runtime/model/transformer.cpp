@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "experts/expert_ffn.h"
+#include "experts/grouped/grouped_expert_ffn.h"
 #include "experts/router.h"
 #include "quant/bf16.h"
 #include "quant/cpu/linear.h"
@@ -136,42 +137,30 @@ void TransformerForward::ffn_block(int layer, int64_t num_tokens, std::vector<fl
   for (size_t i = 0; i < x.size(); ++i) x[i] += out[i];
 }
 
-// Experts in ascending id; each token's contributions are added in that order.
+experts::ExpertGroupFn routed_expert_group_fn(const MoeWeights& moe, ThreadPool& pool) {
+  return [&moe, &pool](int expert, const float* x, int64_t num_rows, float* y) {
+    const GatedMlp& mlp = moe.experts[static_cast<size_t>(expert)];
+    experts::swiglu_ffn_forward(x, num_rows, mlp.gate.weight, mlp.up.weight, mlp.down.weight, y, pool);
+  };
+}
+
+// Grouped by expert, then each token's contributions summed in ascending expert id.
 void LocalRoutedExperts::run(int /*layer*/, const MoeWeights& moe, const float* h, int64_t num_tokens,
                              const int32_t* expert_ids, const float* gate_weights, float* out,
                              const std::function<void()>& overlapped) {
   overlapped();  // nothing is in flight here
   const int64_t dim = config_.hidden_size;
-  const int num_experts = config_.num_experts();
   const int top_k = config_.top_k();
-  std::fill(out, out + num_tokens * dim, 0.0f);
-  std::vector<float> rows;
-  std::vector<float> expert_out;
-  for (int e = 0; e < num_experts; ++e) {
-    std::vector<int64_t> token_idx;
-    std::vector<float> token_weight;
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      for (int j = 0; j < top_k; ++j) {
-        if (expert_ids[t * top_k + j] == e) {
-          token_idx.push_back(t);
-          token_weight.push_back(gate_weights[t * top_k + j]);
-        }
-      }
-    }
-    if (token_idx.empty()) continue;
-    const int64_t n = static_cast<int64_t>(token_idx.size());
-    rows.resize(static_cast<size_t>(n * dim));
-    expert_out.resize(static_cast<size_t>(n * dim));
-    for (int64_t r = 0; r < n; ++r) std::copy(h + token_idx[r] * dim, h + (token_idx[r] + 1) * dim, rows.begin() + r * dim);
-    const GatedMlp& expert = moe.experts[static_cast<size_t>(e)];
-    experts::swiglu_ffn_forward(rows.data(), n, expert.gate.weight, expert.up.weight, expert.down.weight,
-                                expert_out.data(), pool_);
-    for (int64_t r = 0; r < n; ++r) {
-      float* dst = out + token_idx[r] * dim;
-      const float* src = expert_out.data() + r * dim;
-      for (int64_t i = 0; i < dim; ++i) dst[i] += token_weight[r] * src[i];
-    }
-  }
+  const auto num_entries = static_cast<size_t>(num_tokens * top_k);
+  const std::span<const int32_t> ids(expert_ids, num_entries);
+  Result<experts::ExpertDispatchLayout> layout = experts::layout_from_routing(
+      ids, {gate_weights, num_entries}, num_tokens, top_k, config_.num_experts());
+  MOERT_CHECK(layout.is_ok(), "routing: " << layout.status().message());
+  std::vector<float> contributions(num_entries * static_cast<size_t>(dim));  // [T * K, D]
+  experts::grouped_expert_ffn(*layout, {h, static_cast<size_t>(num_tokens * dim)}, static_cast<int>(dim),
+                              routed_expert_group_fn(moe, pool_), contributions);
+  experts::sum_rows_in_order(experts::expert_order_of_tokens(ids, num_tokens, top_k), top_k, contributions,
+                             static_cast<int>(dim), {out, static_cast<size_t>(num_tokens * dim)});
 }
 
 // out[t] = sum over t's selected experts in ascending expert id of w * expert(h[t]),

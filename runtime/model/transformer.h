@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attention/rope.h"
+#include "experts/grouped/grouped_expert_ffn.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "runtime/model/config.h"
@@ -45,6 +46,10 @@ class RoutedExperts {
   virtual void run(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens, const int32_t* expert_ids,
                    const float* weights, float* out, const std::function<void()>& overlapped) = 0;
 };
+
+// The routed experts of `moe` as a grouped expert function (SwiGLU over the group's rows).
+// moe and pool must outlive the returned function.
+experts::ExpertGroupFn routed_expert_group_fn(const MoeWeights& moe, ThreadPool& pool);
 
 // All experts on this rank (the default).
 class LocalRoutedExperts : public RoutedExperts {

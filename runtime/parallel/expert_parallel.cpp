@@ -3,7 +3,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "experts/expert_ffn.h"
+#include "experts/grouped/grouped_expert_ffn.h"
 #include "experts/placement/dispatch_plan.h"
 #include "core/check.h"
 
@@ -68,6 +68,63 @@ std::vector<int64_t> ExpertParallelExperts::take_computed_loads() {
   return loads;
 }
 
+namespace {
+
+// One dispatch row on the wire, as bytes: [hidden: D x f32 | expert ids: K x i32 |
+// gate weights: K x f32]. Ids stay integers end to end (copied as int32, never through
+// float bit patterns).
+struct DispatchRowFormat {
+  int64_t dim = 0;
+  int64_t top_k = 0;
+  int64_t ids_offset() const { return dim * static_cast<int64_t>(sizeof(float)); }
+  int64_t weights_offset() const { return ids_offset() + top_k * static_cast<int64_t>(sizeof(int32_t)); }
+  int64_t row_bytes() const { return weights_offset() + top_k * static_cast<int64_t>(sizeof(float)); }
+};
+
+// Pack: send row i = [h[send_token_idx[i]] | send_expert_ids[i] | send_weights[i]].
+std::vector<std::byte> pack_dispatch_rows(const experts::DispatchPlan& plan, const float* h,
+                                          const DispatchRowFormat& format) {
+  const int64_t num_send = plan.num_send_rows();
+  std::vector<std::byte> send(static_cast<size_t>(num_send * format.row_bytes()));
+  const auto k = static_cast<size_t>(format.top_k);
+  for (int64_t i = 0; i < num_send; ++i) {
+    std::byte* row = send.data() + i * format.row_bytes();
+    std::memcpy(row, h + plan.send_token_idx[static_cast<size_t>(i)] * format.dim,
+                static_cast<size_t>(format.ids_offset()));
+    std::memcpy(row + format.ids_offset(), plan.send_expert_ids.data() + static_cast<size_t>(i) * k, k * sizeof(int32_t));
+    std::memcpy(row + format.weights_offset(), plan.send_weights.data() + static_cast<size_t>(i) * k, k * sizeof(float));
+  }
+  return send;
+}
+
+// The received rows split back into hidden [N_recv, D], ids and weights [N_recv, K].
+struct ReceivedRows {
+  std::vector<float> hidden;
+  std::vector<int32_t> expert_ids;
+  std::vector<float> weights;
+};
+
+ReceivedRows unpack_dispatch_rows(const std::vector<std::byte>& recv, int64_t num_recv, const DispatchRowFormat& format) {
+  ReceivedRows rows;
+  const auto d = static_cast<size_t>(format.dim);
+  const auto k = static_cast<size_t>(format.top_k);
+  rows.hidden.resize(static_cast<size_t>(num_recv) * d);
+  rows.expert_ids.resize(static_cast<size_t>(num_recv) * k);
+  rows.weights.resize(static_cast<size_t>(num_recv) * k);
+  for (int64_t i = 0; i < num_recv; ++i) {
+    const std::byte* row = recv.data() + i * format.row_bytes();
+    const auto r = static_cast<size_t>(i);
+    std::memcpy(rows.hidden.data() + r * d, row, d * sizeof(float));
+    std::memcpy(rows.expert_ids.data() + r * k, row + format.ids_offset(), k * sizeof(int32_t));
+    std::memcpy(rows.weights.data() + r * k, row + format.weights_offset(), k * sizeof(float));
+  }
+  return rows;
+}
+
+}  // namespace
+
+// pack -> exchange (dispatch, with the overlapped work in flight) -> grouped expert
+// compute -> exchange back (combine) -> sum in ascending expert id.
 void ExpertParallelExperts::run(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
                                 const int32_t* expert_ids, const float* weights, float* out,
                                 const std::function<void()>& overlapped) {
@@ -85,32 +142,24 @@ void ExpertParallelExperts::run(int layer, const MoeWeights& moe, const float* h
     MOERT_CHECK(e >= 0 && e < num_experts, "expert id " << e << " outside [0, " << num_experts << ")");
     ++routed_loads_[static_cast<size_t>(layer) * static_cast<size_t>(num_experts) + static_cast<size_t>(e)];
   }
-  // 1. Plan and pack [hidden | ids | weights] per destination (each token once per rank).
+  // 1. Plan and pack (each token once per destination rank).
   Result<experts::DispatchPlan> plan = experts::build_dispatch_plan(
       placement, rank, {expert_ids, static_cast<size_t>(num_tokens * top_k)},
       {weights, static_cast<size_t>(num_tokens * top_k)}, num_tokens, top_k);
   if (!plan.is_ok()) fail(plan.status());
-  const int64_t row_floats = dim + 2 * top_k;  // ids travel as their int32 bit patterns
-  const int64_t row_bytes = row_floats * static_cast<int64_t>(sizeof(float));
-  const int64_t num_send = plan->num_send_rows();
-  std::vector<float> send(static_cast<size_t>(num_send * row_floats));
-  for (int64_t i = 0; i < num_send; ++i) {
-    float* row = send.data() + i * row_floats;
-    std::memcpy(row, h + plan->send_token_idx[static_cast<size_t>(i)] * dim, static_cast<size_t>(dim) * sizeof(float));
-    std::memcpy(row + dim, plan->send_expert_ids.data() + i * top_k, static_cast<size_t>(top_k) * sizeof(int32_t));
-    std::memcpy(row + dim + top_k, plan->send_weights.data() + i * top_k, static_cast<size_t>(top_k) * sizeof(float));
-  }
+  const DispatchRowFormat format{dim, top_k};
+  const std::vector<std::byte> send = pack_dispatch_rows(*plan, h, format);
+
   // 2. DISPATCH, with the overlapped work (shared experts) while it is in flight.
   auto exchange_start = std::chrono::steady_clock::now();
   Result<std::vector<int64_t>> recv_rows = transport_.all_to_all_counts(plan->send_row_counts);
   if (!recv_rows.is_ok()) fail(recv_rows.status());
   int64_t num_recv = 0;
   for (int64_t rows : *recv_rows) num_recv += rows;
-  std::vector<float> recv(static_cast<size_t>(num_recv * row_floats));
-  const std::vector<int64_t> send_bytes = scaled(plan->send_row_counts, row_bytes);
-  const std::vector<int64_t> recv_bytes = scaled(*recv_rows, row_bytes);
+  std::vector<std::byte> recv(static_cast<size_t>(num_recv * format.row_bytes()));
+  const std::vector<int64_t> send_bytes = scaled(plan->send_row_counts, format.row_bytes());
   std::unique_ptr<comm::PendingExchange> dispatch =
-      transport_.start_all_to_all_v(send.data(), send_bytes, recv.data(), recv_bytes);
+      transport_.start_all_to_all_v(send.data(), send_bytes, recv.data(), scaled(*recv_rows, format.row_bytes()));
   stats_.all_to_all_s += seconds_since(exchange_start);
   const auto overlap_start = std::chrono::steady_clock::now();
   overlapped();
@@ -121,43 +170,17 @@ void ExpertParallelExperts::run(int layer, const MoeWeights& moe, const float* h
   stats_.all_to_all_s += seconds_since(exchange_start);
   stats_.dispatch_bytes_sent += bytes_to_peers(send_bytes, rank);
 
-  // 3. Local experts: one weighted output w * E(x) per (received row, expert).
+  // 3. Local experts: the grouped expert FFN over the received rows, one weighted
+  //    contribution per (received row, expert).
   const auto compute_start = std::chrono::steady_clock::now();
-  std::vector<int32_t> recv_ids(static_cast<size_t>(num_recv * top_k));
-  std::vector<float> recv_w(static_cast<size_t>(num_recv * top_k));
-  for (int64_t i = 0; i < num_recv; ++i) {
-    const float* row = recv.data() + i * row_floats;
-    std::memcpy(recv_ids.data() + i * top_k, row + dim, static_cast<size_t>(top_k) * sizeof(int32_t));
-    std::memcpy(recv_w.data() + i * top_k, row + dim + top_k, static_cast<size_t>(top_k) * sizeof(float));
-  }
-  Result<experts::ExpertComputePlan> compute =
-      experts::build_expert_compute_plan(placement, rank, *recv_rows, recv_ids, recv_w, top_k);
+  const ReceivedRows received = unpack_dispatch_rows(recv, num_recv, format);
+  Result<experts::ExpertComputePlan> compute = experts::build_expert_compute_plan(
+      placement, rank, *recv_rows, received.expert_ids, received.weights, top_k);
   if (!compute.is_ok()) fail(compute.status());
   computed_loads_[static_cast<size_t>(layer)] += compute->num_contribs();
-  std::vector<float> contributions(static_cast<size_t>(compute->num_contribs() * dim));
-  std::vector<float> rows, expert_out;
-  for (size_t a = 0; a < compute->local_experts.size(); ++a) {
-    const int64_t begin = compute->cu_expert_contribs[a], end = compute->cu_expert_contribs[a + 1];
-    const int64_t n = end - begin;
-    if (n == 0) continue;
-    rows.resize(static_cast<size_t>(n * dim));
-    expert_out.resize(static_cast<size_t>(n * dim));
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t c = compute->expert_contrib_idx[static_cast<size_t>(begin + j)];
-      const float* x = recv.data() + compute->contrib_recv_row[static_cast<size_t>(c)] * row_floats;
-      std::memcpy(rows.data() + j * dim, x, static_cast<size_t>(dim) * sizeof(float));
-    }
-    const GatedMlp& expert = moe.experts[static_cast<size_t>(compute->local_experts[a])];
-    experts::swiglu_ffn_forward(rows.data(), n, expert.gate.weight, expert.up.weight, expert.down.weight,
-                                expert_out.data(), pool_);
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t c = compute->expert_contrib_idx[static_cast<size_t>(begin + j)];
-      const float w = compute->contrib_weight[static_cast<size_t>(c)];
-      float* dst = contributions.data() + c * dim;
-      const float* src = expert_out.data() + j * dim;
-      for (int64_t i = 0; i < dim; ++i) dst[i] = w * src[i];
-    }
-  }
+  std::vector<float> contributions(static_cast<size_t>(compute->num_contribs() * dim));  // [N_c, D]
+  experts::grouped_expert_ffn(compute->layout, received.hidden, static_cast<int>(dim),
+                              routed_expert_group_fn(moe, pool_), contributions);
   stats_.expert_compute_s += seconds_since(compute_start);
 
   // 4. COMBINE: contributions go back to their source ranks, summed there in expert-id order.

@@ -1,7 +1,7 @@
 // Expert parallelism as a layer over the single-rank transformer: each rank computes only
 // the routed experts its placement gives it. Per MoE layer and step:
 //   dispatch plan (experts/placement) -> exchange row counts -> start the DISPATCH
-//   all-to-all of [hidden row | K expert ids | K weights] -> shared experts (overlapped)
+//   all-to-all of [hidden row | K expert ids (int32) | K weights] -> shared experts (overlapped)
 //   -> wait -> local grouped expert FFN, one weighted output per (row, expert) ->
 //   COMBINE all-to-all back -> sum per token in ascending expert id.
 // Because the combine sums the same products in the same order as LocalRoutedExperts,

@@ -175,8 +175,8 @@ TEST(DispatchPlan, DeepEpStylePayloadReachesExactlyTheExpectedRanks) {
       EXPECT_EQ(compute->return_row_counts[static_cast<size_t>(s)], plans[static_cast<size_t>(s)].return_row_counts[du])
           << "source " << s << " destination " << d;
     }
-    for (int32_t e : compute->local_experts) EXPECT_TRUE(placement->rank_hosts(d, e));
-    EXPECT_TRUE(std::is_sorted(compute->local_experts.begin(), compute->local_experts.end()));
+    for (int32_t e : compute->layout.experts) EXPECT_TRUE(placement->rank_hosts(d, e));
+    EXPECT_TRUE(std::is_sorted(compute->layout.experts.begin(), compute->layout.experts.end()));
   }
 }
 

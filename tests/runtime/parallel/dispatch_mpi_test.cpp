@@ -120,12 +120,12 @@ void check_step(comm::Transport& transport, const experts::LayerPlacement& place
       experts::build_expert_compute_plan(placement, me, recv_counts, recv_ids, recv_w, kTopK).value();
   std::vector<float> contributions(static_cast<size_t>(compute.num_contribs() * kHidden));
   for (int64_t c = 0; c < compute.num_contribs(); ++c) {
-    const float* x = recv.data() + compute.contrib_recv_row[static_cast<size_t>(c)] * kHidden;
+    const float* x = recv.data() + compute.layout.entry_row[static_cast<size_t>(c)] * kHidden;
     float* y = contributions.data() + c * kHidden;
     y[0] = static_cast<float>(me);
     y[1] = x[0];
     y[2] = x[1];
-    y[3] = static_cast<float>(compute.contrib_expert[static_cast<size_t>(c)]);
+    y[3] = static_cast<float>(compute.layout.entry_expert[static_cast<size_t>(c)]);
   }
   std::vector<float> returned(static_cast<size_t>(plan.num_return_rows() * kHidden));
   ASSERT_TRUE(transport.start_all_to_all_v(contributions.data(), scaled(compute.return_row_counts, row_bytes),

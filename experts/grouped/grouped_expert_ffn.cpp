@@ -1,0 +1,45 @@
+#include "experts/grouped/grouped_expert_ffn.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/check.h"
+
+namespace moert::experts {
+
+void grouped_expert_ffn(const ExpertDispatchLayout& layout, std::span<const float> x, int hidden_size,
+                        const ExpertGroupFn& expert_fn, std::span<float> contributions) {
+  const auto d = static_cast<size_t>(hidden_size);
+  const auto num_entries = static_cast<size_t>(layout.num_entries());
+  const size_t num_x_rows = x.size() / d;
+  MOERT_CHECK(x.size() == num_x_rows * d, "x has " << x.size() << " values, not a multiple of D = " << hidden_size);
+  MOERT_CHECK(contributions.size() == num_entries * d,
+              "contributions has " << contributions.size() << " values, expected [N, D] = " << num_entries << " * "
+                                   << hidden_size);
+  MOERT_CHECK(layout.expert_entry_idx.size() == num_entries && layout.cu_expert_entries.size() == layout.experts.size() + 1,
+              "layout is not grouped (call group_entries_by_expert)");
+  std::vector<float> rows, y;
+  for (size_t a = 0; a < layout.experts.size(); ++a) {
+    const int64_t begin = layout.cu_expert_entries[a], end = layout.cu_expert_entries[a + 1];
+    const auto n = static_cast<size_t>(end - begin);
+    rows.resize(n * d);
+    y.resize(n * d);
+    for (size_t j = 0; j < n; ++j) {
+      const auto c = static_cast<size_t>(layout.expert_entry_idx[static_cast<size_t>(begin) + j]);
+      const int64_t row = layout.entry_row[c];
+      MOERT_CHECK(row >= 0 && static_cast<size_t>(row) < num_x_rows,
+                  "entry " << c << " reads row " << row << " outside [0, " << num_x_rows << ")");
+      std::copy_n(x.data() + static_cast<size_t>(row) * d, d, rows.data() + j * d);
+    }
+    expert_fn(layout.experts[a], rows.data(), static_cast<int64_t>(n), y.data());
+    for (size_t j = 0; j < n; ++j) {
+      const auto c = static_cast<size_t>(layout.expert_entry_idx[static_cast<size_t>(begin) + j]);
+      const float w = layout.entry_weight[c];
+      const float* src = y.data() + j * d;
+      float* dst = contributions.data() + c * d;
+      for (size_t i = 0; i < d; ++i) dst[i] = w * src[i];
+    }
+  }
+}
+
+}  // namespace moert::experts
