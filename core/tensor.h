@@ -1,5 +1,6 @@
-// Non-owning tensor views over host memory: dtype, shape, strides (in elements).
-// A view never frees its data; its owner (an mmapped file, a Buffer) must outlive it.
+// Non-owning tensor views: dtype, shape, strides (in elements), and the device holding the
+// data (host memory unless a backend allocated it elsewhere). A view never frees its data;
+// its owner (an mmapped file, a Buffer, a backend allocation) must outlive it.
 #pragma once
 
 #include <cstdint>
@@ -17,11 +18,20 @@ std::string shape_to_string(const Shape& shape);  // "[4, 256]"
 // Row-major strides for `shape`, in elements.
 Shape contiguous_strides(const Shape& shape);
 
+// Where a tensor's bytes live. Host code may dereference only kCpu data.
+enum class DeviceKind : uint8_t { kCpu, kCuda };
+struct Device {
+  DeviceKind kind = DeviceKind::kCpu;
+  int index = 0;  // GPU ordinal for kCuda
+  bool operator==(const Device&) const = default;
+};
+
 struct TensorView {
   DType dtype = DType::kF32;
   Shape shape;
   Shape strides;  // in elements; contiguous_strides(shape) for every tensor read from a file
   void* data = nullptr;
+  Device device;
 
   static TensorView contiguous(DType dtype, Shape shape, void* data);
 

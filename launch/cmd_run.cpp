@@ -188,7 +188,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   }
   ThreadPool pool(threads);
   TransformerForward forward(model.config, model.weights, pool);
-  parallel::ExpertParallelExperts experts(model.config, std::move(*placement), *transport, pool);
+  parallel::ExpertParallelExperts experts(model.config, std::move(*placement), *transport);
   forward.set_routed_experts(&experts);
   engine::Engine engine(forward, *config);
   engine.set_proposer(spec_setup->start(pool, *config));

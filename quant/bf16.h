@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/tensor.h"
+
 namespace moert::quant {
 
 inline float bf16_to_f32(uint16_t bits) {
@@ -26,5 +28,9 @@ inline uint16_t f32_to_bf16(float value) {
 
 float f16_to_f32(uint16_t bits);
 uint16_t f32_to_f16(float value);
+
+// Writes the contiguous view's values as F32 into out[numel]; false (nothing written) for
+// dtypes other than F32, BF16 and F16.
+bool widen_into_f32(const TensorView& view, float* out);
 
 }  // namespace moert::quant

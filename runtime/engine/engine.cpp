@@ -148,7 +148,7 @@ Result<std::vector<RequestOutput>> Engine::step() {
     return finished;
   }
   ++stats_.steps;
-  apply_block_copies(storage_, kv_.take_pending_copies());
+  apply_block_copies(model_.backend(), storage_, kv_.take_pending_copies());
   // One chunk per sequence; a speculative chunk ends with the drafts and wants logits for
   // its last token and every draft.
   std::vector<PagedChunk> chunks;

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "attention/cache/kv_cache_manager.h"
-#include "attention/cpu/paged_attention.h"
+#include "attention/paged_kv.h"
 #include "runtime/engine/paged_forward.h"
 #include "core/status.h"
 #include "runtime/engine/scheduler.h"

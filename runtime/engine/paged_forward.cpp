@@ -9,13 +9,13 @@ namespace {
 class PagedAttentionContext : public AttentionContext {
  public:
   PagedAttentionContext(const PagedKvStorage& storage, const attention::PagedAttentionPlan& plan,
-                        const std::vector<int64_t>& slots, int num_heads, ThreadPool& pool)
-      : storage_(storage), plan_(plan), slots_(slots), num_heads_(num_heads), pool_(pool) {}
+                        const std::vector<int64_t>& slots, int num_heads, backend::Backend& backend)
+      : storage_(storage), plan_(plan), slots_(slots), num_heads_(num_heads), backend_(backend) {}
 
   void attend(int layer, const float* q, const float* k, const float* v, int64_t num_tokens, float* out) override {
     const attention::PagedKvLayer kv = storage_.layer(layer);
-    attention::write_kv_slots(kv, k, v, slots_.data(), num_tokens);
-    attention::paged_attention_forward(q, kv, plan_, num_heads_, out, pool_);
+    backend_.write_kv(kv, k, v, slots_.data(), num_tokens);
+    backend_.paged_attention(q, kv, plan_, num_heads_, out);
   }
 
  private:
@@ -23,7 +23,7 @@ class PagedAttentionContext : public AttentionContext {
   const attention::PagedAttentionPlan& plan_;
   const std::vector<int64_t>& slots_;
   int num_heads_;
-  ThreadPool& pool_;
+  backend::Backend& backend_;
 };
 
 }  // namespace
@@ -46,7 +46,8 @@ int64_t PagedKvStorage::bytes_per_block(const ModelConfig& config, int block_siz
   return 2LL * config.num_layers * block_size * config.num_kv_heads * config.head_dim * static_cast<int64_t>(sizeof(float));
 }
 
-void apply_block_copies(const PagedKvStorage& storage, const std::vector<attention::BlockCopy>& copies) {
+void apply_block_copies(backend::Backend& backend, const PagedKvStorage& storage,
+                        const std::vector<attention::BlockCopy>& copies) {
   if (copies.empty()) return;
   std::vector<int32_t> src, dst;
   for (const attention::BlockCopy& copy : copies) {
@@ -54,7 +55,7 @@ void apply_block_copies(const PagedKvStorage& storage, const std::vector<attenti
     dst.push_back(copy.dst);
   }
   for (int layer = 0; layer < storage.num_layers(); ++layer) {
-    attention::copy_kv_blocks(storage.layer(layer), src.data(), dst.data(), static_cast<int64_t>(copies.size()));
+    backend.copy_kv_blocks(storage.layer(layer), src.data(), dst.data(), static_cast<int64_t>(copies.size()));
   }
 }
 
@@ -91,7 +92,7 @@ Result<std::vector<float>> paged_forward(const TransformerForward& model, const 
   plan.kv_page_indptr = page_indptr.data();
   plan.kv_page_indices = page_indices.data();
   plan.kv_last_page_len = last_page_len.data();
-  PagedAttentionContext context(storage, plan, slots, model.config().num_heads, model.pool());
+  PagedAttentionContext context(storage, plan, slots, model.config().num_heads, model.backend());
   return model.forward(batch, context);
 }
 

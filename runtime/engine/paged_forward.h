@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "attention/cache/kv_cache_manager.h"
-#include "attention/cpu/paged_attention.h"
+#include "attention/paged_kv.h"
 #include "core/status.h"
 #include "runtime/model/transformer.h"
 
@@ -39,8 +39,9 @@ struct PagedChunk {
   int num_logit_rows = 0;
 };
 
-// Copies the blocks of `copies` (copy-on-write) in every layer.
-void apply_block_copies(const PagedKvStorage& storage, const std::vector<attention::BlockCopy>& copies);
+// Copies the blocks of `copies` (copy-on-write) in every layer, on `backend`.
+void apply_block_copies(backend::Backend& backend, const PagedKvStorage& storage,
+                        const std::vector<attention::BlockCopy>& copies);
 
 // Runs `model` over the chunks (in order) with their K/V written to and read from
 // `storage` through `kv`'s tables. Returns the logits of every chunk's requested rows,

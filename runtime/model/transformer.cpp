@@ -3,40 +3,31 @@
 #include <algorithm>
 #include <cmath>
 
-#include "experts/expert_ffn.h"
-#include "experts/grouped/grouped_expert_ffn.h"
-#include "experts/router.h"
-#include "quant/bf16.h"
-#include "quant/cpu/linear.h"
 #include "quant/weight.h"
+#include "runtime/backend/cpu_backend.h"
+#include "runtime/backend/reference_ops.h"
 #include "core/check.h"
 
 namespace moert {
 
 void rms_norm_rows(float* x, int64_t num_rows, int64_t dim, const float* weight, float eps) {
-  for (int64_t t = 0; t < num_rows; ++t) {
-    float* row = x + t * dim;
-    double sum_squares = 0.0;
-    for (int64_t i = 0; i < dim; ++i) sum_squares += static_cast<double>(row[i]) * row[i];
-    const float inv_rms = static_cast<float>(1.0 / std::sqrt(sum_squares / dim + eps));
-    for (int64_t i = 0; i < dim; ++i) row[i] = row[i] * inv_rms * weight[i];
-  }
+  backend::reference_rms_norm(x, num_rows, dim, weight, eps);
 }
 
-int32_t argmax_lowest_index(const float* values, int64_t count) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < count; ++i) {
-    if (values[i] > values[best]) best = i;
-  }
-  return static_cast<int32_t>(best);
-}
+int32_t argmax_lowest_index(const float* values, int64_t count) { return backend::reference_argmax(values, count); }
 
 TransformerForward::TransformerForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool)
+    : TransformerForward(config, weights, pool, nullptr) {}
+
+TransformerForward::TransformerForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
+                                       backend::Backend* backend)
     : config_(config),
       weights_(weights),
       pool_(pool),
+      owned_backend_(backend == nullptr ? std::make_unique<backend::CpuBackend>(pool) : nullptr),
+      backend_(backend == nullptr ? *owned_backend_ : *backend),
       rope_(config.head_dim, config.rotary_dim, config.rope_theta),
-      local_experts_(config, pool) {}
+      local_experts_(config) {}
 
 Result<std::vector<float>> TransformerForward::forward(const ForwardBatch& batch, AttentionContext& attention) const {
   const ModelConfig& c = config_;
@@ -65,11 +56,8 @@ Result<std::vector<float>> TransformerForward::forward(const ForwardBatch& batch
   }
   // x: [T, D] residual stream, embedded.
   std::vector<float> x(static_cast<size_t>(num_tokens * dim));
-  const TensorView& embed = weights_.embed_tokens;
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    // The embedding's dtype was checked when the weights were bound.
-    widen_into_f32(embed.row(batch.tokens[static_cast<size_t>(t)]), x.data() + t * dim);
-  }
+  // The embedding's dtype was checked when the weights were bound; the ids just above.
+  backend_.embedding_gather(weights_.embed_tokens, batch.tokens.data(), num_tokens, x.data());
   for (int layer = 0; layer < c.num_layers; ++layer) {
     attention_block(layer, batch, attention, x);
     ffn_block(layer, num_tokens, x);
@@ -80,9 +68,9 @@ Result<std::vector<float>> TransformerForward::forward(const ForwardBatch& batch
   for (int64_t r = 0; r < num_rows; ++r) {
     std::copy_n(x.data() + batch.logit_rows[static_cast<size_t>(r)] * dim, dim, selected.data() + r * dim);
   }
-  rms_norm_rows(selected.data(), num_rows, dim, weights_.final_norm.data(), c.rms_norm_eps);
+  backend_.rms_norm(selected.data(), num_rows, dim, weights_.final_norm.data(), c.rms_norm_eps);
   std::vector<float> logits(static_cast<size_t>(num_rows * c.vocab_size));
-  quant::apply_linear(weights_.lm_head, selected.data(), num_rows, nullptr, logits.data(), pool_);
+  backend_.linear(weights_.lm_head, selected.data(), num_rows, nullptr, logits.data());
   return logits;
 }
 
@@ -97,28 +85,25 @@ void TransformerForward::attention_block(int layer, const ForwardBatch& batch, A
   const int64_t kv_width = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
 
   std::vector<float> h(x);  // [T, D]
-  rms_norm_rows(h.data(), num_tokens, dim, l.input_norm.data(), c.rms_norm_eps);
+  backend_.rms_norm(h.data(), num_tokens, dim, l.input_norm.data(), c.rms_norm_eps);
   std::vector<float> q(static_cast<size_t>(num_tokens * q_width));   // [T, H, Dh]
   std::vector<float> k(static_cast<size_t>(num_tokens * kv_width));  // [T, KVH, Dh]
   std::vector<float> v(static_cast<size_t>(num_tokens * kv_width));  // [T, KVH, Dh]
   auto bias_or_null = [](const Linear& linear) { return linear.bias.empty() ? nullptr : linear.bias.data(); };
-  quant::apply_linear(a.q.weight, h.data(), num_tokens, bias_or_null(a.q), q.data(), pool_);
-  quant::apply_linear(a.k.weight, h.data(), num_tokens, bias_or_null(a.k), k.data(), pool_);
-  quant::apply_linear(a.v.weight, h.data(), num_tokens, bias_or_null(a.v), v.data(), pool_);
+  backend_.linear(a.q.weight, h.data(), num_tokens, bias_or_null(a.q), q.data());
+  backend_.linear(a.k.weight, h.data(), num_tokens, bias_or_null(a.k), k.data());
+  backend_.linear(a.v.weight, h.data(), num_tokens, bias_or_null(a.v), v.data());
   if (c.qk_norm) {
-    rms_norm_rows(q.data(), num_tokens * c.num_heads, c.head_dim, a.q_norm.data(), c.rms_norm_eps);
-    rms_norm_rows(k.data(), num_tokens * c.num_kv_heads, c.head_dim, a.k_norm.data(), c.rms_norm_eps);
+    backend_.rms_norm(q.data(), num_tokens * c.num_heads, c.head_dim, a.q_norm.data(), c.rms_norm_eps);
+    backend_.rms_norm(k.data(), num_tokens * c.num_kv_heads, c.head_dim, a.k_norm.data(), c.rms_norm_eps);
   }
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    const int64_t position = batch.positions[static_cast<size_t>(t)];
-    rope_.apply(q.data() + t * q_width, c.num_heads, position);
-    rope_.apply(k.data() + t * kv_width, c.num_kv_heads, position);
-  }
+  backend_.rope(rope_, q.data(), num_tokens, c.num_heads, batch.positions.data());
+  backend_.rope(rope_, k.data(), num_tokens, c.num_kv_heads, batch.positions.data());
   std::vector<float> attn(static_cast<size_t>(num_tokens * q_width));  // [T, H, Dh]
   attention.attend(layer, q.data(), k.data(), v.data(), num_tokens, attn.data());
   std::vector<float> projected(static_cast<size_t>(num_tokens * dim));
-  quant::apply_linear(a.o.weight, attn.data(), num_tokens, nullptr, projected.data(), pool_);
-  for (size_t i = 0; i < x.size(); ++i) x[i] += projected[i];
+  backend_.linear(a.o.weight, attn.data(), num_tokens, nullptr, projected.data());
+  backend_.add(x.data(), projected.data(), static_cast<int64_t>(x.size()));
 }
 
 void TransformerForward::ffn_block(int layer, int64_t num_tokens, std::vector<float>& x) const {
@@ -126,26 +111,26 @@ void TransformerForward::ffn_block(int layer, int64_t num_tokens, std::vector<fl
   const LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
   const int64_t dim = c.hidden_size;
   std::vector<float> h(x);
-  rms_norm_rows(h.data(), num_tokens, dim, l.post_attention_norm.data(), c.rms_norm_eps);
+  backend_.rms_norm(h.data(), num_tokens, dim, l.post_attention_norm.data(), c.rms_norm_eps);
   std::vector<float> out(static_cast<size_t>(num_tokens * dim));
   if (l.is_moe) {
     moe_ffn(layer, l.moe, h.data(), num_tokens, out.data());
   } else {
-    experts::swiglu_ffn_forward(h.data(), num_tokens, l.dense_mlp.gate.weight, l.dense_mlp.up.weight,
-                                l.dense_mlp.down.weight, out.data(), pool_);
+    backend_.swiglu_ffn(h.data(), num_tokens, l.dense_mlp.gate.weight, l.dense_mlp.up.weight, l.dense_mlp.down.weight,
+                        out.data());
   }
-  for (size_t i = 0; i < x.size(); ++i) x[i] += out[i];
+  backend_.add(x.data(), out.data(), static_cast<int64_t>(x.size()));
 }
 
-experts::ExpertGroupFn routed_expert_group_fn(const MoeWeights& moe, ThreadPool& pool) {
-  return [&moe, &pool](int expert, const float* x, int64_t num_rows, float* y) {
+std::function<backend::Backend::ExpertWeights(int)> routed_expert_weights(const MoeWeights& moe) {
+  return [&moe](int expert) {
     const GatedMlp& mlp = moe.experts[static_cast<size_t>(expert)];
-    experts::swiglu_ffn_forward(x, num_rows, mlp.gate.weight, mlp.up.weight, mlp.down.weight, y, pool);
+    return backend::Backend::ExpertWeights{&mlp.gate.weight, &mlp.up.weight, &mlp.down.weight};
   };
 }
 
 // Grouped by expert, then each token's contributions summed in ascending expert id.
-void LocalRoutedExperts::run(int /*layer*/, const MoeWeights& moe, const float* h, int64_t num_tokens,
+void LocalRoutedExperts::run(backend::Backend& backend, int /*layer*/, const MoeWeights& moe, const float* h, int64_t num_tokens,
                              const int32_t* expert_ids, const float* gate_weights, float* out,
                              const std::function<void()>& overlapped) {
   overlapped();  // nothing is in flight here
@@ -157,8 +142,8 @@ void LocalRoutedExperts::run(int /*layer*/, const MoeWeights& moe, const float* 
       ids, {gate_weights, num_entries}, num_tokens, top_k, config_.num_experts());
   MOERT_CHECK(layout.is_ok(), "routing: " << layout.status().message());
   std::vector<float> contributions(num_entries * static_cast<size_t>(dim));  // [T * K, D]
-  experts::grouped_expert_ffn(*layout, {h, static_cast<size_t>(num_tokens * dim)}, static_cast<int>(dim),
-                              routed_expert_group_fn(moe, pool_), contributions);
+  backend.grouped_expert_ffn(*layout, {h, static_cast<size_t>(num_tokens * dim)}, static_cast<int>(dim),
+                             routed_expert_weights(moe), contributions);
   experts::sum_rows_in_order(experts::expert_order_of_tokens(ids, num_tokens, top_k), top_k, contributions,
                              static_cast<int>(dim), {out, static_cast<size_t>(num_tokens * dim)});
 }
@@ -172,7 +157,7 @@ void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, const float* 
   const int num_experts = c.num_experts();
   const int top_k = c.top_k();
   std::vector<float> router_logits(static_cast<size_t>(num_tokens * num_experts));  // [T, E]
-  quant::linear_forward(h, num_tokens, moe.router, nullptr, router_logits.data(), pool_);
+  backend_.linear(quant::LinearWeight::from_dense(moe.router), h, num_tokens, nullptr, router_logits.data());
   std::vector<int32_t> expert_ids(static_cast<size_t>(num_tokens * top_k));  // [T, K]
   std::vector<float> gate_weights(static_cast<size_t>(num_tokens * top_k));  // [T, K]
   // Selection bias: the model's correction bias plus the balancer's, if any.
@@ -189,7 +174,7 @@ void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, const float* 
     }
     bias = combined_bias.data();
   }
-  experts::route_tokens(c.router, router_logits.data(), num_tokens, bias, expert_ids.data(), gate_weights.data());
+  backend_.route(c.router, router_logits.data(), num_tokens, bias, expert_ids.data(), gate_weights.data());
 
   // The shared expert (and its gate) runs while the routed experts' dispatch is in flight.
   std::vector<float> shared;
@@ -197,15 +182,15 @@ void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, const float* 
   auto shared_expert = [&] {
     if (!moe.shared_expert.has_value()) return;
     shared.resize(static_cast<size_t>(num_tokens * dim));
-    experts::swiglu_ffn_forward(h, num_tokens, moe.shared_expert->gate.weight, moe.shared_expert->up.weight,
-                                moe.shared_expert->down.weight, shared.data(), pool_);
+    backend_.swiglu_ffn(h, num_tokens, moe.shared_expert->gate.weight, moe.shared_expert->up.weight,
+                        moe.shared_expert->down.weight, shared.data());
     gate.assign(static_cast<size_t>(num_tokens), 1.0f);
     if (moe.shared_expert_gate.data != nullptr) {
-      quant::linear_forward(h, num_tokens, moe.shared_expert_gate, nullptr, gate.data(), pool_);
+      backend_.linear(quant::LinearWeight::from_dense(moe.shared_expert_gate), h, num_tokens, nullptr, gate.data());
       for (float& g : gate) g = 1.0f / (1.0f + std::exp(-g));
     }
   };
-  routed_experts_->run(layer, moe, h, num_tokens, expert_ids.data(), gate_weights.data(), out, shared_expert);
+  routed_experts_->run(backend_, layer, moe, h, num_tokens, expert_ids.data(), gate_weights.data(), out, shared_expert);
   if (moe.shared_expert.has_value()) {
     for (int64_t t = 0; t < num_tokens; ++t) {
       for (int64_t i = 0; i < dim; ++i) out[t * dim + i] += gate[static_cast<size_t>(t)] * shared[static_cast<size_t>(t * dim + i)];

@@ -12,10 +12,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "attention/rope.h"
-#include "experts/grouped/grouped_expert_ffn.h"
+#include "runtime/backend/backend.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "runtime/model/config.h"
@@ -43,24 +44,25 @@ class RoutedExperts {
   // h: [T, D]; expert_ids, weights: [T, K]; out: [T, D] (overwritten).
   // `overlapped` is work that does not depend on `out` (the shared experts): run() calls
   // it exactly once, on this thread, while its exchange is in flight where it has one.
-  virtual void run(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens, const int32_t* expert_ids,
-                   const float* weights, float* out, const std::function<void()>& overlapped) = 0;
+  // Compute goes through `backend` (the model's).
+  virtual void run(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
+                   const int32_t* expert_ids, const float* weights, float* out,
+                   const std::function<void()>& overlapped) = 0;
 };
 
-// The routed experts of `moe` as a grouped expert function (SwiGLU over the group's rows).
-// moe and pool must outlive the returned function.
-experts::ExpertGroupFn routed_expert_group_fn(const MoeWeights& moe, ThreadPool& pool);
+// The routed experts' weights of `moe` for Backend::grouped_expert_ffn (moe must outlive it).
+std::function<backend::Backend::ExpertWeights(int)> routed_expert_weights(const MoeWeights& moe);
 
 // All experts on this rank (the default).
 class LocalRoutedExperts : public RoutedExperts {
  public:
-  LocalRoutedExperts(const ModelConfig& config, ThreadPool& pool) : config_(config), pool_(pool) {}
-  void run(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens, const int32_t* expert_ids,
-           const float* weights, float* out, const std::function<void()>& overlapped) override;
+  explicit LocalRoutedExperts(const ModelConfig& config) : config_(config) {}
+  void run(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
+           const int32_t* expert_ids, const float* weights, float* out,
+           const std::function<void()>& overlapped) override;
 
  private:
   const ModelConfig& config_;
-  ThreadPool& pool_;
 };
 
 struct ForwardBatch {
@@ -71,8 +73,11 @@ struct ForwardBatch {
 
 class TransformerForward {
  public:
-  // config, weights and pool must outlive this object.
+  // config, weights and pool must outlive this object. Computes on a CpuBackend over `pool`.
   TransformerForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool);
+  // Computes on `backend` (must outlive this object; null: a CpuBackend over `pool`).
+  TransformerForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
+                     backend::Backend* backend);
   // Routes the MoE layers' experts through `experts` (must outlive this object); the
   // default computes them all locally.
   void set_routed_experts(RoutedExperts* experts) { routed_experts_ = experts; }
@@ -87,6 +92,7 @@ class TransformerForward {
 
   const ModelConfig& config() const { return config_; }
   ThreadPool& pool() const { return pool_; }
+  backend::Backend& backend() const { return backend_; }
 
  private:
   void attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, std::vector<float>& x) const;
@@ -96,12 +102,15 @@ class TransformerForward {
   const ModelConfig& config_;
   const ModelWeights& weights_;
   ThreadPool& pool_;
+  std::unique_ptr<backend::Backend> owned_backend_;
+  backend::Backend& backend_;
   attention::RotaryEmbedding rope_;
   LocalRoutedExperts local_experts_;
   RoutedExperts* routed_experts_ = &local_experts_;
   const std::vector<std::vector<float>>* selection_bias_ = nullptr;
 };
 
+// The reference ops (runtime/backend/reference_ops.h), for the reference forward and eval.
 // x: [T, D] normalised in place: x * rsqrt(mean(x^2) + eps) * weight (sum of squares in float64).
 void rms_norm_rows(float* x, int64_t num_rows, int64_t dim, const float* weight, float eps);
 

@@ -32,11 +32,10 @@ int64_t bytes_to_peers(const std::vector<int64_t>& bytes, int rank) {
 }  // namespace
 
 ExpertParallelExperts::ExpertParallelExperts(const ModelConfig& config, experts::ExpertPlacement placement,
-                                             comm::Transport& transport, ThreadPool& pool)
+                                             comm::Transport& transport)
     : config_(config),
       placement_(std::move(placement)),
       transport_(transport),
-      pool_(pool),
       routed_loads_(static_cast<size_t>(config.num_layers) * static_cast<size_t>(config.num_experts()), 0),
       computed_loads_(static_cast<size_t>(config.num_layers), 0) {
   check_placement(placement_);
@@ -125,7 +124,7 @@ ReceivedRows unpack_dispatch_rows(const std::vector<std::byte>& recv, int64_t nu
 
 // pack -> exchange (dispatch, with the overlapped work in flight) -> grouped expert
 // compute -> exchange back (combine) -> sum in ascending expert id.
-void ExpertParallelExperts::run(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
+void ExpertParallelExperts::run(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
                                 const int32_t* expert_ids, const float* weights, float* out,
                                 const std::function<void()>& overlapped) {
   const int rank = transport_.rank();
@@ -179,8 +178,8 @@ void ExpertParallelExperts::run(int layer, const MoeWeights& moe, const float* h
   if (!compute.is_ok()) fail(compute.status());
   computed_loads_[static_cast<size_t>(layer)] += compute->num_contribs();
   std::vector<float> contributions(static_cast<size_t>(compute->num_contribs() * dim));  // [N_c, D]
-  experts::grouped_expert_ffn(compute->layout, received.hidden, static_cast<int>(dim),
-                              routed_expert_group_fn(moe, pool_), contributions);
+  backend.grouped_expert_ffn(compute->layout, received.hidden, static_cast<int>(dim), routed_expert_weights(moe),
+                             contributions);
   stats_.expert_compute_s += seconds_since(compute_start);
 
   // 4. COMBINE: contributions go back to their source ranks, summed there in expert-id order.

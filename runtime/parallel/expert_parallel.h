@@ -30,12 +30,13 @@ struct ExpertParallelStats {
 class ExpertParallelExperts : public RoutedExperts {
  public:
   // placement: one LayerPlacement per model layer (dense layers' entries are unused), or a
-  // single one used for every layer. config, transport and pool must outlive this object.
-  ExpertParallelExperts(const ModelConfig& config, experts::ExpertPlacement placement, comm::Transport& transport,
-                        ThreadPool& pool);
+  // single one used for every layer. config and transport must outlive this object.
+  // Expert compute runs on the backend run() is given (the model's).
+  ExpertParallelExperts(const ModelConfig& config, experts::ExpertPlacement placement, comm::Transport& transport);
   // A transport failure aborts the whole job with a message naming this rank (no hang).
-  void run(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens, const int32_t* expert_ids,
-           const float* weights, float* out, const std::function<void()>& overlapped) override;
+  void run(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
+           const int32_t* expert_ids, const float* weights, float* out,
+           const std::function<void()>& overlapped) override;
 
   // Swaps the placement between steps (every rank must swap to the same one before the
   // next step). Same checks as the constructor (MOERT_CHECK).
@@ -55,7 +56,6 @@ class ExpertParallelExperts : public RoutedExperts {
   const ModelConfig& config_;
   experts::ExpertPlacement placement_;
   comm::Transport& transport_;
-  ThreadPool& pool_;
   ExpertParallelStats stats_;
   std::vector<int64_t> routed_loads_;    // [L, E]
   std::vector<int64_t> computed_loads_;  // [L]

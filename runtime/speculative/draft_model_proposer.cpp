@@ -63,7 +63,7 @@ Result<std::vector<Draft>> DraftModelProposer::propose(std::span<const DraftRequ
     draft_lengths[i] = num_draft;
     max_draft = std::max(max_draft, num_draft);
   }
-  engine::apply_block_copies(storage_, kv_.take_pending_copies());
+  engine::apply_block_copies(draft_.backend(), storage_, kv_.take_pending_copies());
   const int vocab = draft_.config().vocab_size;
   for (int round = 0; round < max_draft; ++round) {
     std::vector<engine::PagedChunk> chunks;

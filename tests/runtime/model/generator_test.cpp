@@ -88,12 +88,12 @@ TEST(Generator, SameSeedSameBytesAnyThreadCount) {
 // Loads of every MoE layer, summed, recorded on the way to the local experts.
 class CountingExperts : public RoutedExperts {
  public:
-  CountingExperts(const ModelConfig& config, ThreadPool& pool)
-      : local_(config, pool), loads_(static_cast<size_t>(config.num_experts()), 0), top_k_(config.top_k()) {}
-  void run(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens, const int32_t* ids, const float* w,
-           float* out, const std::function<void()>& overlapped) override {
+  explicit CountingExperts(const ModelConfig& config)
+      : local_(config), loads_(static_cast<size_t>(config.num_experts()), 0), top_k_(config.top_k()) {}
+  void run(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
+           const int32_t* ids, const float* w, float* out, const std::function<void()>& overlapped) override {
     for (int64_t i = 0; i < num_tokens * top_k_; ++i) ++loads_[static_cast<size_t>(ids[i])];
-    local_.run(layer, moe, h, num_tokens, ids, w, out, overlapped);
+    local_.run(backend, layer, moe, h, num_tokens, ids, w, out, overlapped);
   }
   const std::vector<int64_t>& loads() const { return loads_; }
 
@@ -108,7 +108,7 @@ double low_half_share(const std::string& dir) {
   const std::unique_ptr<LoadedModel> model = load_model(dir).value();
   ThreadPool pool(1);
   TransformerForward forward(model->config, model->weights, pool);
-  CountingExperts counting(model->config, pool);
+  CountingExperts counting(model->config);
   forward.set_routed_experts(&counting);
   ForwardBatch batch;
   for (int t = 0; t < 64; ++t) {

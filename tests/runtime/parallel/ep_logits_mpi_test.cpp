@@ -52,7 +52,7 @@ TEST_P(EpLogitsOverMpi, BitIdenticalToOneRankForContiguousAndReplicatedPlacement
                                              ? placement_with_replicas(config.num_experts(), transport.world_size())
                                              : experts::contiguous_placement(config.num_experts(), transport.world_size()).value();
     TransformerForward forward(config, model->weights, pool);
-    ExpertParallelExperts experts(config, std::move(placement), transport, pool);
+    ExpertParallelExperts experts(config, std::move(placement), transport);
     forward.set_routed_experts(&experts);
     DenseKvCache cache(config);
     Result<std::vector<float>> got = forward.forward(batch, cache);

@@ -76,7 +76,7 @@ TEST_P(LockstepOnReference, LogitsAreBitIdenticalForAnyRankCountAndPlacement) {
       const Status status = comm::run_loopback(ranks, [&](comm::Transport& transport) {
         ThreadPool rank_pool(1);
         TransformerForward forward(config(), model_->weights, rank_pool);
-        ExpertParallelExperts experts(config(), placement_for(kind, config().num_experts(), ranks), transport, rank_pool);
+        ExpertParallelExperts experts(config(), placement_for(kind, config().num_experts(), ranks), transport);
         forward.set_routed_experts(&experts);
         DenseKvCache cache(config());
         got[static_cast<size_t>(transport.rank())] = forward.forward(batch_of(transport.rank()), cache).value();
@@ -101,7 +101,7 @@ std::map<std::string, nlohmann::json> serve(const LoadedModel& model, int ranks,
     ThreadPool pool(1);
     TransformerForward forward(model.config, model.weights, pool);
     ExpertParallelExperts experts(model.config, placement_for(placement_kind, model.config.num_experts(), ranks),
-                                  transport, pool);
+                                  transport);
     forward.set_routed_experts(&experts);
     engine::EngineConfig config;
     config.num_kv_blocks = 256;

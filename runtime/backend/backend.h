@@ -1,0 +1,83 @@
+// The compute backend: one table of the operations a forward pass needs, so the model,
+// the engine, expert parallelism and speculative decoding never call a kernel directly.
+// CpuBackend (cpu_backend.h) wraps the CPU kernels; a CUDA backend implements the same
+// table over device memory. tests/runtime/backend/conformance_test.cpp checks every op of
+// every compiled backend against the simple references of reference_ops.h.
+//
+// Contract of every op: activations are F32 arrays on the backend's device (device()),
+// row-major, with the shapes given beside each op; weights are views the backend was
+// given (dense F32/BF16/F16 or packed NVFP4/MXFP4/FP8 in quant::LinearWeight). Every op is
+// row-invariant: a row's result depends only on that row's inputs (and, for attention,
+// its own sequence's K/V), never on the batch around it.
+//
+// Shapes: T tokens, D hidden, V vocab, H / KVH heads, Dh head_dim, E experts, K top-k,
+// N expert entries, R rows.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "attention/paged_kv.h"
+#include "attention/rope.h"
+#include "core/tensor.h"
+#include "experts/grouped/grouped_expert_ffn.h"
+#include "experts/router.h"
+#include "quant/weight.h"
+
+namespace moert::backend {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  virtual Device device() const = 0;
+
+  // Storage on this backend's device (weights, KV blocks, activations): contiguous,
+  // 64-byte aligned, uninitialised.
+  virtual Buffer allocate(DType dtype, Shape shape) = 0;
+
+  // out[t] = table[tokens[t]] widened to F32. table: [V, D] F32/BF16/F16; out: [T, D].
+  // Precondition: 0 <= tokens[t] < V (the caller validated the batch).
+  virtual void embedding_gather(const TensorView& table, const int32_t* tokens, int64_t num_tokens, float* out) = 0;
+  // x: [R, dim] in place: x * rsqrt(mean(x^2) + eps) * weight[dim].
+  virtual void rms_norm(float* x, int64_t num_rows, int64_t dim, const float* weight, float eps) = 0;
+  // y[R, N] = x[R, K] . W^T (+ bias[N] when not null), any weight format.
+  virtual void linear(const quant::LinearWeight& weight, const float* x, int64_t num_rows, const float* bias,
+                      float* y) = 0;
+  // Rotates heads [T, num_heads, Dh] in place, token t at positions[t].
+  virtual void rope(const attention::RotaryEmbedding& rope, float* heads, int64_t num_tokens, int num_heads,
+                    const int64_t* positions) = 0;
+  // Writes K/V rows [T, KVH, Dh] into their paged slots [T] (-1: padding, skipped).
+  virtual void write_kv(const attention::PagedKvLayer& layer, const float* k, const float* v, const int64_t* slots,
+                        int64_t num_tokens) = 0;
+  // Causal paged attention (prefill and decode alike) over the plan's block tables.
+  // q, out: [T, H, Dh].
+  virtual void paged_attention(const float* q, const attention::PagedKvLayer& layer,
+                               const attention::PagedAttentionPlan& plan, int num_heads, float* out) = 0;
+  // Copy-on-write of whole KV blocks, src[i] -> dst[i] in order.
+  virtual void copy_kv_blocks(const attention::PagedKvLayer& layer, const int32_t* src, const int32_t* dst,
+                              int64_t num_copies) = 0;
+  // SwiGLU MLP: out[R, D] = down(silu(gate x) * up x). x: [R, D].
+  virtual void swiglu_ffn(const float* x, int64_t num_rows, const quant::LinearWeight& gate,
+                          const quant::LinearWeight& up, const quant::LinearWeight& down, float* out) = 0;
+  // Grouped expert FFN over a dispatch layout: contributions[N, D] (experts/grouped).
+  // expert_weights(e) gives routed expert e's SwiGLU weights.
+  struct ExpertWeights {
+    const quant::LinearWeight* gate = nullptr;
+    const quant::LinearWeight* up = nullptr;
+    const quant::LinearWeight* down = nullptr;
+  };
+  virtual void grouped_expert_ffn(const experts::ExpertDispatchLayout& layout, std::span<const float> x,
+                                  int hidden_size, const std::function<ExpertWeights(int expert)>& expert_weights,
+                                  std::span<float> contributions) = 0;
+  // Router top-k: logits [T, E] -> expert_ids, weights [T, K] (experts/router.h rules).
+  virtual void route(const experts::RouterConfig& config, const float* logits, int64_t num_tokens,
+                     const float* selection_bias, int32_t* expert_ids, float* weights) = 0;
+  // x[i] += y[i] for i < count.
+  virtual void add(float* x, const float* y, int64_t count) = 0;
+  // Sampling entry point for greedy rows: out[r] = argmax of logits[r, :V], lowest id on ties.
+  virtual void argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, int32_t* out) = 0;
+};
+
+}  // namespace moert::backend

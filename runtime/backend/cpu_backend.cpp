@@ -1,0 +1,81 @@
+#include "runtime/backend/cpu_backend.h"
+
+#include "attention/cpu/paged_attention.h"
+#include "core/check.h"
+#include "experts/expert_ffn.h"
+#include "quant/bf16.h"
+#include "runtime/backend/reference_ops.h"
+
+namespace moert::backend {
+
+Buffer CpuBackend::allocate(DType dtype, Shape shape) { return Buffer(dtype, std::move(shape)); }
+
+void CpuBackend::embedding_gather(const TensorView& table, const int32_t* tokens, int64_t num_tokens, float* out) {
+  const int64_t dim = table.dim(1);
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    MOERT_CHECK(quant::widen_into_f32(table.row(tokens[t]), out + t * dim),
+                "embedding dtype " << dtype_name(table.dtype) << " (F32, BF16 or F16 expected)");
+  }
+}
+
+void CpuBackend::rms_norm(float* x, int64_t num_rows, int64_t dim, const float* weight, float eps) {
+  reference_rms_norm(x, num_rows, dim, weight, eps);
+}
+
+void CpuBackend::linear(const quant::LinearWeight& weight, const float* x, int64_t num_rows, const float* bias,
+                        float* y) {
+  quant::apply_linear(weight, x, num_rows, bias, y, pool_);
+}
+
+void CpuBackend::rope(const attention::RotaryEmbedding& rope, float* heads, int64_t num_tokens, int num_heads,
+                      const int64_t* positions) {
+  const int64_t width = static_cast<int64_t>(num_heads) * rope.head_dim();
+  for (int64_t t = 0; t < num_tokens; ++t) rope.apply(heads + t * width, num_heads, positions[t]);
+}
+
+void CpuBackend::write_kv(const attention::PagedKvLayer& layer, const float* k, const float* v, const int64_t* slots,
+                          int64_t num_tokens) {
+  attention::write_kv_slots(layer, k, v, slots, num_tokens);
+}
+
+void CpuBackend::paged_attention(const float* q, const attention::PagedKvLayer& layer,
+                                 const attention::PagedAttentionPlan& plan, int num_heads, float* out) {
+  attention::paged_attention_forward(q, layer, plan, num_heads, out, pool_);
+}
+
+void CpuBackend::copy_kv_blocks(const attention::PagedKvLayer& layer, const int32_t* src, const int32_t* dst,
+                                int64_t num_copies) {
+  attention::copy_kv_blocks(layer, src, dst, num_copies);
+}
+
+void CpuBackend::swiglu_ffn(const float* x, int64_t num_rows, const quant::LinearWeight& gate,
+                            const quant::LinearWeight& up, const quant::LinearWeight& down, float* out) {
+  experts::swiglu_ffn_forward(x, num_rows, gate, up, down, out, pool_);
+}
+
+void CpuBackend::grouped_expert_ffn(const experts::ExpertDispatchLayout& layout, std::span<const float> x,
+                                    int hidden_size, const std::function<ExpertWeights(int expert)>& expert_weights,
+                                    std::span<float> contributions) {
+  experts::grouped_expert_ffn(
+      layout, x, hidden_size,
+      [&](int expert, const float* rows, int64_t num_rows, float* y) {
+        const ExpertWeights w = expert_weights(expert);
+        experts::swiglu_ffn_forward(rows, num_rows, *w.gate, *w.up, *w.down, y, pool_);
+      },
+      contributions);
+}
+
+void CpuBackend::route(const experts::RouterConfig& config, const float* logits, int64_t num_tokens,
+                       const float* selection_bias, int32_t* expert_ids, float* weights) {
+  experts::route_tokens(config, logits, num_tokens, selection_bias, expert_ids, weights);
+}
+
+void CpuBackend::add(float* x, const float* y, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) x[i] += y[i];
+}
+
+void CpuBackend::argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, int32_t* out) {
+  for (int64_t r = 0; r < num_rows; ++r) out[r] = reference_argmax(logits + r * vocab, vocab);
+}
+
+}  // namespace moert::backend

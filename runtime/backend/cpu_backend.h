@@ -1,0 +1,47 @@
+// The CPU backend: the op table over the CPU kernels (quant/cpu, attention/cpu, experts),
+// host memory and a thread pool. Results are bit-identical to calling the kernels directly.
+#pragma once
+
+#include "core/thread_pool.h"
+#include "runtime/backend/backend.h"
+
+namespace moert::backend {
+
+class CpuBackend : public Backend {
+ public:
+  // pool must outlive the backend.
+  explicit CpuBackend(ThreadPool& pool) : pool_(pool) {}
+
+  const char* name() const override { return "cpu"; }
+  Device device() const override { return {}; }
+  Buffer allocate(DType dtype, Shape shape) override;
+
+  void embedding_gather(const TensorView& table, const int32_t* tokens, int64_t num_tokens, float* out) override;
+  void rms_norm(float* x, int64_t num_rows, int64_t dim, const float* weight, float eps) override;
+  void linear(const quant::LinearWeight& weight, const float* x, int64_t num_rows, const float* bias,
+              float* y) override;
+  void rope(const attention::RotaryEmbedding& rope, float* heads, int64_t num_tokens, int num_heads,
+            const int64_t* positions) override;
+  void write_kv(const attention::PagedKvLayer& layer, const float* k, const float* v, const int64_t* slots,
+                int64_t num_tokens) override;
+  void paged_attention(const float* q, const attention::PagedKvLayer& layer, const attention::PagedAttentionPlan& plan,
+                       int num_heads, float* out) override;
+  void copy_kv_blocks(const attention::PagedKvLayer& layer, const int32_t* src, const int32_t* dst,
+                      int64_t num_copies) override;
+  void swiglu_ffn(const float* x, int64_t num_rows, const quant::LinearWeight& gate, const quant::LinearWeight& up,
+                  const quant::LinearWeight& down, float* out) override;
+  void grouped_expert_ffn(const experts::ExpertDispatchLayout& layout, std::span<const float> x, int hidden_size,
+                          const std::function<ExpertWeights(int expert)>& expert_weights,
+                          std::span<float> contributions) override;
+  void route(const experts::RouterConfig& config, const float* logits, int64_t num_tokens,
+             const float* selection_bias, int32_t* expert_ids, float* weights) override;
+  void add(float* x, const float* y, int64_t count) override;
+  void argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, int32_t* out) override;
+
+  ThreadPool& pool() const { return pool_; }
+
+ private:
+  ThreadPool& pool_;
+};
+
+}  // namespace moert::backend
