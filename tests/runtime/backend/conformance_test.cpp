@@ -1,0 +1,358 @@
+// Backend conformance harness (in the manner of ggml's test-backend-ops): every op of the
+// Backend table, on every backend compiled in and present on this machine, against a
+// simple float64 reference on random shapes (odd sizes, one row, empty batches). Floats
+// are compared by relative L2 error against the float64 result, never on all-zero data;
+// integer outputs (ids, copies) exactly.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/thread_pool.h"
+#include "quant/bf16.h"
+#include "runtime/backend/cpu_backend.h"
+#include "tests/support/test_support.h"
+
+namespace moert::backend {
+namespace {
+
+using moert::testing::relative_l2_error;
+
+constexpr double kTolerance = 2e-6;  // relative L2 error of F32 ops against float64
+
+// The backends built into this binary that can run here.
+struct BackendCase {
+  std::string name;
+  std::function<std::unique_ptr<Backend>(ThreadPool&)> make;
+};
+std::vector<BackendCase> present_backends() {
+  return {{"cpu", [](ThreadPool& pool) { return std::make_unique<CpuBackend>(pool); }}};
+}
+
+class Conformance : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    for (const BackendCase& c : present_backends()) {
+      if (c.name == GetParam()) backend_ = c.make(pool_);
+    }
+    ASSERT_NE(backend_, nullptr);
+  }
+  std::vector<float> random_floats(int64_t n, float scale = 1.0f) {
+    std::normal_distribution<float> normal(0.0f, scale);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = normal(rng_);
+    return v;
+  }
+  ThreadPool pool_{2};
+  std::unique_ptr<Backend> backend_;
+  std::mt19937 rng_{1234};
+};
+
+// float64 y = x . W^T (+ bias), W given as F32 values.
+std::vector<double> reference_linear(const std::vector<float>& x, int64_t rows, const std::vector<float>& w,
+                                     int64_t n, int64_t k, const float* bias) {
+  std::vector<double> y(static_cast<size_t>(rows * n));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < n; ++o) {
+      double acc = bias == nullptr ? 0.0 : bias[o];
+      for (int64_t i = 0; i < k; ++i) acc += static_cast<double>(x[static_cast<size_t>(r * k + i)]) * w[static_cast<size_t>(o * k + i)];
+      y[static_cast<size_t>(r * n + o)] = acc;
+    }
+  }
+  return y;
+}
+
+std::vector<double> reference_swiglu(const std::vector<float>& x, int64_t rows, int64_t dim, int64_t width,
+                                     const std::vector<float>& gate, const std::vector<float>& up,
+                                     const std::vector<float>& down) {
+  const std::vector<double> g = reference_linear(x, rows, gate, width, dim, nullptr);
+  const std::vector<double> u = reference_linear(x, rows, up, width, dim, nullptr);
+  std::vector<double> h(g.size());
+  for (size_t i = 0; i < h.size(); ++i) h[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+  std::vector<double> y(static_cast<size_t>(rows * dim), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < dim; ++o) {
+      double acc = 0.0;
+      for (int64_t i = 0; i < width; ++i) acc += h[static_cast<size_t>(r * width + i)] * down[static_cast<size_t>(o * width + i)];
+      y[static_cast<size_t>(r * dim + o)] = acc;
+    }
+  }
+  return y;
+}
+
+TensorView f32_view(std::vector<float>& v, Shape shape) { return TensorView::contiguous(DType::kF32, std::move(shape), v.data()); }
+
+TEST_P(Conformance, EmbeddingGatherWidensEveryDtypeExactly) {
+  for (int64_t vocab : {1, 7, 33}) {
+    for (int64_t dim : {1, 5, 64}) {
+      std::vector<float> table = random_floats(vocab * dim);
+      std::vector<uint16_t> bf16(table.size());
+      for (size_t i = 0; i < table.size(); ++i) bf16[i] = quant::f32_to_bf16(table[i]);
+      std::vector<int32_t> tokens;
+      for (int t = 0; t < 9; ++t) tokens.push_back(static_cast<int32_t>(rng_() % static_cast<unsigned>(vocab)));
+      for (int64_t num_tokens : {int64_t{0}, int64_t{1}, int64_t{9}}) {
+        std::vector<float> out(static_cast<size_t>(num_tokens * dim), -1.0f);
+        backend_->embedding_gather(f32_view(table, {vocab, dim}), tokens.data(), num_tokens, out.data());
+        std::vector<float> out_bf16(out.size());
+        backend_->embedding_gather(TensorView::contiguous(DType::kBF16, {vocab, dim}, bf16.data()), tokens.data(),
+                                   num_tokens, out_bf16.data());
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          for (int64_t i = 0; i < dim; ++i) {
+            const size_t src = static_cast<size_t>(tokens[static_cast<size_t>(t)] * dim + i);
+            ASSERT_EQ(out[static_cast<size_t>(t * dim + i)], table[src]);
+            ASSERT_EQ(out_bf16[static_cast<size_t>(t * dim + i)], quant::bf16_to_f32(bf16[src]));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Conformance, RmsNormMatchesFloat64) {
+  for (int64_t rows : {1, 3, 17}) {
+    for (int64_t dim : {1, 7, 256}) {
+      std::vector<float> x = random_floats(rows * dim, 3.0f), w = random_floats(dim);
+      std::vector<double> expected(x.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        double ss = 0.0;
+        for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(x[static_cast<size_t>(r * dim + i)]) * x[static_cast<size_t>(r * dim + i)];
+        const double inv = 1.0 / std::sqrt(ss / static_cast<double>(dim) + 1e-6);
+        for (int64_t i = 0; i < dim; ++i) expected[static_cast<size_t>(r * dim + i)] = x[static_cast<size_t>(r * dim + i)] * inv * w[static_cast<size_t>(i)];
+      }
+      backend_->rms_norm(x.data(), rows, dim, w.data(), 1e-6f);
+      EXPECT_LT(relative_l2_error(x.data(), expected.data(), rows * dim), kTolerance) << rows << "x" << dim;
+    }
+  }
+  backend_->rms_norm(nullptr, 0, 8, nullptr, 1e-6f);  // an empty batch touches nothing
+}
+
+TEST_P(Conformance, LinearMatchesFloat64ForF32AndBf16WeightsWithAndWithoutBias) {
+  for (auto [rows, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {3, 5, 7}, {9, 33, 65}, {2, 16, 300}}) {
+    std::vector<float> x = random_floats(rows * k), w = random_floats(n * k), bias = random_floats(n);
+    std::vector<uint16_t> w_bf16(w.size());
+    std::vector<float> w_rounded(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      w_bf16[i] = quant::f32_to_bf16(w[i]);
+      w_rounded[i] = quant::bf16_to_f32(w_bf16[i]);
+    }
+    for (const float* b : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
+      std::vector<float> y(static_cast<size_t>(rows * n));
+      backend_->linear(quant::LinearWeight::from_dense(f32_view(w, {n, k})), x.data(), rows, b, y.data());
+      EXPECT_LT(relative_l2_error(y.data(), reference_linear(x, rows, w, n, k, b).data(), rows * n), kTolerance);
+      backend_->linear(quant::LinearWeight::from_dense(TensorView::contiguous(DType::kBF16, {n, k}, w_bf16.data())),
+                       x.data(), rows, b, y.data());
+      EXPECT_LT(relative_l2_error(y.data(), reference_linear(x, rows, w_rounded, n, k, b).data(), rows * n), kTolerance);
+    }
+  }
+}
+
+TEST_P(Conformance, RopeRotatesHalvesAtEachPositionAsFloat64) {
+  for (auto [head_dim, rotary_dim] : {std::pair{8, 8}, {64, 32}, {6, 2}}) {
+    const attention::RotaryEmbedding rope(head_dim, rotary_dim, 10000.0);
+    const int heads = 3;
+    const std::vector<int64_t> positions{0, 1, 17, 4095, 5};
+    const auto tokens = static_cast<int64_t>(positions.size());
+    std::vector<float> x = random_floats(tokens * heads * head_dim);
+    std::vector<double> expected(x.begin(), x.end());
+    const int half = rotary_dim / 2;
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int h = 0; h < heads; ++h) {
+        const size_t base = static_cast<size_t>((t * heads + h) * head_dim);
+        for (int i = 0; i < half; ++i) {
+          const double angle = static_cast<double>(positions[static_cast<size_t>(t)]) * std::pow(10000.0, -2.0 * i / rotary_dim);
+          const double a = x[base + static_cast<size_t>(i)], b = x[base + static_cast<size_t>(i + half)];
+          expected[base + static_cast<size_t>(i)] = a * std::cos(angle) - b * std::sin(angle);
+          expected[base + static_cast<size_t>(i + half)] = b * std::cos(angle) + a * std::sin(angle);
+        }
+      }
+    }
+    backend_->rope(rope, x.data(), tokens, heads, positions.data());
+    EXPECT_LT(relative_l2_error(x.data(), expected.data(), tokens * heads * head_dim), kTolerance) << head_dim;
+    backend_->rope(rope, nullptr, 0, heads, nullptr);
+  }
+}
+
+// Ragged block tables over a shuffled pool: write K/V through slots, attend causally,
+// copy a block; against float64 dense causal attention over each sequence.
+TEST_P(Conformance, PagedAttentionOverRaggedBlockTablesMatchesDenseFloat64) {
+  const int block_size = 4, kv_heads = 2, heads = 6, head_dim = 8, num_blocks = 40;
+  const std::vector<int> kv_lens{1, 4, 5, 13};   // per sequence, positions with K/V
+  const std::vector<int> q_lens{1, 4, 2, 13};    // the last q_len positions are queries
+  const size_t block_floats = static_cast<size_t>(block_size * kv_heads * head_dim);
+  std::vector<float> k_cache(num_blocks * block_floats), v_cache(k_cache.size());
+  const attention::PagedKvLayer layer{k_cache.data(), v_cache.data(), num_blocks, block_size, kv_heads, head_dim};
+  std::vector<int32_t> free_blocks(num_blocks - 1);
+  std::iota(free_blocks.begin(), free_blocks.end(), 1);  // block 0 is the null block
+  std::shuffle(free_blocks.begin(), free_blocks.end(), rng_);
+  std::vector<int32_t> qo_indptr{0}, page_indptr{0}, pages, last_len;
+  std::vector<std::vector<float>> seq_k, seq_v;
+  size_t next_block = 0;
+  for (size_t b = 0; b < kv_lens.size(); ++b) {
+    const int num_pages = (kv_lens[b] + block_size - 1) / block_size;
+    std::vector<int32_t> table(free_blocks.begin() + static_cast<std::ptrdiff_t>(next_block),
+                               free_blocks.begin() + static_cast<std::ptrdiff_t>(next_block + num_pages));
+    next_block += static_cast<size_t>(num_pages);
+    seq_k.push_back(random_floats(kv_lens[b] * kv_heads * head_dim));
+    seq_v.push_back(random_floats(kv_lens[b] * kv_heads * head_dim));
+    std::vector<int64_t> slots;
+    for (int p = 0; p < kv_lens[b]; ++p) slots.push_back(static_cast<int64_t>(table[static_cast<size_t>(p / block_size)]) * block_size + p % block_size);
+    slots.push_back(-1);  // padding is skipped
+    std::vector<float> k_rows = seq_k.back(), v_rows = seq_v.back();
+    k_rows.resize(k_rows.size() + static_cast<size_t>(kv_heads * head_dim), 99.0f);
+    v_rows.resize(k_rows.size(), 99.0f);
+    backend_->write_kv(layer, k_rows.data(), v_rows.data(), slots.data(), static_cast<int64_t>(slots.size()));
+    pages.insert(pages.end(), table.begin(), table.end());
+    page_indptr.push_back(static_cast<int32_t>(pages.size()));
+    last_len.push_back(kv_lens[b] - (num_pages - 1) * block_size);
+    qo_indptr.push_back(qo_indptr.back() + q_lens[b]);
+  }
+  const int64_t num_rows = qo_indptr.back();
+  std::vector<float> q = random_floats(num_rows * heads * head_dim);
+  std::vector<float> out(q.size(), 0.0f);
+  const attention::PagedAttentionPlan plan{static_cast<int>(kv_lens.size()), qo_indptr.data(), page_indptr.data(),
+                                           pages.data(), last_len.data()};
+  backend_->paged_attention(q.data(), layer, plan, heads, out.data());
+  std::vector<double> expected(out.size());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  for (size_t b = 0; b < kv_lens.size(); ++b) {
+    for (int i = 0; i < q_lens[b]; ++i) {
+      const int position = kv_lens[b] - q_lens[b] + i;
+      const int64_t row = qo_indptr[b] + i;
+      for (int h = 0; h < heads; ++h) {
+        const int kvh = h / (heads / kv_heads);
+        const float* qh = q.data() + (row * heads + h) * head_dim;
+        std::vector<double> logits;
+        for (int p = 0; p <= position; ++p) {
+          double dot = 0.0;
+          for (int d = 0; d < head_dim; ++d) dot += static_cast<double>(qh[d]) * seq_k[b][static_cast<size_t>((p * kv_heads + kvh) * head_dim + d)];
+          logits.push_back(dot * scale);
+        }
+        const double max_logit = *std::max_element(logits.begin(), logits.end());
+        double denom = 0.0;
+        for (double& l : logits) denom += (l = std::exp(l - max_logit));
+        for (int d = 0; d < head_dim; ++d) {
+          double acc = 0.0;
+          for (int p = 0; p <= position; ++p) acc += logits[static_cast<size_t>(p)] / denom * seq_v[b][static_cast<size_t>((p * kv_heads + kvh) * head_dim + d)];
+          expected[static_cast<size_t>((row * heads + h) * head_dim + d)] = acc;
+        }
+      }
+    }
+  }
+  EXPECT_LT(relative_l2_error(out.data(), expected.data(), static_cast<int64_t>(out.size())), kTolerance);
+
+  // Copy-on-write: the last sequence's first block into a fresh one, bit for bit.
+  const int32_t src = pages[static_cast<size_t>(page_indptr[3])], dst = free_blocks.back();
+  backend_->copy_kv_blocks(layer, &src, &dst, 1);
+  for (size_t i = 0; i < block_floats; ++i) {
+    ASSERT_EQ(k_cache[static_cast<size_t>(dst) * block_floats + i], k_cache[static_cast<size_t>(src) * block_floats + i]);
+    ASSERT_EQ(v_cache[static_cast<size_t>(dst) * block_floats + i], v_cache[static_cast<size_t>(src) * block_floats + i]);
+  }
+}
+
+TEST_P(Conformance, SwigluAndGroupedExpertFfnMatchFloat64) {
+  const int64_t dim = 12, width = 20;
+  const int num_experts = 5, top_k = 2;
+  std::vector<std::vector<float>> gates, ups, downs;
+  std::vector<quant::LinearWeight> gate_w, up_w, down_w;
+  for (int e = 0; e < num_experts; ++e) {
+    gates.push_back(random_floats(width * dim, 0.3f));
+    ups.push_back(random_floats(width * dim, 0.3f));
+    downs.push_back(random_floats(dim * width, 0.3f));
+  }
+  for (int e = 0; e < num_experts; ++e) {
+    gate_w.push_back(quant::LinearWeight::from_dense(f32_view(gates[static_cast<size_t>(e)], {width, dim})));
+    up_w.push_back(quant::LinearWeight::from_dense(f32_view(ups[static_cast<size_t>(e)], {width, dim})));
+    down_w.push_back(quant::LinearWeight::from_dense(f32_view(downs[static_cast<size_t>(e)], {dim, width})));
+  }
+  for (int64_t tokens : {int64_t{0}, int64_t{1}, int64_t{11}}) {
+    std::vector<float> x = random_floats(tokens * dim);
+    std::vector<float> out(static_cast<size_t>(tokens * dim));
+    backend_->swiglu_ffn(x.data(), tokens, gate_w[0], up_w[0], down_w[0], out.data());
+    if (tokens > 0) {
+      EXPECT_LT(relative_l2_error(out.data(), reference_swiglu(x, tokens, dim, width, gates[0], ups[0], downs[0]).data(),
+                                  tokens * dim),
+                kTolerance);
+    }
+    std::vector<int32_t> ids;
+    std::vector<float> weights;
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int first = static_cast<int>(rng_() % num_experts);
+      ids.push_back(first);
+      ids.push_back((first + 1 + static_cast<int>(rng_() % (num_experts - 1))) % num_experts);
+      weights.push_back(0.7f);
+      weights.push_back(0.3f);
+    }
+    Result<experts::ExpertDispatchLayout> layout = experts::layout_from_routing(ids, weights, tokens, top_k, num_experts);
+    ASSERT_TRUE(layout.is_ok());
+    std::vector<float> contributions(static_cast<size_t>(tokens * top_k * dim));
+    backend_->grouped_expert_ffn(
+        *layout, x, static_cast<int>(dim),
+        [&](int e) {
+          const auto u = static_cast<size_t>(e);
+          return Backend::ExpertWeights{&gate_w[u], &up_w[u], &down_w[u]};
+        },
+        contributions);
+    for (int64_t c = 0; c < layout->num_entries(); ++c) {
+      const auto e = static_cast<size_t>(layout->entry_expert[static_cast<size_t>(c)]);
+      const int64_t row = layout->entry_row[static_cast<size_t>(c)];
+      std::vector<float> xr(x.begin() + row * dim, x.begin() + (row + 1) * dim);
+      std::vector<double> y = reference_swiglu(xr, 1, dim, width, gates[e], ups[e], downs[e]);
+      for (double& v : y) v *= layout->entry_weight[static_cast<size_t>(c)];
+      EXPECT_LT(relative_l2_error(contributions.data() + c * dim, y.data(), dim), kTolerance) << "entry " << c;
+    }
+  }
+}
+
+TEST_P(Conformance, RouteSelectsTheTopKOfTheSoftmaxAndAddsAndArgmaxAreExact) {
+  experts::RouterConfig config;
+  config.num_experts = 9;
+  config.top_k = 3;
+  config.norm_topk_prob = true;
+  const int64_t tokens = 7;
+  std::vector<float> logits = random_floats(tokens * config.num_experts, 2.0f);
+  std::vector<int32_t> ids(static_cast<size_t>(tokens * config.top_k));
+  std::vector<float> weights(ids.size());
+  backend_->route(config, logits.data(), tokens, nullptr, ids.data(), weights.data());
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::vector<int32_t> order(static_cast<size_t>(config.num_experts));
+    std::iota(order.begin(), order.end(), 0);
+    const float* row = logits.data() + t * config.num_experts;
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+    double sum = 0.0;
+    for (int k = 0; k < config.top_k; ++k) sum += std::exp(static_cast<double>(row[order[static_cast<size_t>(k)]]));
+    std::vector<double> expected;
+    for (int k = 0; k < config.top_k; ++k) {
+      EXPECT_EQ(ids[static_cast<size_t>(t * config.top_k + k)], order[static_cast<size_t>(k)]) << "token " << t;
+      expected.push_back(std::exp(static_cast<double>(row[order[static_cast<size_t>(k)]])) / sum);
+    }
+    EXPECT_LT(relative_l2_error(weights.data() + t * config.top_k, expected.data(), config.top_k), kTolerance);
+  }
+
+  std::vector<float> a = random_floats(13), b = random_floats(13);
+  std::vector<double> sum(a.size());
+  for (size_t i = 0; i < a.size(); ++i) sum[i] = static_cast<double>(static_cast<float>(a[i] + b[i]));
+  backend_->add(a.data(), b.data(), 13);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], sum[i]);
+
+  const std::vector<float> rows{0.5f, 2.0f, 2.0f, -1.0f,  // tie: the lowest id wins
+                                -3.0f, -2.0f, -7.0f, -2.5f};
+  std::vector<int32_t> best(2, -1);
+  backend_->argmax_rows(rows.data(), 2, 4, best.data());
+  EXPECT_EQ(best, (std::vector<int32_t>{1, 1}));
+}
+
+std::vector<std::string> backend_names() {
+  std::vector<std::string> names;
+  for (const BackendCase& c : present_backends()) names.push_back(c.name);
+  return names;
+}
+INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::ValuesIn(backend_names()));
+
+}  // namespace
+}  // namespace moert::backend
