@@ -1,5 +1,5 @@
 // MoE router: turns router logits into the K experts each token goes to and their gate
-// weights, for every architecture in spec/moe.md §1 (Mixtral, Qwen2/3-MoE, DeepSeek-V3,
+// weights, for every architecture in docs/moe.md §1 (Mixtral, Qwen2/3-MoE, DeepSeek-V3,
 // GLM-4.5). Pure logic: no device code, no MPI, no framework types.
 //
 // Shapes: T tokens, E routed experts, K experts per token (top-k), G expert groups

@@ -1,4 +1,4 @@
-// Load accounting and the auxiliary-loss-free bias rule (spec/moe.md §2.1). Pure logic.
+// Load accounting and the auxiliary-loss-free bias rule (docs/moe.md §2.1). Pure logic.
 //
 // Shapes: L model layers (dense layers carry all-zero loads and are skipped), E experts.
 // Terms:

@@ -1,4 +1,4 @@
-// Expert-parallel load balancer: DeepSeek EPLB (deepseek-ai/EPLB eplb.py, spec/moe.md
+// Expert-parallel load balancer: DeepSeek EPLB (deepseek-ai/EPLB eplb.py, docs/moe.md
 // §2.3), re-implemented step for step so its outputs match the reference bit for bit.
 // Pure logic: no device code, no MPI.
 //

@@ -1,6 +1,6 @@
 // Fused CPU linear layers over quantized weights: y[T, N] = x[T, K] . dequant(W[N, K])^T (+ bias[N]).
 // The packed weights and their scales are read in place (e.g. straight from an mmapped
-// checkpoint, layouts as in /work/shared/spec/quant.md); no full-precision copy of W is ever
+// checkpoint, layouts as in docs/quant-formats.md); no full-precision copy of W is ever
 // made, only one 16- or 32-element block at a time in registers.
 //
 // Shapes: T tokens (rows of x), N output features (rows of W), K the reduction dim.

@@ -1,5 +1,5 @@
 // Scalar codecs for the narrow float formats used by quantized checkpoints (spec:
-// /work/shared/spec/quant.md §1a, §2a, §3a). A code is the raw bit pattern, held in the low
+// docs/quant-formats.md §1a, §2a, §3a). A code is the raw bit pattern, held in the low
 // bits of a uint8_t.
 //
 //   format  bits        bias  max    min subnormal  Inf            NaN

@@ -1,5 +1,5 @@
 // A model directory: one model.safetensors, or model.safetensors.index.json plus shards
-// (spec/quant.md section 6, "Sharding").
+// (docs/quant-formats.md §6, "Sharding").
 #pragma once
 
 #include <cstdint>

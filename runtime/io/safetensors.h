@@ -1,4 +1,4 @@
-// safetensors reading (mmap, zero copy) and writing (spec/quant.md section 6).
+// safetensors reading (mmap, zero copy) and writing (docs/quant-formats.md §6).
 //
 // File layout: u64 LE N | N bytes of UTF-8 JSON header | data buffer.
 // Header: {name: {"dtype": "BF16", "shape": [..], "data_offsets": [BEGIN, END]}, ...,

@@ -1,5 +1,5 @@
 // `moert quantize`: rewrites a checkpoint with its linear weights in a packed format, in
-// the layouts the ecosystem uses (spec/quant.md):
+// the layouts the ecosystem uses (docs/quant-formats.md):
 //   nvfp4  ModelOpt: P.weight U8 [N, K/2], P.weight_scale F8_E4M3 [N, K/16],
 //          P.weight_scale_2 F32 [], plus hf_quant_config.json and config.json
 //          "quantization_config" {"quant_method": "modelopt", "quant_algo": "NVFP4", ...}

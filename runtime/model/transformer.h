@@ -82,7 +82,7 @@ class TransformerForward {
   // default computes them all locally.
   void set_routed_experts(RoutedExperts* experts) { routed_experts_ = experts; }
   // Load balancing: bias[layer] ([E], or empty) is added to the router's selection score
-  // (on top of a model's own correction bias), never to the gate weights (spec/moe.md
+  // (on top of a model's own correction bias), never to the gate weights (docs/moe.md
   // §2.1). `bias` must outlive this object; null (the default) means no balancing bias.
   void set_selection_bias(const std::vector<std::vector<float>>* bias) { selection_bias_ = bias; }
 

@@ -1,5 +1,5 @@
 // ModelWeights: every tensor the forward reads, looked up once by its Hugging Face name
-// (spec/moe.md §1) and shape-checked against the ModelConfig. Matrices stay views into
+// (docs/moe.md §1) and shape-checked against the ModelConfig. Matrices stay views into
 // the mmapped checkpoint (F32/BF16/F16, read in place); vectors (norms, biases, router
 // correction biases) are widened to F32 copies.
 #pragma once
@@ -79,7 +79,7 @@ Result<std::vector<float>> widen_to_f32(const std::string& name, const TensorVie
 Result<ModelWeights> bind_model_weights(const ModelConfig& config, const io::Checkpoint& checkpoint);
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir);
 
-// Checkpoint tensor names, per architecture (spec/moe.md §1), without the ".weight" suffix.
+// Checkpoint tensor names, per architecture (docs/moe.md §1), without the ".weight" suffix.
 // "model.layers.{i}.mlp." or, for Mixtral, "model.layers.{i}.block_sparse_moe."
 std::string moe_block_prefix(const ModelConfig& config, int layer);
 // projection: "gate", "up" or "down" (Mixtral: w1, w3, w2).

@@ -82,7 +82,7 @@ struct BatchJobReport {  // complete at rank 0 only
   double wall_s = 0.0;
   std::vector<StepMetrics> rank_totals;       // [R]
   std::vector<engine::EngineStats> rank_engine_stats;  // [R] at the end
-  // Expert load over experts (MaxVio of tokens per logical expert, spec/moe.md §2.1):
+  // Expert load over experts (MaxVio of tokens per logical expert, docs/moe.md §2.1):
   double expert_run_max_violation = 0.0;      // over the whole run, mean over layers
   double expert_step_max_violation = 0.0;     // mean over steps of the per-step value
   std::vector<double> expert_run_max_violation_per_layer;  // [L] (0 for dense layers)

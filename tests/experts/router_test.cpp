@@ -1,5 +1,5 @@
 // Router tests. Expected weights were computed in float64 (python3, plain math module)
-// from the formulas of spec/moe.md §1 and are compared with relative tolerance 1e-6.
+// from the formulas of docs/moe.md §1 and are compared with relative tolerance 1e-6.
 // Shapes: T tokens, E experts, K top-k, G groups.
 #include "experts/router.h"
 

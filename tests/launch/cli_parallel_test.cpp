@@ -171,7 +171,7 @@ TEST(CliParallelSpec, GreedyOutputsEqualPlainDecodingOnOneAndFourRanks) {
 }
 
 // The MPI transport under each point-to-point layer Open MPI can use here: UCX (pml ucx;
-// selected only where asked, see ../shared/ENVIRONMENT.md), TCP and shared memory (pml ob1
+// selected only where asked, see docs/environment.md), TCP and shared memory (pml ob1
 // with btl tcp / vader). Forcing a layer that cannot start makes mpirun fail, so a pass
 // means the job really ran over it; outputs equal one rank's each time.
 TEST(CliParallelTransports, OutputsEqualOneRankOverUcxTcpAndSharedMemory) {

@@ -1,4 +1,4 @@
-// EPLB tests. Expected vectors: the deepseek-ai/EPLB README example (spec/moe.md §2.3)
+// EPLB tests. Expected vectors: the deepseek-ai/EPLB README example (docs/moe.md §2.3)
 // and outputs of a float32 pure-python transcription of eplb.py (torch is not installed
 // here) that reproduces that README example exactly, both rows.
 // Shapes: L layers, E experts, P replicas, U GPUs.

@@ -1,5 +1,5 @@
 // NVFP4 and MXFP4 quantize/dequantize: exact codes, scales and nibble order on hand-built
-// matrices, the edge cases of /work/shared/spec/quant.md §1d and §2a, and round-trip
+// matrices, the edge cases of docs/quant-formats.md §1d and §2a, and round-trip
 // relative MSE against the simulation in §5b.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Scalar codecs against values computed here from the bit layout (in double, with ldexp),
-// and against the values listed in /work/shared/spec/quant.md §1a, §2a, §3a.
+// and against the values listed in docs/quant-formats.md §1a, §2a, §3a.
 #include <gtest/gtest.h>
 
 #include <cmath>
