@@ -228,7 +228,14 @@ void sweep(WeightFormat format, const std::vector<int64_t>& ks) {
   }
 }
 
-TEST(QuantizedLinear, ReportsPath) { std::printf("quantized_linear path: %s\n", quantized_linear_isa_name()); }
+// The quantized kernels and the dense kernels take their path from the same run-time
+// detector (quant/cpu/isa.h), so both must report the same known name.
+TEST(QuantizedLinear, ReportsTheSamePathAsTheDenseKernels) {
+  const std::string path = quantized_linear_isa_name();
+  std::printf("quantized_linear path: %s\n", path.c_str());
+  EXPECT_TRUE(path == "avx512" || path == "avx2" || path == "portable") << path;
+  EXPECT_EQ(path, std::string(cpu_isa_name()));
+}
 
 TEST(QuantizedLinear, Nvfp4MatchesCodec) { sweep(WeightFormat::kNvfp4, {16, 48, 64, 96, 1024}); }
 TEST(QuantizedLinear, Mxfp4MatchesCodec) { sweep(WeightFormat::kMxfp4, {32, 96, 1024}); }

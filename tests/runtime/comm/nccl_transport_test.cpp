@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <vector>
 
 #include "tests/runtime/comm/comm_checks.h"
@@ -51,7 +52,17 @@ bool enough_devices(const Transport& bootstrap) {
   return num_devices > 0 && num_devices >= bootstrap.world_size();
 }
 
-TEST(NcclTransport, DeviceCountIsZeroOrMoreWithoutCrashing) { EXPECT_GE(cuda_device_count(), 0); }
+// The CUDA runtime's count must match the driver's device nodes: none without an NVIDIA
+// driver (the count must then be 0, not an error leaking through as a negative number or a
+// crash), at least one where a device node exists.
+TEST(NcclTransport, DeviceCountMatchesTheDriverDeviceNodes) {
+  const int count = cuda_device_count();
+  if (std::filesystem::exists("/dev/nvidia0")) {
+    EXPECT_GE(count, 1);
+  } else {
+    EXPECT_EQ(count, 0);
+  }
+}
 
 TEST(NcclTransport, CollectivesAndAllToAllOnDeviceBuffers) {
   Transport& bootstrap = mpi_test_transport();
