@@ -205,6 +205,109 @@ Result<std::vector<std::string>> distribute_request_lines(comm::Transport& trans
   return mine;
 }
 
+namespace {
+
+// Installs a selection bias on the model for the lifetime of the guard, so the model never
+// keeps a pointer to a vector that an early return has destroyed.
+class ScopedSelectionBias {
+ public:
+  ScopedSelectionBias(TransformerForward& model, const std::vector<std::vector<float>>* bias) : model_(model) {
+    model_.set_selection_bias(bias);
+  }
+  ~ScopedSelectionBias() { model_.set_selection_bias(nullptr); }
+  ScopedSelectionBias(const ScopedSelectionBias&) = delete;
+  ScopedSelectionBias& operator=(const ScopedSelectionBias&) = delete;
+
+ private:
+  TransformerForward& model_;
+};
+
+// Bias balancing: rank 0 moves each MoE layer's bias against this step's loads
+// ([L, E] flattened) and every rank takes rank 0's values.
+Status update_and_share_bias(comm::Transport& transport, std::span<const int64_t> step_loads, float gamma,
+                             int num_experts, std::vector<std::vector<float>>& bias) {
+  const auto num_layers = static_cast<int>(bias.size());
+  std::vector<float> flat(static_cast<size_t>(num_layers) * num_experts, 0.0f);
+  if (transport.rank() == 0) {
+    for (int l = 0; l < num_layers; ++l) {
+      std::vector<float>& layer_bias = bias[static_cast<size_t>(l)];
+      if (layer_bias.empty()) continue;
+      experts::update_balance_bias(step_loads.subspan(static_cast<size_t>(l) * num_experts, num_experts), gamma,
+                                   layer_bias);
+      std::copy(layer_bias.begin(), layer_bias.end(), flat.begin() + static_cast<ptrdiff_t>(l) * num_experts);
+    }
+  }
+  MOERT_RETURN_IF_ERROR(transport.broadcast(flat.data(), flat.size() * sizeof(float), 0));
+  for (int l = 0; l < num_layers; ++l) {
+    std::vector<float>& layer_bias = bias[static_cast<size_t>(l)];
+    if (!layer_bias.empty()) {
+      std::copy_n(flat.begin() + static_cast<ptrdiff_t>(l) * num_experts, num_experts, layer_bias.begin());
+    }
+  }
+  return Status::ok();
+}
+
+// Replica balancing: rank 0 plans EPLB replicas from the loads since the last placement and
+// every rank installs the same placement.
+Status rebalance_replicas(comm::Transport& transport, const std::vector<int64_t>& window_loads,
+                          const BatchJobConfig& config, int num_layers, int num_experts,
+                          ExpertParallelExperts& experts) {
+  const int world = transport.world_size();
+  std::vector<uint8_t> placement_json;
+  if (transport.rank() == 0) {
+    const std::vector<float> weights(window_loads.begin(), window_loads.end());
+    experts::EplbConfig eplb;
+    eplb.num_gpus = world;
+    eplb.num_replicas = world * slots_per_rank(num_experts, world, config.redundant_slots_per_rank);
+    Result<experts::EplbPlan> plan = experts::rebalance_experts(weights, num_layers, num_experts, eplb);
+    if (!plan.is_ok()) return plan.status().with_context("EPLB");
+    Result<experts::ExpertPlacement> placement = experts::placement_from_eplb(*plan, world);
+    if (!placement.is_ok()) return placement.status().with_context("EPLB placement");
+    const std::string text = placement->to_json();
+    placement_json.assign(text.begin(), text.end());
+  }
+  MOERT_RETURN_IF_ERROR(broadcast_blob(transport, placement_json));
+  Result<experts::ExpertPlacement> placement =
+      experts::parse_placement_json(std::string(placement_json.begin(), placement_json.end()), num_experts);
+  if (!placement.is_ok()) return placement.status().with_context("placement from rank 0");
+  experts.set_placement(std::move(placement).value());
+  return Status::ok();
+}
+
+// After the last step: every rank's engine statistics and acceptance counts to rank 0, which
+// fills the report's per-rank and imbalance fields.
+Status gather_final_statistics(comm::Transport& transport, const engine::Engine& engine,
+                               const experts::LoadTracker& expert_loads, const experts::LoadTracker& rank_loads,
+                               int num_layers, BatchJobReport& report) {
+  const int world = transport.world_size();
+  double packed[kEngineStatFields];
+  pack_engine_stats(engine.stats(), packed);
+  std::vector<double> all(static_cast<size_t>(world) * kEngineStatFields);
+  MOERT_RETURN_IF_ERROR(transport.gather(packed, sizeof(packed), all.data(), 0));
+  const std::vector<int64_t> acceptance = engine.stats().acceptance.to_counts();
+  Result<std::vector<std::vector<uint8_t>>> acceptances =
+      transport.gatherv(acceptance.data(), acceptance.size() * sizeof(int64_t), 0);
+  if (!acceptances.is_ok()) return acceptances.status();
+  if (transport.rank() != 0) return Status::ok();
+  for (int r = 0; r < world; ++r) {
+    report.rank_engine_stats.push_back(unpack_engine_stats(all.data() + r * kEngineStatFields));
+    const std::vector<uint8_t>& bytes = (*acceptances)[static_cast<size_t>(r)];
+    std::vector<int64_t> counts(bytes.size() / sizeof(int64_t));
+    std::memcpy(counts.data(), bytes.data(), counts.size() * sizeof(int64_t));
+    if (!spec::AcceptanceStats::from_counts(counts, &report.rank_engine_stats.back().acceptance)) {
+      return internal_error("rank " + std::to_string(r) + " sent malformed acceptance statistics");
+    }
+  }
+  report.expert_run_max_violation = expert_loads.run_max_violation();
+  report.expert_step_max_violation = expert_loads.mean_step_max_violation();
+  for (int l = 0; l < num_layers; ++l) report.expert_run_max_violation_per_layer.push_back(expert_loads.run_max_violation(l));
+  report.rank_run_max_violation = rank_loads.run_max_violation();
+  report.rank_step_max_violation = rank_loads.mean_step_max_violation();
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Engine& engine, TransformerForward& model,
                                          ExpertParallelExperts& experts, const BatchJobConfig& config,
                                          const std::function<Status(const std::string&)>& write_line) {
@@ -231,8 +334,9 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
     for (int l = 0; l < num_layers; ++l) {
       if (model_config.layer_is_moe[static_cast<size_t>(l)]) bias[static_cast<size_t>(l)].assign(static_cast<size_t>(num_experts), 0.0f);
     }
-    model.set_selection_bias(&bias);
   }
+  // The model reads `bias` during every step; the guard detaches it on every return path.
+  const ScopedSelectionBias bias_guard(model, config.balance == BalanceMode::kBias ? &bias : nullptr);
   std::vector<int64_t> window_loads(static_cast<size_t>(num_layers) * num_experts, 0);  // since the last placement
   std::unique_ptr<std::ofstream> metrics;
   if (root && !config.metrics_path.empty()) {
@@ -324,45 +428,14 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
 
     // 4. Balancing, decided at rank 0.
     if (config.balance == BalanceMode::kBias && unfinished > 0) {
-      std::vector<float> flat(static_cast<size_t>(num_layers) * num_experts, 0.0f);
-      if (root) {
-        for (int l = 0; l < num_layers; ++l) {
-          std::vector<float>& layer_bias = bias[static_cast<size_t>(l)];
-          if (layer_bias.empty()) continue;
-          experts::update_balance_bias(step_loads.subspan(static_cast<size_t>(l) * num_experts, num_experts),
-                                       config.balance_gamma, layer_bias);
-          std::copy(layer_bias.begin(), layer_bias.end(), flat.begin() + static_cast<ptrdiff_t>(l) * num_experts);
-        }
-      }
-      Status sent = transport.broadcast(flat.data(), flat.size() * sizeof(float), 0);
-      if (!sent.is_ok()) return fail(sent);
-      for (int l = 0; l < num_layers; ++l) {
-        std::vector<float>& layer_bias = bias[static_cast<size_t>(l)];
-        if (!layer_bias.empty()) std::copy_n(flat.begin() + static_cast<ptrdiff_t>(l) * num_experts, num_experts, layer_bias.begin());
-      }
+      const Status updated = update_and_share_bias(transport, step_loads, config.balance_gamma, num_experts, bias);
+      if (!updated.is_ok()) return fail(updated);
     }
     if (config.balance == BalanceMode::kReplicate) {
       for (size_t i = 0; i < window_loads.size(); ++i) window_loads[i] += step_loads[i];
       if (unfinished > 0 && report.steps % config.balance_interval == 0) {
-        std::vector<uint8_t> placement_json;
-        if (root) {
-          const std::vector<float> weights(window_loads.begin(), window_loads.end());
-          experts::EplbConfig eplb;
-          eplb.num_gpus = world;
-          eplb.num_replicas = world * slots_per_rank(num_experts, world, config.redundant_slots_per_rank);
-          Result<experts::EplbPlan> plan = experts::rebalance_experts(weights, num_layers, num_experts, eplb);
-          if (!plan.is_ok()) return fail(plan.status().with_context("EPLB"));
-          Result<experts::ExpertPlacement> placement = experts::placement_from_eplb(*plan, world);
-          if (!placement.is_ok()) return fail(placement.status().with_context("EPLB placement"));
-          const std::string text = placement->to_json();
-          placement_json.assign(text.begin(), text.end());
-        }
-        Status sent = broadcast_blob(transport, placement_json);
-        if (!sent.is_ok()) return fail(sent);
-        Result<experts::ExpertPlacement> placement = experts::parse_placement_json(
-            std::string(placement_json.begin(), placement_json.end()), num_experts);
-        if (!placement.is_ok()) return fail(placement.status().with_context("placement from rank 0"));
-        experts.set_placement(std::move(placement).value());
+        const Status installed = rebalance_replicas(transport, window_loads, config, num_layers, num_experts, experts);
+        if (!installed.is_ok()) return fail(installed);
         ++report.rebalances;
         std::fill(window_loads.begin(), window_loads.end(), 0);
       }
@@ -380,33 +453,8 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
   }
   report.wall_s = seconds_between(start, Clock::now());
 
-  // Final engine statistics of every rank.
-  double packed[kEngineStatFields];
-  pack_engine_stats(engine.stats(), packed);
-  std::vector<double> all(static_cast<size_t>(world) * kEngineStatFields);
-  Status gathered = transport.gather(packed, sizeof(packed), all.data(), 0);
+  const Status gathered = gather_final_statistics(transport, engine, expert_loads, rank_loads, num_layers, report);
   if (!gathered.is_ok()) return fail(gathered);
-  const std::vector<int64_t> acceptance = engine.stats().acceptance.to_counts();
-  Result<std::vector<std::vector<uint8_t>>> acceptances =
-      transport.gatherv(acceptance.data(), acceptance.size() * sizeof(int64_t), 0);
-  if (!acceptances.is_ok()) return fail(acceptances.status());
-  if (root) {
-    for (int r = 0; r < world; ++r) {
-      report.rank_engine_stats.push_back(unpack_engine_stats(all.data() + r * kEngineStatFields));
-      const std::vector<uint8_t>& bytes = (*acceptances)[static_cast<size_t>(r)];
-      std::vector<int64_t> counts(bytes.size() / sizeof(int64_t));
-      std::memcpy(counts.data(), bytes.data(), counts.size() * sizeof(int64_t));
-      if (!spec::AcceptanceStats::from_counts(counts, &report.rank_engine_stats.back().acceptance)) {
-        return fail(internal_error("rank " + std::to_string(r) + " sent malformed acceptance statistics"));
-      }
-    }
-    report.expert_run_max_violation = expert_loads.run_max_violation();
-    report.expert_step_max_violation = expert_loads.mean_step_max_violation();
-    for (int l = 0; l < num_layers; ++l) report.expert_run_max_violation_per_layer.push_back(expert_loads.run_max_violation(l));
-    report.rank_run_max_violation = rank_loads.run_max_violation();
-    report.rank_step_max_violation = rank_loads.mean_step_max_violation();
-  }
-  model.set_selection_bias(nullptr);
   return report;
 }
 
