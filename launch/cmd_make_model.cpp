@@ -11,19 +11,11 @@ namespace po = boost::program_options;
 namespace moert::launch {
 namespace {
 
-// Accepts the class name or a short alias (qwen3_moe, qwen2_moe, mixtral, glm4_moe).
-Architecture parse_architecture(const std::string& text) {
-  const std::pair<const char*, Architecture> aliases[] = {
-      {"qwen3_moe", Architecture::kQwen3Moe}, {"qwen3moe", Architecture::kQwen3Moe},
-      {"qwen2_moe", Architecture::kQwen2Moe}, {"qwen2moe", Architecture::kQwen2Moe},
-      {"mixtral", Architecture::kMixtral},    {"glm4_moe", Architecture::kGlm4Moe},
-      {"glm4moe", Architecture::kGlm4Moe},
-  };
-  for (const auto& [alias, arch] : aliases) {
-    if (text == alias) return arch;
-  }
-  Result<Architecture> arch = architecture_from_name(text);
-  if (!arch.is_ok()) throw CommandError(arch.status().message() + "; short names: qwen3_moe, qwen2_moe, mixtral, glm4_moe");
+// Accepts the class name or a registered short alias (ArchSpec::aliases).
+const ArchSpec* parse_architecture(const std::string& text) {
+  if (const ArchSpec* arch = find_architecture(text)) return arch;
+  Result<const ArchSpec*> arch = architecture_from_name(text);
+  if (!arch.is_ok()) throw CommandError(arch.status().message() + "; short names: " + architecture_short_names());
   return arch.value();
 }
 
@@ -36,10 +28,11 @@ int run_make_model(const std::vector<std::string>& args) {
   double shard_mb = 16.0;
   int threads = 0;
   WeightShaping shaping;
+  const std::string arch_help = "architecture: " + architecture_short_names() + " (or the HF class name)";
   options.add_options()
       ("help,h", "show this help")
-      ("arch", po::value(&arch_text)->default_value("qwen3_moe"),
-       "architecture: qwen3_moe, qwen2_moe, mixtral, glm4_moe (or the HF class name)")
+      ("arch", po::value(&arch_text)->default_value(default_architecture()->aliases.front()),
+       arch_help.c_str())
       ("preset", po::value(&preset)->default_value("tiny"), "size preset: tiny, small, large")
       ("out", po::value(&out_dir)->required(), "output directory (created)")
       ("seed", po::value(&seed)->default_value(0), "random seed; same seed and shape give the same bytes")

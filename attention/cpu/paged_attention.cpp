@@ -5,10 +5,13 @@
 #include <cstdlib>
 #include <cstring>
 
-#include <immintrin.h>
 #include <vector>
 
+#include "quant/cpu/isa.h"
 #include "quant/cpu/linear.h"
+#if defined(MOERT_X86_KERNELS)
+#include "attention/cpu/x86/accumulate_values_avx512.h"
+#endif
 #include "core/check.h"
 
 namespace moert::attention {
@@ -93,30 +96,14 @@ void accumulate_values(const float* v, int64_t v_stride, int64_t count, const fl
   }
 }
 
-// The same for head_dim % 16 == 0 with AVX-512 (mul and add as two instructions).
-__attribute__((target("avx512f"))) void accumulate_values_avx512(const float* v, int64_t v_stride, int64_t count,
-                                                                 const float* weights, int64_t weight_stride,
-                                                                 int group, int head_dim, float* acc) {
-  for (int64_t r = 0; r < count; ++r) {
-    const float* v_row = v + r * v_stride;
-    for (int g = 0; g < group; ++g) {
-      const __m512 p = _mm512_set1_ps(weights[g * weight_stride + r]);
-      float* a = acc + static_cast<int64_t>(g) * head_dim;
-      for (int d = 0; d < head_dim; d += 16) {
-        _mm512_storeu_ps(a + d, _mm512_add_ps(_mm512_loadu_ps(a + d), _mm512_mul_ps(p, _mm512_loadu_ps(v_row + d))));
-      }
-    }
-  }
-}
-
+// The AVX-512 value accumulation (attention/cpu/x86/, x86-64 builds only) when the CPU
+// has it and MOERT_CPU_ISA does not cap it (quant/cpu/isa.h); same results either way.
 bool use_avx512() {
-  static const bool supported = [] {
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f")) return false;
-    const char* cap = std::getenv("MOERT_CPU_ISA");  // same cap as quant/cpu/linear.cpp
-    return cap == nullptr || std::strcmp(cap, "avx512") == 0;
-  }();
-  return supported;
+#if defined(MOERT_X86_KERNELS)
+  return quant::active_cpu_isa() == quant::CpuIsa::kAvx512;
+#else
+  return false;
+#endif
 }
 
 // Query heads per kv head that one work item handles (GQA group size).
@@ -182,7 +169,9 @@ void attend(const float* q, const PagedKvLayer& layer, int num_heads, const Work
     const int64_t count = std::min<int64_t>(block_size, n - j);
     const float* v_page = layer.v_cache + static_cast<int64_t>(item.pages[page]) * block_size * stride + head_offset;
     if (wide) {
-      accumulate_values_avx512(v_page, stride, count, scores + j, n, group, head_dim, acc);
+#if defined(MOERT_X86_KERNELS)
+      x86::accumulate_values_avx512(v_page, stride, count, scores + j, n, group, head_dim, acc);
+#endif
     } else {
       accumulate_values(v_page, stride, count, scores + j, n, group, head_dim, acc);
     }

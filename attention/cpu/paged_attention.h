@@ -11,7 +11,7 @@
 // the LAST q_len positions (position of row i = kv_len - q_len + i).
 //
 // Invariant: for every (query row, head) the output is bit-identical to
-// causal_attention_one_token (attention/dense_attention.h) run on the same K/V laid out
+// causal_attention_one_token (attention/cpu/dense_attention.h) run on the same K/V laid out
 // contiguously: the same float operations in the same order. Hence a row's result never
 // depends on the other sequences in the batch, on how a prefill is chunked, or on the
 // thread count.

@@ -9,6 +9,8 @@ namespace moert::quant {
 CpuIsa active_cpu_isa() {
   static const CpuIsa isa = [] {
     CpuIsa best = CpuIsa::kPortable;
+#if defined(MOERT_X86_KERNELS)
+    // x86-64 builds only (quant/cpu/x86/ holds the kernels); elsewhere the portable path runs.
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
       best = CpuIsa::kAvx2;
@@ -17,6 +19,7 @@ CpuIsa active_cpu_isa() {
         best = CpuIsa::kAvx512;
       }
     }
+#endif
     if (const char* cap = std::getenv("MOERT_CPU_ISA")) {
       const CpuIsa wanted = std::strcmp(cap, "portable") == 0 ? CpuIsa::kPortable
                             : std::strcmp(cap, "avx2") == 0   ? CpuIsa::kAvx2

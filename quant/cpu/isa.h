@@ -1,6 +1,7 @@
 // The CPU instruction-set path of the kernels, chosen once per process: AVX-512
 // (F+BW+VL), AVX2 with FMA and F16C, or portable C++. MOERT_CPU_ISA=portable|avx2|avx512
 // caps it (tests and benchmarks compare the paths; results are bit-identical by design).
+// The SIMD paths exist only in x86-64 builds (quant/cpu/x86/); elsewhere this is kPortable.
 #pragma once
 
 namespace moert::quant {

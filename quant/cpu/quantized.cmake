@@ -5,3 +5,10 @@ target_link_libraries(moert_quantized_linear PUBLIC moert_formats moert_quant)
 set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/quantized_linear.cpp PROPERTIES COMPILE_OPTIONS "-O3")
 add_executable(bench_quantized_linear ${CMAKE_CURRENT_LIST_DIR}/bench/bench_quantized_linear.cpp)
 target_link_libraries(bench_quantized_linear PRIVATE moert_quantized_linear)
+# x86-64 only: the AVX-512 / AVX2 tiles (x86/), picked at run time by isa.cpp; elsewhere only
+# the portable path is built (same bits by design).
+if(MOERT_X86_KERNELS)
+  target_sources(moert_quantized_linear PRIVATE ${CMAKE_CURRENT_LIST_DIR}/x86/quantized_linear_x86.cpp)
+  target_compile_definitions(moert_quantized_linear PRIVATE MOERT_X86_KERNELS=1)
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/x86/quantized_linear_x86.cpp PROPERTIES COMPILE_OPTIONS "-O3")
+endif()

@@ -1,11 +1,5 @@
 #include "quant/cpu/quantized_linear.h"
 
-#include "quant/cpu/isa.h"
-
-// GCC 12 reports _mm512_undefined_epi32() inside its own intrinsics as maybe-uninitialized.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -13,6 +7,11 @@
 #include <limits>
 #include <string>
 
+#include "quant/cpu/isa.h"
+#include "quant/cpu/quantized_linear_tiles.h"
+#if defined(MOERT_X86_KERNELS)
+#include "quant/cpu/x86/quantized_linear_x86.h"
+#endif
 #include "quant/formats/fp4.h"
 #include "quant/formats/fp8.h"
 #include "quant/formats/minifloat.h"
@@ -21,94 +20,7 @@
 namespace moert::quant {
 namespace {
 
-// ---- The canonical order (see the header) ---------------------------------------------------
-// A SIMD path may keep canonical lane perm[j] in register lane j (any fixed bijection: each
-// lane still sees its elements in the same order); it stores its registers to `reg` and
-// finish() maps them back before the tail and the tree.
-constexpr int kLanes = 16;
-constexpr int64_t kRowTile = 64;  // x rows kept in cache while the weights stream past
-
-float reduce_lanes(float* lanes) {
-  for (int width = kLanes / 2; width >= 1; width /= 2) {
-    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
-  }
-  return lanes[0];
-}
-
-// Tail elements [i_tail, k) of one x row, then the tree. weight_at(i) is the codec's value.
-template <typename WeightAt>
-float finish(const float* reg, const int* perm, const float* x_row, int64_t i_tail, int64_t k, WeightAt weight_at) {
-  float lanes[kLanes];
-  for (int j = 0; j < kLanes; ++j) lanes[perm[j]] = reg[j];
-  for (int64_t i = i_tail, l = 0; i < k; ++i, ++l) lanes[l] = std::fma(x_row[i], weight_at(i), lanes[l]);
-  return reduce_lanes(lanes);
-}
-
-constexpr int kIdentity[kLanes] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-
-// ---- One weight row and the codec's value of its element i ------------------------------------
-struct RowRef {
-  const uint8_t* data = nullptr;        // fp4: K/2 packed bytes; fp8: K E4M3 bytes
-  const uint8_t* scales = nullptr;      // fp4: the row's block scale bytes
-  const float* fp8_scales = nullptr;    // fp8: scale of 128-column block kb at fp8_scales[kb * stride]
-  int64_t fp8_scale_stride = 0;         // 1 (block) or 0 (tensor)
-  float global_scale = 1.0f;            // nvfp4
-};
-
-constexpr int64_t kFp8ScaleCols = kFp8BlockSize;  // 128 columns share an fp8 block scale
-
-template <WeightFormat f>
-RowRef row_ref(const QuantizedWeightView& w, int64_t n) {
-  RowRef r;
-  const int64_t k = w.cols;
-  if constexpr (f == WeightFormat::kNvfp4) {
-    r.data = w.data + n * (k / 2);
-    r.scales = w.scales + n * (k / kNvfp4BlockSize);
-    r.global_scale = w.global_scale;
-  } else if constexpr (f == WeightFormat::kMxfp4) {
-    r.data = w.data + n * (k / 2);
-    r.scales = w.scales + n * (k / kMxfp4BlockSize);
-  } else if constexpr (f == WeightFormat::kFp8Block) {
-    r.data = w.data + n * k;
-    r.fp8_scales = w.block_scale_inv + (n / kFp8BlockSize) * ((k + kFp8ScaleCols - 1) / kFp8ScaleCols);
-    r.fp8_scale_stride = 1;
-  } else {
-    r.data = w.data + n * k;
-    r.fp8_scales = &w.global_scale;
-    r.fp8_scale_stride = 0;
-  }
-  return r;
-}
-
-inline uint8_t nibble(const uint8_t* packed, int64_t i) {
-  return (i % 2 == 0) ? (packed[i / 2] & 0xF) : (packed[i / 2] >> 4);
-}
-
-// Exactly the expressions of nvfp4_dequantize / mxfp4_dequantize / fp8_*_dequantize.
-template <WeightFormat f>
-float weight_at(const RowRef& r, int64_t i) {
-  if constexpr (f == WeightFormat::kNvfp4) {
-    const float scale = e4m3_decode(r.scales[i / kNvfp4BlockSize]) * r.global_scale;
-    return e2m1_decode(nibble(r.data, i)) * scale;
-  } else if constexpr (f == WeightFormat::kMxfp4) {
-    return e2m1_decode(nibble(r.data, i)) * e8m0_decode(r.scales[i / kMxfp4BlockSize]);
-  } else {
-    return e4m3_decode(r.data[i]) * r.fp8_scales[(i / kFp8ScaleCols) * r.fp8_scale_stride];
-  }
-}
-
-inline uint64_t load_u64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-// FP8 SIMD decode: the E4M3 bits moved into an F16 (sign to bit 15, exponent and mantissa to
-// bits 13..7) are the E4M3 value times 2^-8 exactly, subnormals included, and the hardware
-// F16 -> F32 conversion is exact. The 2^8 goes into the scale: h * (256 * s) is the exact
-// product E4M3 * s rounded once, i.e. the codec's value, as long as 256 * s does not overflow
-// (fp8_scales_foldable). The NaN codes (S.1111.111) become an F16 NaN.
-constexpr float kFp8FoldLimit = 0x1p100f;
+using namespace qlinear_detail;  // the canonical lanes, RowRef, weight_at, the row driver
 
 // Every block-scale tile stays finite when multiplied by 256 (else the portable path runs).
 bool fp8_scales_foldable(const QuantizedWeightView& w) {
@@ -138,409 +50,19 @@ void tile_portable(int rows, const float* x, int64_t x_stride, int64_t k, const 
   }
 }
 
-// ---- AVX-512 -----------------------------------------------------------------------------------
-// FP4: one 16-element group is 8 bytes = 16 nibbles. Broadcast to the 8 qwords and shifted
-// right by 4q, qword q holds nibble q in its low dword and nibble 8+q in its high dword, and
-// vpermps reads only the low 4 bits of each index: so register lane 2q <-> element q,
-// 2q+1 <-> element 8+q. x is permuted the same way (kFp4PermAvx512), so each register lane
-// is one canonical lane.
-constexpr int kFp4PermAvx512[kLanes] = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
-
-#define MOERT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
-#define MOERT_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-MOERT_AVX512 inline __m512i fp4_codes_avx512(const uint8_t* p, __m512i shifts) {
-  return _mm512_srlv_epi64(_mm512_set1_epi64(static_cast<long long>(load_u64(p))), shifts);
-}
-
-MOERT_AVX512 inline __m512i fp4_shifts_avx512() { return _mm512_set_epi64(28, 24, 20, 16, 12, 8, 4, 0); }
-MOERT_AVX512 inline __m512i fp4_x_perm_avx512() {
-  return _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
-}
-
-template <int rows, int cols, typename WeightAtC>
-MOERT_AVX512 void finish_avx512(__m512 (&acc)[rows][cols], const int* perm, const float* x, int64_t x_stride,
-                                int64_t i_tail, int64_t k, WeightAtC weight_at_c, float* out) {
-  alignas(64) float reg[kLanes];
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < cols; ++c) {
-      _mm512_store_ps(reg, acc[r][c]);
-      out[r * cols + c] = finish(reg, perm, x + r * x_stride, i_tail, k, [&](int64_t i) { return weight_at_c(c, i); });
-    }
+// The portable path: one weight row per tile, up to 4 x rows.
+struct PortableKernel {
+  static constexpr int kRows = 4;
+  static constexpr int kCols = 1;
+  template <WeightFormat f, int rows, int cols>
+  static void tile(const float* x, int64_t k, const RowRef* w, float* out) {
+    tile_portable<f>(rows, x, k, k, w[0], out);
   }
-}
-
-// NVFP4 block scales e4m3 * global for a chunk of K, decoded 16 at a time into a stack buffer.
-constexpr int64_t kNvfp4Chunk = 1024;  // K elements per scale chunk
-constexpr int64_t kNvfp4ChunkBlocks = kNvfp4Chunk / kNvfp4BlockSize;
-
-MOERT_AVX512 void nvfp4_scales_avx512(const uint8_t* bytes, int64_t count, float global_scale, float* out) {
-  const __m512 g = _mm512_set1_ps(global_scale);
-  int64_t b = 0;
-  for (; b + 16 <= count; b += 16) {
-    const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + b)));
-    _mm512_storeu_ps(out + b, _mm512_mul_ps(_mm512_i32gather_ps(idx, kE4m3Values.data(), 4), g));
-  }
-  for (; b < count; ++b) out[b] = e4m3_decode(bytes[b]) * global_scale;
-}
-
-template <int rows, int cols>
-MOERT_AVX512 void nvfp4_tile_avx512(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
-  const __m512 table = _mm512_loadu_ps(kE2m1Values.data());
-  const __m512i shifts = fp4_shifts_avx512();
-  const __m512i x_perm = fp4_x_perm_avx512();
-  __m512 acc[rows][cols];
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_setzero_ps();
-  }
-  alignas(64) float scale[cols][kNvfp4ChunkBlocks];
-  for (int64_t k0 = 0; k0 < k; k0 += kNvfp4Chunk) {
-    const int64_t num_blocks = (std::min(k, k0 + kNvfp4Chunk) - k0) / kNvfp4BlockSize;
-    for (int c = 0; c < cols; ++c) {
-      nvfp4_scales_avx512(w[c].scales + k0 / kNvfp4BlockSize, num_blocks, w[c].global_scale, scale[c]);
-    }
-    for (int64_t b = 0; b < num_blocks; ++b) {
-      const int64_t i = k0 + b * kNvfp4BlockSize;
-      __m512 wv[cols];
-      for (int c = 0; c < cols; ++c) {
-        // table[code] * scale: the codec's e2m1 * (e4m3 * global), one rounding.
-        const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(scale[c][b]));
-        wv[c] = _mm512_permutexvar_ps(fp4_codes_avx512(w[c].data + i / 2, shifts), scaled);
-      }
-      for (int r = 0; r < rows; ++r) {
-        const __m512 xv = _mm512_permutexvar_ps(x_perm, _mm512_loadu_ps(x + r * x_stride + i));
-        for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
-      }
-    }
-  }
-  finish_avx512<rows, cols>(acc, kFp4PermAvx512, x, x_stride, k, k,
-                            [&](int c, int64_t i) { return weight_at<WeightFormat::kNvfp4>(w[c], i); }, out);
-}
-
-template <int rows, int cols>
-MOERT_AVX512 void mxfp4_tile_avx512(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
-  const __m512 table = _mm512_loadu_ps(kE2m1Values.data());
-  const __m512i shifts = fp4_shifts_avx512();
-  const __m512i x_perm = fp4_x_perm_avx512();
-  __m512 acc[rows][cols];
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_setzero_ps();
-  }
-  for (int64_t i = 0; i < k; i += kMxfp4BlockSize) {
-    __m512 w0[cols], w1[cols];
-    for (int c = 0; c < cols; ++c) {
-      const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(e8m0_decode(w[c].scales[i / kMxfp4BlockSize])));
-      w0[c] = _mm512_permutexvar_ps(fp4_codes_avx512(w[c].data + i / 2, shifts), scaled);
-      w1[c] = _mm512_permutexvar_ps(fp4_codes_avx512(w[c].data + i / 2 + 8, shifts), scaled);
-    }
-    for (int r = 0; r < rows; ++r) {
-      const __m512 x0 = _mm512_permutexvar_ps(x_perm, _mm512_loadu_ps(x + r * x_stride + i));
-      const __m512 x1 = _mm512_permutexvar_ps(x_perm, _mm512_loadu_ps(x + r * x_stride + i + 16));
-      for (int c = 0; c < cols; ++c) {
-        acc[r][c] = _mm512_fmadd_ps(x0, w0[c], acc[r][c]);
-        acc[r][c] = _mm512_fmadd_ps(x1, w1[c], acc[r][c]);
-      }
-    }
-  }
-  finish_avx512<rows, cols>(acc, kFp4PermAvx512, x, x_stride, k, k,
-                            [&](int c, int64_t i) { return weight_at<WeightFormat::kMxfp4>(w[c], i); }, out);
-}
-
-// 16 E4M3 bytes -> 16 floats (times 2^-8; see kFp8FoldLimit), NaN codes -> NaN.
-MOERT_AVX512 inline __m512 fp8_decode16_avx512(const uint8_t* p) {
-  const __m256i sx = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  // Sign-extended byte << 7: bits 7..14 = the byte, bit 15 = its sign; drop bit 14.
-  __m256i h = _mm256_and_si256(_mm256_slli_epi16(sx, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
-  const __m256i mag = _mm256_set1_epi16(0x3F80);
-  const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, mag), mag);
-  h = _mm256_mask_mov_epi16(h, nan, _mm256_set1_epi16(0x7E00));
-  return _mm512_cvtph_ps(h);
-}
-
-template <int rows, int cols>
-MOERT_AVX512 void fp8_tile_avx512(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
-  __m512 acc[rows][cols];
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_setzero_ps();
-  }
-  const int64_t k_full = k / kLanes * kLanes;
-  for (int64_t i0 = 0; i0 < k_full; i0 += kFp8ScaleCols) {
-    __m512 scale[cols];
-    for (int c = 0; c < cols; ++c) {
-      scale[c] = _mm512_set1_ps(w[c].fp8_scales[(i0 / kFp8ScaleCols) * w[c].fp8_scale_stride] * 256.0f);
-    }
-    const int64_t i1 = std::min(k_full, i0 + kFp8ScaleCols);
-    for (int64_t i = i0; i < i1; i += kLanes) {
-      __m512 wv[cols];
-      for (int c = 0; c < cols; ++c) wv[c] = _mm512_mul_ps(fp8_decode16_avx512(w[c].data + i), scale[c]);
-      for (int r = 0; r < rows; ++r) {
-        const __m512 xv = _mm512_loadu_ps(x + r * x_stride + i);
-        for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
-      }
-    }
-  }
-  finish_avx512<rows, cols>(acc, kIdentity, x, x_stride, k_full, k,
-                            [&](int c, int64_t i) { return weight_at<WeightFormat::kFp8Block>(w[c], i); }, out);
-}
-
-template <WeightFormat f, int rows, int cols>
-void tile_avx512(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
-  if constexpr (f == WeightFormat::kNvfp4) nvfp4_tile_avx512<rows, cols>(x, x_stride, k, w, out);
-  else if constexpr (f == WeightFormat::kMxfp4) mxfp4_tile_avx512<rows, cols>(x, x_stride, k, w, out);
-  else fp8_tile_avx512<rows, cols>(x, x_stride, k, w, out);
-}
-
-// ---- AVX2 + FMA (16 lanes in two registers, a and b) --------------------------------------------
-// FP4: broadcast the group's 8 bytes to 4 qwords, shift qword q right by 4 * a_q; its dwords
-// hold nibbles a_q and a_q + 8. With a = (0, 1, 4, 5) for register a and (2, 3, 6, 7) for b,
-// the lanes are the elements {0,8,1,9,4,12,5,13} and {2,10,3,11,6,14,7,15}, which is what
-// unpacklo/unpackhi_ps of x[0..7], x[8..15] give. vpermps reads 3 index bits (the magnitude);
-// the sign (bit 3) is flipped in afterwards: -(m * s) == (-m) * s exactly.
-constexpr int kFp4PermAvx2[kLanes] = {0, 8, 1, 9, 4, 12, 5, 13, 2, 10, 3, 11, 6, 14, 7, 15};
-
-struct Fp4ConstsAvx2 {
-  __m256i shifts_a, shifts_b;
-  __m256 sign;
 };
-
-MOERT_AVX2 inline Fp4ConstsAvx2 fp4_consts_avx2() {
-  return {_mm256_set_epi64x(20, 16, 4, 0), _mm256_set_epi64x(28, 24, 12, 8),
-          _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)))};
-}
-
-// Decodes one 16-element group into its a and b registers, given the scaled magnitudes.
-MOERT_AVX2 inline void fp4_decode_avx2(const uint8_t* p, __m256 scaled_mag, const Fp4ConstsAvx2& k2, __m256& wa,
-                                       __m256& wb) {
-  const __m256i u = _mm256_set1_epi64x(static_cast<long long>(load_u64(p)));
-  const __m256i ca = _mm256_srlv_epi64(u, k2.shifts_a);
-  const __m256i cb = _mm256_srlv_epi64(u, k2.shifts_b);
-  wa = _mm256_xor_ps(_mm256_permutevar8x32_ps(scaled_mag, ca),
-                     _mm256_and_ps(_mm256_castsi256_ps(_mm256_slli_epi32(ca, 28)), k2.sign));
-  wb = _mm256_xor_ps(_mm256_permutevar8x32_ps(scaled_mag, cb),
-                     _mm256_and_ps(_mm256_castsi256_ps(_mm256_slli_epi32(cb, 28)), k2.sign));
-}
-
-template <int rows, int cols, typename WeightAtC>
-MOERT_AVX2 void finish_avx2(__m256 (&acc_a)[rows][cols], __m256 (&acc_b)[rows][cols], const int* perm, const float* x,
-                            int64_t x_stride, int64_t i_tail, int64_t k, WeightAtC weight_at_c, float* out) {
-  alignas(32) float reg[kLanes];
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < cols; ++c) {
-      _mm256_store_ps(reg, acc_a[r][c]);
-      _mm256_store_ps(reg + 8, acc_b[r][c]);
-      out[r * cols + c] = finish(reg, perm, x + r * x_stride, i_tail, k, [&](int64_t i) { return weight_at_c(c, i); });
-    }
-  }
-}
-
-MOERT_AVX2 void nvfp4_scales_avx2(const uint8_t* bytes, int64_t count, float global_scale, float* out) {
-  const __m256 g = _mm256_set1_ps(global_scale);
-  int64_t b = 0;
-  for (; b + 8 <= count; b += 8) {
-    const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + b)));
-    _mm256_storeu_ps(out + b, _mm256_mul_ps(_mm256_i32gather_ps(kE4m3Values.data(), idx, 4), g));
-  }
-  for (; b < count; ++b) out[b] = e4m3_decode(bytes[b]) * global_scale;
-}
-
-template <int rows, int cols>
-MOERT_AVX2 void nvfp4_tile_avx2(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
-  const __m256 mag = _mm256_loadu_ps(kE2m1Values.data());  // codes 0..7: the magnitudes
-  const Fp4ConstsAvx2 k2 = fp4_consts_avx2();
-  __m256 acc_a[rows][cols], acc_b[rows][cols];
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < cols; ++c) acc_a[r][c] = acc_b[r][c] = _mm256_setzero_ps();
-  }
-  alignas(32) float scale[cols][kNvfp4ChunkBlocks];
-  for (int64_t k0 = 0; k0 < k; k0 += kNvfp4Chunk) {
-    const int64_t num_blocks = (std::min(k, k0 + kNvfp4Chunk) - k0) / kNvfp4BlockSize;
-    for (int c = 0; c < cols; ++c) {
-      nvfp4_scales_avx2(w[c].scales + k0 / kNvfp4BlockSize, num_blocks, w[c].global_scale, scale[c]);
-    }
-    for (int64_t b = 0; b < num_blocks; ++b) {
-      const int64_t i = k0 + b * kNvfp4BlockSize;
-      __m256 wa[cols], wb[cols];
-      for (int c = 0; c < cols; ++c) {
-        fp4_decode_avx2(w[c].data + i / 2, _mm256_mul_ps(mag, _mm256_set1_ps(scale[c][b])), k2, wa[c], wb[c]);
-      }
-      for (int r = 0; r < rows; ++r) {
-        const __m256 xl = _mm256_loadu_ps(x + r * x_stride + i);
-        const __m256 xh = _mm256_loadu_ps(x + r * x_stride + i + 8);
-        const __m256 xa = _mm256_unpacklo_ps(xl, xh), xb = _mm256_unpackhi_ps(xl, xh);
-        for (int c = 0; c < cols; ++c) {
-          acc_a[r][c] = _mm256_fmadd_ps(xa, wa[c], acc_a[r][c]);
-          acc_b[r][c] = _mm256_fmadd_ps(xb, wb[c], acc_b[r][c]);
-        }
-      }
-    }
-  }
-  finish_avx2<rows, cols>(acc_a, acc_b, kFp4PermAvx2, x, x_stride, k, k,
-                          [&](int c, int64_t i) { return weight_at<WeightFormat::kNvfp4>(w[c], i); }, out);
-}
-
-template <int rows, int cols>
-MOERT_AVX2 void mxfp4_tile_avx2(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
-  const __m256 mag = _mm256_loadu_ps(kE2m1Values.data());
-  const Fp4ConstsAvx2 k2 = fp4_consts_avx2();
-  __m256 acc_a[rows][cols], acc_b[rows][cols];
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < cols; ++c) acc_a[r][c] = acc_b[r][c] = _mm256_setzero_ps();
-  }
-  for (int64_t i = 0; i < k; i += kMxfp4BlockSize) {
-    __m256 wa[2][cols], wb[2][cols];
-    for (int c = 0; c < cols; ++c) {
-      const __m256 scaled = _mm256_mul_ps(mag, _mm256_set1_ps(e8m0_decode(w[c].scales[i / kMxfp4BlockSize])));
-      fp4_decode_avx2(w[c].data + i / 2, scaled, k2, wa[0][c], wb[0][c]);
-      fp4_decode_avx2(w[c].data + i / 2 + 8, scaled, k2, wa[1][c], wb[1][c]);
-    }
-    for (int g = 0; g < 2; ++g) {
-      for (int r = 0; r < rows; ++r) {
-        const float* xr = x + r * x_stride + i + g * kLanes;
-        const __m256 xl = _mm256_loadu_ps(xr), xh = _mm256_loadu_ps(xr + 8);
-        const __m256 xa = _mm256_unpacklo_ps(xl, xh), xb = _mm256_unpackhi_ps(xl, xh);
-        for (int c = 0; c < cols; ++c) {
-          acc_a[r][c] = _mm256_fmadd_ps(xa, wa[g][c], acc_a[r][c]);
-          acc_b[r][c] = _mm256_fmadd_ps(xb, wb[g][c], acc_b[r][c]);
-        }
-      }
-    }
-  }
-  finish_avx2<rows, cols>(acc_a, acc_b, kFp4PermAvx2, x, x_stride, k, k,
-                          [&](int c, int64_t i) { return weight_at<WeightFormat::kMxfp4>(w[c], i); }, out);
-}
-
-// 8 E4M3 bytes -> 8 floats times 2^-8, as fp8_decode16_avx512.
-MOERT_AVX2 inline __m256 fp8_decode8_avx2(const uint8_t* p) {
-  const __m128i sx = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  const __m128i h = _mm_and_si128(_mm_slli_epi16(sx, 7), _mm_set1_epi16(static_cast<short>(0xBF80)));
-  const __m128i mag = _mm_set1_epi16(0x3F80);
-  const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, mag), mag);
-  // OR-ing 0x7E00 into S.0111111.1110000000 gives exponent 11111 with a nonzero mantissa.
-  return _mm256_cvtph_ps(_mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7E00))));
-}
-
-template <int rows, int cols>
-MOERT_AVX2 void fp8_tile_avx2(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
-  __m256 acc_a[rows][cols], acc_b[rows][cols];
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < cols; ++c) acc_a[r][c] = acc_b[r][c] = _mm256_setzero_ps();
-  }
-  const int64_t k_full = k / kLanes * kLanes;
-  for (int64_t i0 = 0; i0 < k_full; i0 += kFp8ScaleCols) {
-    __m256 scale[cols];
-    for (int c = 0; c < cols; ++c) {
-      scale[c] = _mm256_set1_ps(w[c].fp8_scales[(i0 / kFp8ScaleCols) * w[c].fp8_scale_stride] * 256.0f);
-    }
-    const int64_t i1 = std::min(k_full, i0 + kFp8ScaleCols);
-    for (int64_t i = i0; i < i1; i += kLanes) {
-      __m256 wa[cols], wb[cols];
-      for (int c = 0; c < cols; ++c) {
-        wa[c] = _mm256_mul_ps(fp8_decode8_avx2(w[c].data + i), scale[c]);
-        wb[c] = _mm256_mul_ps(fp8_decode8_avx2(w[c].data + i + 8), scale[c]);
-      }
-      for (int r = 0; r < rows; ++r) {
-        const __m256 xl = _mm256_loadu_ps(x + r * x_stride + i), xh = _mm256_loadu_ps(x + r * x_stride + i + 8);
-        for (int c = 0; c < cols; ++c) {
-          acc_a[r][c] = _mm256_fmadd_ps(xl, wa[c], acc_a[r][c]);
-          acc_b[r][c] = _mm256_fmadd_ps(xh, wb[c], acc_b[r][c]);
-        }
-      }
-    }
-  }
-  finish_avx2<rows, cols>(acc_a, acc_b, kIdentity, x, x_stride, k_full, k,
-                          [&](int c, int64_t i) { return weight_at<WeightFormat::kFp8Block>(w[c], i); }, out);
-}
-
-template <WeightFormat f, int rows, int cols>
-void tile_avx2(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
-  if constexpr (f == WeightFormat::kNvfp4) nvfp4_tile_avx2<rows, cols>(x, x_stride, k, w, out);
-  else if constexpr (f == WeightFormat::kMxfp4) mxfp4_tile_avx2<rows, cols>(x, x_stride, k, w, out);
-  else fp8_tile_avx2<rows, cols>(x, x_stride, k, w, out);
-}
 
 // ---- Dispatch ----------------------------------------------------------------------------------
 using Isa = CpuIsa;
 inline Isa active_isa() { return active_cpu_isa(); }
-
-// Tile shape per path: up to kTileRows x rows against kTileCols weight rows per pass.
-template <Isa isa>
-struct TileShape {
-  static constexpr int kRows = isa == Isa::kAvx2 ? 2 : 4;
-  static constexpr int kCols = isa == Isa::kAvx512 ? 4 : isa == Isa::kAvx2 ? 2 : 1;
-};
-
-template <Isa isa, WeightFormat f, int cols, int rows>
-void run_tile_fixed(const float* x, int64_t k, const RowRef* w, float* out) {
-  if constexpr (isa == Isa::kAvx512) tile_avx512<f, rows, cols>(x, k, k, w, out);
-  else if constexpr (isa == Isa::kAvx2) tile_avx2<f, rows, cols>(x, k, k, w, out);
-  else tile_portable<f>(rows, x, k, k, w[0], out);
-}
-
-// out[r * cols + c] = dot(x row r, weight row w[c]) for r < rows <= TileShape<isa>::kRows.
-template <Isa isa, WeightFormat f, int cols>
-void run_tile(int rows, const float* x, int64_t k, const RowRef* w, float* out) {
-  static_assert(TileShape<isa>::kRows == 2 || TileShape<isa>::kRows == 4);
-  switch (rows) {
-    case 1: return run_tile_fixed<isa, f, cols, 1>(x, k, w, out);
-    case 2: return run_tile_fixed<isa, f, cols, 2>(x, k, w, out);
-    default:
-      if constexpr (TileShape<isa>::kRows == 4) {
-        if (rows == 3) return run_tile_fixed<isa, f, cols, 3>(x, k, w, out);
-        return run_tile_fixed<isa, f, cols, 4>(x, k, w, out);
-      }
-      MOERT_CHECK(false, "tile rows = " << rows);
-  }
-}
-
-template <Isa isa, WeightFormat f>
-void forward_rows(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias, float* y,
-                  ThreadPool& pool) {
-  constexpr int kRows = TileShape<isa>::kRows;
-  constexpr int kCols = TileShape<isa>::kCols;
-  const int64_t n = w.rows;
-  const int64_t k = w.cols;
-  const int64_t grain = std::max<int64_t>(8, 8192 / std::max<int64_t>(1, k));
-  pool.parallel_for(n, grain, [&](int64_t begin, int64_t end) {
-    float dots[kRows * kCols];
-    RowRef refs[kCols];
-    for (int64_t t0 = 0; t0 < num_rows; t0 += kRowTile) {
-      const int64_t t_end = std::min(num_rows, t0 + kRowTile);
-      int64_t col = begin;
-      for (; kCols > 1 && col + kCols <= end; col += kCols) {
-        for (int c = 0; c < kCols; ++c) refs[c] = row_ref<f>(w, col + c);
-        for (int64_t t = t0; t < t_end; t += kRows) {
-          const int rows = static_cast<int>(std::min<int64_t>(kRows, t_end - t));
-          run_tile<isa, f, kCols>(rows, x + t * k, k, refs, dots);
-          for (int r = 0; r < rows; ++r) {
-            for (int c = 0; c < kCols; ++c) {
-              y[(t + r) * n + col + c] = dots[r * kCols + c] + (bias != nullptr ? bias[col + c] : 0.0f);
-            }
-          }
-        }
-      }
-      for (; col < end; ++col) {
-        refs[0] = row_ref<f>(w, col);
-        const float b = bias != nullptr ? bias[col] : 0.0f;
-        for (int64_t t = t0; t < t_end; t += kRows) {
-          const int rows = static_cast<int>(std::min<int64_t>(kRows, t_end - t));
-          run_tile<isa, f, 1>(rows, x + t * k, k, refs, dots);
-          for (int r = 0; r < rows; ++r) y[(t + r) * n + col] = dots[r] + b;
-        }
-      }
-    }
-  });
-}
-
-template <Isa isa>
-void forward_isa(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias, float* y,
-                 ThreadPool& pool) {
-  switch (w.format) {
-    case WeightFormat::kNvfp4: return forward_rows<isa, WeightFormat::kNvfp4>(x, num_rows, w, bias, y, pool);
-    case WeightFormat::kMxfp4: return forward_rows<isa, WeightFormat::kMxfp4>(x, num_rows, w, bias, y, pool);
-    case WeightFormat::kFp8Block: return forward_rows<isa, WeightFormat::kFp8Block>(x, num_rows, w, bias, y, pool);
-    case WeightFormat::kFp8Tensor: return forward_rows<isa, WeightFormat::kFp8Tensor>(x, num_rows, w, bias, y, pool);
-  }
-}
 
 void check_view(const QuantizedWeightView& w) {
   const Status status = validate_quantized_weight(w);
@@ -609,9 +131,14 @@ void quantized_linear_forward(const float* x, int64_t num_rows, const QuantizedW
   // takes the portable path, which gives the same bits.
   const Isa isa = fp8_scales_foldable(w) ? active_isa() : Isa::kPortable;
   switch (isa) {
-    case Isa::kAvx512: return forward_isa<Isa::kAvx512>(x, num_rows, w, bias, y, pool);
-    case Isa::kAvx2: return forward_isa<Isa::kAvx2>(x, num_rows, w, bias, y, pool);
-    case Isa::kPortable: return forward_isa<Isa::kPortable>(x, num_rows, w, bias, y, pool);
+#if defined(MOERT_X86_KERNELS)
+    case Isa::kAvx512: return x86::quantized_linear_forward_avx512(x, num_rows, w, bias, y, pool);
+    case Isa::kAvx2: return x86::quantized_linear_forward_avx2(x, num_rows, w, bias, y, pool);
+#else
+    case Isa::kAvx512:
+    case Isa::kAvx2:  // never selected without the x86 kernels (quant/cpu/isa.cpp)
+#endif
+    case Isa::kPortable: return forward_kernel<PortableKernel>(x, num_rows, w, bias, y, pool);
   }
 }
 
@@ -620,7 +147,7 @@ void quantized_linear_forward_portable(const float* x, int64_t num_rows, const Q
   check_view(w);
   MOERT_CHECK(num_rows >= 0, "num_rows = " << num_rows);
   if (num_rows == 0 || w.rows == 0) return;
-  forward_isa<Isa::kPortable>(x, num_rows, w, bias, y, pool);
+  forward_kernel<PortableKernel>(x, num_rows, w, bias, y, pool);
 }
 
 }  // namespace moert::quant

@@ -1,8 +1,9 @@
 #include "runtime/backend/cpu_backend.h"
 
+#include "attention/cpu/dense_attention.h"
 #include "attention/cpu/paged_attention.h"
 #include "core/check.h"
-#include "experts/expert_ffn.h"
+#include "experts/cpu/expert_ffn.h"
 #include "quant/bf16.h"
 #include "runtime/backend/reference_ops.h"
 
@@ -41,6 +42,16 @@ void CpuBackend::write_kv(const attention::PagedKvLayer& layer, const float* k, 
 void CpuBackend::paged_attention(const float* q, const attention::PagedKvLayer& layer,
                                  const attention::PagedAttentionPlan& plan, int num_heads, float* out) {
   attention::paged_attention_forward(q, layer, plan, num_heads, out, pool_);
+}
+
+void CpuBackend::contiguous_attention(const float* q, int64_t num_tokens, const float* keys, const float* values,
+                                      int64_t first_position, int num_heads, int num_kv_heads, int head_dim,
+                                      float* out) {
+  const int64_t width = static_cast<int64_t>(num_heads) * head_dim;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    attention::causal_attention_one_token(q + t * width, keys, values, first_position + t, num_heads, num_kv_heads,
+                                          head_dim, out + t * width);
+  }
 }
 
 void CpuBackend::copy_kv_blocks(const attention::PagedKvLayer& layer, const int32_t* src, const int32_t* dst,

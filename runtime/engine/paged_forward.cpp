@@ -9,13 +9,14 @@ namespace {
 class PagedAttentionContext : public AttentionContext {
  public:
   PagedAttentionContext(const PagedKvStorage& storage, const attention::PagedAttentionPlan& plan,
-                        const std::vector<int64_t>& slots, int num_heads, backend::Backend& backend)
-      : storage_(storage), plan_(plan), slots_(slots), num_heads_(num_heads), backend_(backend) {}
+                        const std::vector<int64_t>& slots, int num_heads)
+      : storage_(storage), plan_(plan), slots_(slots), num_heads_(num_heads) {}
 
-  void attend(int layer, const float* q, const float* k, const float* v, int64_t num_tokens, float* out) override {
+  void attend(backend::Backend& backend, int layer, const float* q, const float* k, const float* v,
+              int64_t num_tokens, float* out) override {
     const attention::PagedKvLayer kv = storage_.layer(layer);
-    backend_.write_kv(kv, k, v, slots_.data(), num_tokens);
-    backend_.paged_attention(q, kv, plan_, num_heads_, out);
+    backend.write_kv(kv, k, v, slots_.data(), num_tokens);
+    backend.paged_attention(q, kv, plan_, num_heads_, out);
   }
 
  private:
@@ -23,7 +24,6 @@ class PagedAttentionContext : public AttentionContext {
   const attention::PagedAttentionPlan& plan_;
   const std::vector<int64_t>& slots_;
   int num_heads_;
-  backend::Backend& backend_;
 };
 
 }  // namespace
@@ -92,7 +92,7 @@ Result<std::vector<float>> paged_forward(const TransformerForward& model, const 
   plan.kv_page_indptr = page_indptr.data();
   plan.kv_page_indices = page_indices.data();
   plan.kv_last_page_len = last_page_len.data();
-  PagedAttentionContext context(storage, plan, slots, model.config().num_heads, model.backend());
+  PagedAttentionContext context(storage, plan, slots, model.config().num_heads);
   return model.forward(batch, context);
 }
 

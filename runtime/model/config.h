@@ -10,25 +10,21 @@
 
 #include "experts/router.h"
 #include "core/status.h"
+#include "runtime/model/arch/arch.h"
 
 namespace moert {
 
-enum class Architecture { kQwen3Moe, kQwen2Moe, kMixtral, kGlm4Moe };
-
-// The `architectures` entry ("Qwen3MoeForCausalLM", ...).
-const char* architecture_name(Architecture arch);
-Result<Architecture> architecture_from_name(const std::string& name);
-// All supported names, comma separated, for error messages.
-std::string supported_architecture_names();
+// The architecture itself is a registered ArchSpec (runtime/model/arch/arch.h):
+// architecture_name, architecture_from_name and supported_architecture_names live there.
 
 enum class SharedExpertKind {
   kNone,
-  kSigmoidGated,  // Qwen2-MoE: out += sigmoid(x . shared_expert_gate) * shared_expert(x)
-  kUngated,       // DeepSeek-V3 / GLM-4.5: out += shared_experts(x)
+  kSigmoidGated,  // out += sigmoid(x . shared_expert_gate) * shared_expert(x)
+  kUngated,       // out += shared_experts(x)
 };
 
 struct ModelConfig {
-  Architecture arch = Architecture::kQwen3Moe;
+  const ArchSpec* arch = default_architecture();  // never null
   int vocab_size = 0;
   int hidden_size = 0;           // D
   int num_layers = 0;
@@ -50,6 +46,7 @@ struct ModelConfig {
   SharedExpertKind shared_expert = SharedExpertKind::kNone;
   int shared_intermediate_size = 0;  // width of the shared expert (0 when kNone)
   std::vector<bool> layer_is_moe;    // [num_layers]
+  std::vector<LayerSpec> layers;     // [num_layers], filled by parsing (agrees with layer_is_moe)
 
   int bos_token_id = -1;
   int eos_token_id = -1;

@@ -86,13 +86,14 @@ std::vector<std::string> preset_names() {
   return names;
 }
 
-Result<ModelConfig> preset_model_config(Architecture arch, const std::string& preset,
+Result<ModelConfig> preset_model_config(const ArchSpec* arch, const std::string& preset,
                                         const ModelShapeOverrides& overrides) {
   const SizePreset* size = nullptr;
   for (const SizePreset& p : kPresets) {
     if (preset == p.name) size = &p;
   }
   if (size == nullptr) return invalid_argument("unknown preset '" + preset + "' (presets: tiny, small, large)");
+  if (arch == nullptr) return invalid_argument("no architecture (supported: " + supported_architecture_names() + ")");
   ModelConfig c;
   c.arch = arch;
   c.vocab_size = overrides.vocab_size.value_or(size->vocab_size);
@@ -108,37 +109,7 @@ Result<ModelConfig> preset_model_config(Architecture arch, const std::string& pr
   c.dense_intermediate_size = 2 * c.moe_intermediate_size;
   c.bos_token_id = c.eos_token_id = c.vocab_size - 3;
   c.layer_is_moe.assign(static_cast<size_t>(std::max(0, c.num_layers)), true);
-  switch (arch) {
-    case Architecture::kQwen3Moe:
-      c.router.norm_topk_prob = true;
-      c.qk_norm = true;
-      break;
-    case Architecture::kQwen2Moe:
-      c.qkv_bias = true;
-      c.shared_expert = SharedExpertKind::kSigmoidGated;
-      c.shared_intermediate_size = c.moe_intermediate_size;
-      break;
-    case Architecture::kMixtral:
-      c.router.norm_topk_prob = true;
-      c.dense_intermediate_size = c.moe_intermediate_size;
-      break;
-    case Architecture::kGlm4Moe:
-      c.router.score_func = experts::ScoreFunc::kSigmoid;
-      c.router.norm_topk_prob = true;
-      c.router.routed_scaling_factor = 2.5f;
-      c.router.n_group = c.router.num_experts % 2 == 0 ? 2 : 1;
-      c.router.topk_group = 1;
-      if (c.router.top_k > c.router.num_experts / c.router.n_group) c.router.n_group = 1;
-      c.router_has_correction_bias = true;
-      c.shared_expert = SharedExpertKind::kUngated;
-      c.shared_intermediate_size = c.moe_intermediate_size;
-      if (c.num_layers > 1) c.layer_is_moe[0] = false;
-      c.qkv_bias = true;
-      c.qk_norm = true;
-      c.rotary_dim = c.head_dim / 2 - (c.head_dim / 2) % 2;
-      c.rms_norm_eps = 1e-5f;
-      break;
-  }
+  arch->apply_preset(&c);
   // Round-trip through the parser so a preset obeys exactly the rules a config.json does.
   return parse_model_config(model_config_to_json(c));
 }
@@ -172,7 +143,7 @@ std::vector<TensorSpec> checkpoint_tensor_specs(const ModelConfig& c, const Weig
     if (!damp || !spec.name.starts_with("model.layers.")) continue;
     const int layer = std::stoi(spec.name.substr(13));
     const bool residual_write = spec.name.ends_with("o_proj.weight") || spec.name.ends_with("down_proj.weight") ||
-                                spec.name.ends_with(".w2.weight");
+                                spec.name.ends_with(std::string(".") + c.arch->expert_projections[2] + ".weight");
     if (layer >= shaping.faithful_layers && residual_write) spec.a *= shaping.late_layer_scale;
   }
   return specs;

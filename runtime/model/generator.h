@@ -27,10 +27,9 @@ struct ModelShapeOverrides {
 // width 512, 4 q / 2 kv heads x 64, vocab 1024), "small" (hidden 512, 6 layers, 8 experts
 // top-2, width 768, 8 q / 2 kv heads x 64, vocab 2048) and "large" (hidden 1024, 8 layers,
 // 16 experts top-4, width 1024, 16 q / 4 kv heads x 64, vocab 4096; ~432M parameters for
-// Qwen3-MoE). Architecture-specific parts follow the shared reference models (Qwen2-MoE:
-// gated shared expert of the expert width; GLM-4.5: 2 groups keep 1, scale 2.5, one shared
-// expert, layer 0 dense, partial rotary 0.5, qkv bias, qk-norm).
-Result<ModelConfig> preset_model_config(Architecture arch, const std::string& preset,
+// the default architecture). Architecture-specific parts follow the shared reference models
+// (each ArchSpec's apply_preset, runtime/model/arch/).
+Result<ModelConfig> preset_model_config(const ArchSpec* arch, const std::string& preset,
                                         const ModelShapeOverrides& overrides = {});
 std::vector<std::string> preset_names();
 

@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -11,6 +12,7 @@
 #include "quant/formats/fp4.h"
 #include "quant/formats/fp8.h"
 #include "runtime/io/checkpoint.h"
+#include "runtime/model/arch/arch.h"
 #include "runtime/model/weights.h"
 
 namespace moert {
@@ -18,8 +20,17 @@ namespace {
 
 using nlohmann::json;
 
-const char* const kDefaultExcludes[] = {"*embed_tokens", "lm_head", "*.mlp.gate", "*.block_sparse_moe.gate",
-                                        "*shared_expert_gate"};
+// Kept in full precision: embeddings, lm_head, every registered architecture's router
+// ("*." + MoE block + "gate") and the shared-expert gate.
+std::vector<std::string> default_excludes() {
+  std::vector<std::string> excludes = {"*embed_tokens", "lm_head"};
+  for (const ArchSpec* arch : registered_architectures()) {
+    const std::string router = std::string("*.") + arch->moe_block + "gate";
+    if (std::find(excludes.begin(), excludes.end(), router) == excludes.end()) excludes.push_back(router);
+  }
+  excludes.push_back("*shared_expert_gate");
+  return excludes;
+}
 
 bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -132,7 +143,7 @@ Result<QuantizeReport> quantize_checkpoint(const std::string& in_dir, const std:
   if (config.contains("quantization_config")) {
     return invalid_argument(in_dir + " is already quantized (config.json has 'quantization_config')");
   }
-  std::vector<std::string> excludes(std::begin(kDefaultExcludes), std::end(kDefaultExcludes));
+  std::vector<std::string> excludes = default_excludes();
   if (options.quantize_lm_head) excludes.erase(std::find(excludes.begin(), excludes.end(), "lm_head"));
   excludes.insert(excludes.end(), options.exclude_patterns.begin(), options.exclude_patterns.end());
 

@@ -1,7 +1,5 @@
 #include "runtime/model/reference_forward.h"
 
-#include "attention/dense_attention.h"
-
 namespace moert {
 
 DenseKvCache::DenseKvCache(const ModelConfig& config)
@@ -10,18 +8,16 @@ DenseKvCache::DenseKvCache(const ModelConfig& config)
       values_(static_cast<size_t>(config.num_layers)) {}
 
 // The new rows sit at positions length_ .. length_ + T - 1 of this one sequence.
-void DenseKvCache::attend(int layer, const float* q, const float* k, const float* v, int64_t num_tokens, float* out) {
+void DenseKvCache::attend(backend::Backend& backend, int layer, const float* q, const float* k, const float* v,
+                          int64_t num_tokens, float* out) {
   const ModelConfig& c = config_;
-  const int64_t q_width = static_cast<int64_t>(c.num_heads) * c.head_dim;
   const int64_t kv_width = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
   std::vector<float>& keys = keys_[static_cast<size_t>(layer)];
   std::vector<float>& values = values_[static_cast<size_t>(layer)];
   keys.insert(keys.end(), k, k + num_tokens * kv_width);
   values.insert(values.end(), v, v + num_tokens * kv_width);
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    attention::causal_attention_one_token(q + t * q_width, keys.data(), values.data(), length_ + t, c.num_heads,
-                                          c.num_kv_heads, c.head_dim, out + t * q_width);
-  }
+  backend.contiguous_attention(q, num_tokens, keys.data(), values.data(), length_, c.num_heads, c.num_kv_heads,
+                               c.head_dim, out);
 }
 
 ReferenceForward::ReferenceForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool)

@@ -100,7 +100,7 @@ void TransformerForward::attention_block(int layer, const ForwardBatch& batch, A
   backend_.rope(rope_, q.data(), num_tokens, c.num_heads, batch.positions.data());
   backend_.rope(rope_, k.data(), num_tokens, c.num_kv_heads, batch.positions.data());
   std::vector<float> attn(static_cast<size_t>(num_tokens * q_width));  // [T, H, Dh]
-  attention.attend(layer, q.data(), k.data(), v.data(), num_tokens, attn.data());
+  attention.attend(backend_, layer, q.data(), k.data(), v.data(), num_tokens, attn.data());
   std::vector<float> projected(static_cast<size_t>(num_tokens * dim));
   backend_.linear(a.o.weight, attn.data(), num_tokens, nullptr, projected.data());
   backend_.add(x.data(), projected.data(), static_cast<int64_t>(x.size()));

@@ -30,7 +30,9 @@ class AttentionContext {
   // Stores this step's k/v of `layer` (already RoPE'd), then computes causal attention of
   // the step's queries over each row's sequence history including the new rows.
   // q: [T, H, Dh]; k, v: [T, KVH, Dh]; out: [T, H, Dh].
-  virtual void attend(int layer, const float* q, const float* k, const float* v, int64_t num_tokens, float* out) = 0;
+  // Computes through `backend` (the model's).
+  virtual void attend(backend::Backend& backend, int layer, const float* q, const float* k, const float* v,
+                      int64_t num_tokens, float* out) = 0;
 };
 
 // Runs the routed experts of one MoE layer for this rank's tokens:

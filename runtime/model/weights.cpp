@@ -33,9 +33,6 @@ namespace {
 
 std::string layer_prefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
 
-// Mixtral keeps its MoE block under `block_sparse_moe` with w1/w3/w2 expert names.
-bool uses_mixtral_names(const ModelConfig& config) { return config.arch == Architecture::kMixtral; }
-
 class WeightBinder {
  public:
   WeightBinder(const io::Checkpoint& checkpoint) : checkpoint_(checkpoint) {}
@@ -195,14 +192,14 @@ Result<MoeWeights> bind_moe(const ModelConfig& c, const WeightBinder& w, int lay
 }  // namespace
 
 std::string moe_block_prefix(const ModelConfig& config, int layer) {
-  return layer_prefix(layer) + (uses_mixtral_names(config) ? "block_sparse_moe." : "mlp.");
+  return layer_prefix(layer) + config.arch->moe_block;
 }
 
 std::string expert_projection_prefix(const ModelConfig& config, int layer, int expert, const char* projection) {
   const std::string proj(projection);
   const std::string experts = moe_block_prefix(config, layer) + "experts." + std::to_string(expert) + ".";
-  if (uses_mixtral_names(config)) return experts + (proj == "gate" ? "w1" : proj == "up" ? "w3" : "w2");
-  return experts + proj + "_proj";
+  const auto& names = config.arch->expert_projections;
+  return experts + (proj == "gate" ? names[0] : proj == "up" ? names[1] : names[2]);
 }
 
 Result<ModelWeights> bind_model_weights(const ModelConfig& c, const io::Checkpoint& checkpoint) {

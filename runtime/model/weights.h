@@ -41,7 +41,7 @@ struct MoeWeights {
   std::vector<float> correction_bias;    // [E] or empty
   std::vector<GatedMlp> experts;         // [E]
   std::optional<GatedMlp> shared_expert;
-  TensorView shared_expert_gate;         // [1, D], Qwen2-MoE only (data == nullptr otherwise)
+  TensorView shared_expert_gate;         // [1, D], sigmoid-gated shared expert only (data == nullptr otherwise)
 };
 
 struct LayerWeights {
@@ -79,10 +79,11 @@ Result<std::vector<float>> widen_to_f32(const std::string& name, const TensorVie
 Result<ModelWeights> bind_model_weights(const ModelConfig& config, const io::Checkpoint& checkpoint);
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir);
 
-// Checkpoint tensor names, per architecture (docs/moe.md §1), without the ".weight" suffix.
-// "model.layers.{i}.mlp." or, for Mixtral, "model.layers.{i}.block_sparse_moe."
+// Checkpoint tensor names, per architecture (docs/moe.md §1; ArchSpec::moe_block and
+// ArchSpec::expert_projections), without the ".weight" suffix.
+// "model.layers.{i}." + the architecture's MoE block ("mlp." for most).
 std::string moe_block_prefix(const ModelConfig& config, int layer);
-// projection: "gate", "up" or "down" (Mixtral: w1, w3, w2).
+// projection: "gate", "up" or "down", named as the architecture names them ("gate_proj", ...).
 std::string expert_projection_prefix(const ModelConfig& config, int layer, int expert, const char* projection);
 
 }  // namespace moert

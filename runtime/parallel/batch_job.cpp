@@ -207,20 +207,122 @@ Result<std::vector<std::string>> distribute_request_lines(comm::Transport& trans
 
 namespace {
 
-// Installs a selection bias on the model for the lifetime of the guard, so the model never
-// keeps a pointer to a vector that an early return has destroyed.
+// Attaches a selection bias to the model for the guard's lifetime and detaches it on every
+// way out of the scope (returns on error included), so the model never keeps a pointer to a
+// vector that has been destroyed. A null bias leaves the model untouched.
 class ScopedSelectionBias {
  public:
-  ScopedSelectionBias(TransformerForward& model, const std::vector<std::vector<float>>* bias) : model_(model) {
-    model_.set_selection_bias(bias);
+  ScopedSelectionBias(TransformerForward& model, const std::vector<std::vector<float>>* bias)
+      : model_(bias != nullptr ? &model : nullptr) {
+    if (model_ != nullptr) model_->set_selection_bias(bias);
   }
-  ~ScopedSelectionBias() { model_.set_selection_bias(nullptr); }
+  ~ScopedSelectionBias() {
+    if (model_ != nullptr) model_->set_selection_bias(nullptr);
+  }
   ScopedSelectionBias(const ScopedSelectionBias&) = delete;
   ScopedSelectionBias& operator=(const ScopedSelectionBias&) = delete;
 
  private:
-  TransformerForward& model_;
+  TransformerForward* model_;
 };
+
+// Counters of this rank before the current step; a step's metrics are the differences.
+struct StepBaseline {
+  ExpertParallelStats experts;
+  engine::EngineStats engine;
+};
+
+// One engine step on this rank, and what it cost relative to `baseline` (which moves on).
+Result<std::vector<engine::RequestOutput>> run_step_and_measure(engine::Engine& engine,
+                                                                const ExpertParallelExperts& experts,
+                                                                StepBaseline& baseline, StepMetrics& mine) {
+  const Clock::time_point step_start = Clock::now();
+  Result<std::vector<engine::RequestOutput>> outputs = engine.step();
+  if (!outputs.is_ok()) return outputs.status().with_context("engine step");
+  mine.step_s = seconds_between(step_start, Clock::now());
+  const ExpertParallelStats& now = experts.stats();
+  const ExpertParallelStats& previous = baseline.experts;
+  mine.dispatch_bytes = now.dispatch_bytes_sent - previous.dispatch_bytes_sent;
+  mine.combine_bytes = now.combine_bytes_sent - previous.combine_bytes_sent;
+  mine.all_to_all_s = now.all_to_all_s - previous.all_to_all_s;
+  mine.expert_s = now.expert_compute_s - previous.expert_compute_s;
+  mine.shared_s = now.overlapped_s - previous.overlapped_s;
+  baseline.experts = now;
+  const engine::EngineStats& engine_now = engine.stats();
+  const engine::EngineStats& previous_engine = baseline.engine;
+  mine.scheduled_tokens = engine_now.computed_tokens - previous_engine.computed_tokens;
+  mine.output_tokens = engine_now.output_tokens - previous_engine.output_tokens;
+  mine.spec_drafts = engine_now.acceptance.num_draft_tokens() - previous_engine.acceptance.num_draft_tokens();
+  mine.spec_accepted = engine_now.acceptance.num_accepted_tokens() - previous_engine.acceptance.num_accepted_tokens();
+  mine.draft_s = engine_now.draft_s - previous_engine.draft_s;
+  baseline.engine = engine_now;
+  mine.finished_requests = static_cast<int64_t>(outputs->size());
+  return outputs;
+}
+
+// What rank 0 has seen of the whole job so far, for the progress line.
+struct JobProgress {
+  int64_t finished_requests = 0;
+  int64_t output_tokens = 0;
+};
+
+// Every rank's step record and finished output lines go to rank 0, which adds the records to
+// the per-rank totals and the metrics file and writes the lines (rank order, then the order
+// in which the rank finished them).
+Status collect_step_at_root(comm::Transport& transport, const StepMetrics& mine,
+                            const std::vector<engine::RequestOutput>& outputs, std::ofstream* metrics,
+                            const std::function<Status(const std::string&)>& write_line, BatchJobReport& report,
+                            JobProgress& progress) {
+  std::vector<uint8_t> blob;
+  append_bytes(blob, &mine, sizeof(mine));
+  for (const engine::RequestOutput& output : outputs) {
+    const std::string line = engine::format_output_line(output) + "\n";
+    append_bytes(blob, line.data(), line.size());
+  }
+  Result<std::vector<std::vector<uint8_t>>> gathered = transport.gatherv(blob.data(), blob.size(), 0);
+  if (!gathered.is_ok()) return gathered.status();
+  if (transport.rank() != 0) return Status::ok();
+  for (int r = 0; r < transport.world_size(); ++r) {
+    const std::vector<uint8_t>& from = (*gathered)[static_cast<size_t>(r)];
+    StepMetrics theirs;
+    size_t offset = 0;
+    if (!read_bytes(from, &offset, &theirs, sizeof(theirs))) {
+      return internal_error("rank " + std::to_string(r) + " sent a truncated step record");
+    }
+    add_into(report.rank_totals[static_cast<size_t>(r)], theirs);
+    progress.finished_requests += theirs.finished_requests;
+    progress.output_tokens += theirs.output_tokens;
+    if (metrics) *metrics << metrics_json(report.steps, r, theirs) << "\n";
+    const std::string text(reinterpret_cast<const char*>(from.data() + offset), from.size() - offset);
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) MOERT_RETURN_IF_ERROR(write_line(line));
+  }
+  if (metrics) metrics->flush();
+  return Status::ok();
+}
+
+// Sums over the ranks, in one all-reduce, whether work is left anywhere, this step's routed
+// loads [L, E] and the rows each rank computed [L, R]. `reduce` holds
+// [work left, routed loads, computed rows] afterwards; rank 0 records the loads. Returns the
+// number of routed-load entries.
+Result<size_t> share_work_left_and_loads(comm::Transport& transport, const engine::Engine& engine,
+                                         ExpertParallelExperts& experts, int num_layers, std::vector<int64_t>& reduce,
+                                         experts::LoadTracker& expert_loads, experts::LoadTracker& rank_loads) {
+  const int world = transport.world_size();
+  std::fill(reduce.begin(), reduce.end(), 0);
+  reduce[0] = engine.has_unfinished() ? 1 : 0;
+  const std::vector<int64_t> routed = experts.take_routed_loads();
+  std::copy(routed.begin(), routed.end(), reduce.begin() + 1);
+  const std::vector<int64_t> computed = experts.take_computed_loads();
+  int64_t* rank_slice = reduce.data() + 1 + routed.size();  // [L, R]
+  for (int l = 0; l < num_layers; ++l) rank_slice[l * world + transport.rank()] = computed[static_cast<size_t>(l)];
+  MOERT_RETURN_IF_ERROR(transport.all_reduce(reduce.data(), reduce.size(), comm::ReduceOp::kSum));
+  if (transport.rank() == 0) {
+    expert_loads.add_step(std::span<const int64_t>(reduce.data() + 1, routed.size()));
+    rank_loads.add_step(std::span<const int64_t>(rank_slice, static_cast<size_t>(num_layers) * world));
+  }
+  return routed.size();
+}
 
 // Bias balancing: rank 0 moves each MoE layer's bias against this step's loads
 // ([L, E] flattened) and every rank takes rank 0's values.
@@ -345,86 +447,30 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
   }
 
   int64_t unfinished = engine.has_unfinished() ? 1 : 0;
-  Status reduced = transport.all_reduce(&unfinished, 1, comm::ReduceOp::kSum);
+  const Status reduced = transport.all_reduce(&unfinished, 1, comm::ReduceOp::kSum);
   if (!reduced.is_ok()) return fail(reduced);
   const Clock::time_point start = Clock::now();
   Clock::time_point last_progress = start;
-  int64_t finished_total = 0;
-  int64_t output_tokens_total = 0;
-  ExpertParallelStats previous = experts.stats();
-  engine::EngineStats previous_engine = engine.stats();
+  JobProgress progress;
+  StepBaseline baseline{experts.stats(), engine.stats()};
   std::vector<int64_t> reduce(1 + static_cast<size_t>(num_layers) * (num_experts + world));
   while (unfinished > 0) {
     // 1. One lock-step iteration.
-    const Clock::time_point step_start = Clock::now();
-    Result<std::vector<engine::RequestOutput>> outputs = engine.step();
-    if (!outputs.is_ok()) return fail(outputs.status().with_context("engine step"));
     StepMetrics mine;
-    mine.step_s = seconds_between(step_start, Clock::now());
-    const ExpertParallelStats& now = experts.stats();
-    mine.dispatch_bytes = now.dispatch_bytes_sent - previous.dispatch_bytes_sent;
-    mine.combine_bytes = now.combine_bytes_sent - previous.combine_bytes_sent;
-    mine.all_to_all_s = now.all_to_all_s - previous.all_to_all_s;
-    mine.expert_s = now.expert_compute_s - previous.expert_compute_s;
-    mine.shared_s = now.overlapped_s - previous.overlapped_s;
-    previous = now;
-    const engine::EngineStats& engine_now = engine.stats();
-    mine.scheduled_tokens = engine_now.computed_tokens - previous_engine.computed_tokens;
-    mine.output_tokens = engine_now.output_tokens - previous_engine.output_tokens;
-    mine.spec_drafts = engine_now.acceptance.num_draft_tokens() - previous_engine.acceptance.num_draft_tokens();
-    mine.spec_accepted = engine_now.acceptance.num_accepted_tokens() - previous_engine.acceptance.num_accepted_tokens();
-    mine.draft_s = engine_now.draft_s - previous_engine.draft_s;
-    previous_engine = engine_now;
-    mine.finished_requests = static_cast<int64_t>(outputs->size());
+    Result<std::vector<engine::RequestOutput>> outputs = run_step_and_measure(engine, experts, baseline, mine);
+    if (!outputs.is_ok()) return fail(outputs.status());
 
     // 2. Results and metrics to the coordinator.
-    std::vector<uint8_t> blob;
-    append_bytes(blob, &mine, sizeof(mine));
-    for (const engine::RequestOutput& output : *outputs) {
-      const std::string line = engine::format_output_line(output) + "\n";
-      append_bytes(blob, line.data(), line.size());
-    }
-    Result<std::vector<std::vector<uint8_t>>> gathered = transport.gatherv(blob.data(), blob.size(), 0);
-    if (!gathered.is_ok()) return fail(gathered.status());
-    if (root) {
-      for (int r = 0; r < world; ++r) {
-        const std::vector<uint8_t>& from = (*gathered)[static_cast<size_t>(r)];
-        StepMetrics theirs;
-        size_t offset = 0;
-        if (!read_bytes(from, &offset, &theirs, sizeof(theirs))) {
-          return fail(internal_error("rank " + std::to_string(r) + " sent a truncated step record"));
-        }
-        add_into(report.rank_totals[static_cast<size_t>(r)], theirs);
-        finished_total += theirs.finished_requests;
-        output_tokens_total += theirs.output_tokens;
-        if (metrics) *metrics << metrics_json(report.steps, r, theirs) << "\n";
-        const std::string text(reinterpret_cast<const char*>(from.data() + offset), from.size() - offset);
-        std::istringstream lines(text);
-        for (std::string line; std::getline(lines, line);) {
-          const Status written = write_line(line);
-          if (!written.is_ok()) return fail(written);
-        }
-      }
-      if (metrics) metrics->flush();
-    }
+    const Status collected = collect_step_at_root(transport, mine, *outputs, metrics.get(), write_line, report, progress);
+    if (!collected.is_ok()) return fail(collected);
     ++report.steps;
 
     // 3. Work left anywhere, and the loads of this step.
-    std::fill(reduce.begin(), reduce.end(), 0);
-    reduce[0] = engine.has_unfinished() ? 1 : 0;
-    const std::vector<int64_t> routed = experts.take_routed_loads();
-    std::copy(routed.begin(), routed.end(), reduce.begin() + 1);
-    const std::vector<int64_t> computed = experts.take_computed_loads();
-    int64_t* rank_slice = reduce.data() + 1 + routed.size();  // [L, R]
-    for (int l = 0; l < num_layers; ++l) rank_slice[l * world + rank] = computed[static_cast<size_t>(l)];
-    reduced = transport.all_reduce(reduce.data(), reduce.size(), comm::ReduceOp::kSum);
-    if (!reduced.is_ok()) return fail(reduced);
+    Result<size_t> routed_entries =
+        share_work_left_and_loads(transport, engine, experts, num_layers, reduce, expert_loads, rank_loads);
+    if (!routed_entries.is_ok()) return fail(routed_entries.status());
     unfinished = reduce[0];
-    const std::span<const int64_t> step_loads(reduce.data() + 1, routed.size());
-    if (root) {
-      expert_loads.add_step(step_loads);
-      rank_loads.add_step(std::span<const int64_t>(rank_slice, static_cast<size_t>(num_layers) * world));
-    }
+    const std::span<const int64_t> step_loads(reduce.data() + 1, *routed_entries);
 
     // 4. Balancing, decided at rank 0.
     if (config.balance == BalanceMode::kBias && unfinished > 0) {
@@ -445,8 +491,8 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
     if (root && config.progress_interval_s > 0 &&
         seconds_between(last_progress, now_time) >= config.progress_interval_s) {
       const double elapsed = seconds_between(start, now_time);
-      MOERT_INFO("progress: " << finished_total << " requests finished, step " << report.steps << ", "
-                              << static_cast<int64_t>(output_tokens_total / elapsed) << " output tok/s, MaxVio "
+      MOERT_INFO("progress: " << progress.finished_requests << " requests finished, step " << report.steps << ", "
+                              << static_cast<int64_t>(progress.output_tokens / elapsed) << " output tok/s, MaxVio "
                               << expert_loads.last_step_max_violation());
       last_progress = now_time;
     }

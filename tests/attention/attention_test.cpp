@@ -6,7 +6,7 @@
 #include <tuple>
 #include <vector>
 
-#include "attention/dense_attention.h"
+#include "attention/cpu/dense_attention.h"
 #include "attention/rope.h"
 
 namespace moert::attention {

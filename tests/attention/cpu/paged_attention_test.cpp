@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "attention/cpu/paged_attention.h"
-#include "attention/dense_attention.h"
+#include "attention/cpu/dense_attention.h"
 
 namespace moert::attention {
 namespace {

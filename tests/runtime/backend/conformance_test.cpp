@@ -246,6 +246,20 @@ TEST_P(Conformance, PagedAttentionOverRaggedBlockTablesMatchesDenseFloat64) {
   }
   EXPECT_LT(relative_l2_error(out.data(), expected.data(), static_cast<int64_t>(out.size())), kTolerance);
 
+  // The contiguous-history op (reference path) on the same sequences gives the same rows.
+  for (size_t b : {size_t{2}, size_t{3}}) {
+    const int64_t row = qo_indptr[b];
+    const size_t width = static_cast<size_t>(heads * head_dim);
+    std::vector<float> contiguous(static_cast<size_t>(q_lens[b]) * width);
+    backend_->contiguous_attention(q.data() + static_cast<size_t>(row) * width, q_lens[b], seq_k[b].data(),
+                                   seq_v[b].data(), kv_lens[b] - q_lens[b], heads, kv_heads, head_dim,
+                                   contiguous.data());
+    EXPECT_LT(relative_l2_error(contiguous.data(), expected.data() + static_cast<size_t>(row) * width,
+                                static_cast<int64_t>(contiguous.size())),
+              kTolerance)
+        << "sequence " << b;
+  }
+
   // Copy-on-write: the last sequence's first block into a fresh one, bit for bit.
   const int32_t src = pages[static_cast<size_t>(page_indptr[3])], dst = free_blocks.back();
   backend_->copy_kv_blocks(layer, &src, &dst, 1);

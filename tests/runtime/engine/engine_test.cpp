@@ -102,7 +102,7 @@ class EngineOnGeneratedModel : public ::testing::Test {
     shape.moe_intermediate_size = 64;
     shape.head_dim = 16;
     ThreadPool pool(2);
-    const ModelConfig config = preset_model_config(Architecture::kGlm4Moe, "tiny", shape).value();
+    const ModelConfig config = preset_model_config(find_architecture("glm4_moe"), "tiny", shape).value();
     ASSERT_TRUE(write_random_checkpoint(config, 9, scratch_->path(), 1 << 30, pool).is_ok());
     model_ = load_model(scratch_->path()).value().release();
   }

@@ -22,7 +22,7 @@ json qwen3_json() {
 TEST(ModelConfig, Qwen3ResolvesLayerKindsAndRouter) {
   Result<ModelConfig> c = parse_model_config(qwen3_json());
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-  EXPECT_EQ(c->arch, Architecture::kQwen3Moe);
+  EXPECT_EQ(c->arch, find_architecture("qwen3_moe"));
   EXPECT_EQ(c->layer_is_moe, (std::vector<bool>{true, false, true, true}));
   EXPECT_TRUE(c->qk_norm);
   EXPECT_FALSE(c->qkv_bias);
@@ -96,12 +96,11 @@ TEST(ModelConfig, SharedReferenceConfigsParse) {
 }
 
 TEST(ModelConfig, JsonRoundTripForEveryArchitecture) {
-  for (Architecture arch : {Architecture::kQwen3Moe, Architecture::kQwen2Moe, Architecture::kMixtral,
-                            Architecture::kGlm4Moe}) {
+  for (const ArchSpec* arch : registered_architectures()) {
     json j = qwen3_json();
     ModelConfig base = parse_model_config(j).value();
     base.arch = arch;
-    if (arch == Architecture::kGlm4Moe) {
+    if (arch == find_architecture("glm4_moe")) {
       base.router.score_func = experts::ScoreFunc::kSigmoid;
       base.router.n_group = 2;
       base.router.routed_scaling_factor = 2.5f;
@@ -111,18 +110,18 @@ TEST(ModelConfig, JsonRoundTripForEveryArchitecture) {
       base.shared_intermediate_size = 512;
       base.layer_is_moe = {false, true, true, true};
     }
-    if (arch == Architecture::kQwen2Moe) {
+    if (arch == find_architecture("qwen2_moe")) {
       base.shared_expert = SharedExpertKind::kSigmoidGated;
       base.shared_intermediate_size = 256;
       base.qkv_bias = true;
       base.qk_norm = false;
     }
-    if (arch == Architecture::kMixtral) {
+    if (arch == find_architecture("mixtral")) {
       base.qk_norm = false;
       base.layer_is_moe.assign(4, true);
       base.dense_intermediate_size = base.moe_intermediate_size;
     }
-    if (arch == Architecture::kGlm4Moe) base.qk_norm = true;
+    if (arch == find_architecture("glm4_moe")) base.qk_norm = true;
     Result<ModelConfig> again = parse_model_config(model_config_to_json(base));
     ASSERT_TRUE(again.is_ok()) << architecture_name(arch) << ": " << again.status().to_string();
     EXPECT_EQ(model_config_to_json(again.value()), model_config_to_json(base)) << architecture_name(arch);

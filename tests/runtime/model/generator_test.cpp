@@ -27,21 +27,20 @@ ModelShapeOverrides small_shape() {
 }
 
 TEST(Generator, LargePresetHasTheAdvertisedSize) {
-  ModelConfig c = preset_model_config(Architecture::kQwen3Moe, "large").value();
+  ModelConfig c = preset_model_config(find_architecture("qwen3_moe"), "large").value();
   const ParameterCounts counts = count_parameters(c);
   EXPECT_NEAR(static_cast<double>(counts.total), 432e6, 3e6);
   EXPECT_NEAR(static_cast<double>(counts.active_per_token), 130e6, 3e6);
-  ModelConfig tiny = preset_model_config(Architecture::kGlm4Moe, "tiny").value();
+  ModelConfig tiny = preset_model_config(find_architecture("glm4_moe"), "tiny").value();
   EXPECT_EQ(tiny.rotary_dim, 32);
   EXPECT_EQ(tiny.router.n_group, 2);
-  EXPECT_FALSE(preset_model_config(Architecture::kMixtral, "huge").is_ok());
+  EXPECT_FALSE(preset_model_config(find_architecture("mixtral"), "huge").is_ok());
 }
 
 TEST(Generator, EveryArchitectureWritesALoadableShardedCheckpoint) {
   testing::ScratchDir scratch("generator");
   ThreadPool pool(2);
-  for (Architecture arch : {Architecture::kQwen3Moe, Architecture::kQwen2Moe, Architecture::kMixtral,
-                            Architecture::kGlm4Moe}) {
+  for (const ArchSpec* arch : registered_architectures()) {
     const std::string dir = scratch / architecture_name(arch);
     ModelConfig config = preset_model_config(arch, "tiny", small_shape()).value();
     ASSERT_TRUE(write_random_checkpoint(config, 11, dir, 64 * 1024, pool).is_ok());
@@ -72,7 +71,7 @@ TEST(Generator, EveryArchitectureWritesALoadableShardedCheckpoint) {
 
 TEST(Generator, SameSeedSameBytesAnyThreadCount) {
   testing::ScratchDir scratch("generator-seed");
-  ModelConfig config = preset_model_config(Architecture::kMixtral, "tiny", small_shape()).value();
+  ModelConfig config = preset_model_config(find_architecture("mixtral"), "tiny", small_shape()).value();
   ThreadPool one(1), three(3);
   ASSERT_TRUE(write_random_checkpoint(config, 5, scratch / "a", 1 << 30, one).is_ok());
   ASSERT_TRUE(write_random_checkpoint(config, 5, scratch / "b", 1 << 30, three).is_ok());
@@ -128,7 +127,7 @@ TEST(Generator, RouterSkewSendsMostTokensToTheLowExpertIds) {
   testing::ScratchDir scratch("generator-skew");
   ModelShapeOverrides shape;
   shape.num_layers = 2;
-  const ModelConfig config = preset_model_config(Architecture::kQwen3Moe, "tiny", shape).value();
+  const ModelConfig config = preset_model_config(find_architecture("qwen3_moe"), "tiny", shape).value();
   ThreadPool pool(2);
   WeightShaping skewed;
   skewed.router_skew = 1.0f;
@@ -176,8 +175,8 @@ TEST(Generator, FaithfulLayersMakeTheTruncatedModelAGoodDraft) {
   deep.num_layers = 6;
   ModelShapeOverrides shallow = small_shape();
   shallow.num_layers = 1;
-  const ModelConfig target_config = preset_model_config(Architecture::kQwen3Moe, "tiny", deep).value();
-  const ModelConfig draft_config = preset_model_config(Architecture::kQwen3Moe, "tiny", shallow).value();
+  const ModelConfig target_config = preset_model_config(find_architecture("qwen3_moe"), "tiny", deep).value();
+  const ModelConfig draft_config = preset_model_config(find_architecture("qwen3_moe"), "tiny", shallow).value();
   ThreadPool pool(2);
   WeightShaping faithful;
   faithful.faithful_layers = 1;

@@ -78,7 +78,7 @@ class QuantizedModel : public ::testing::Test {
     shape.moe_intermediate_size = 96;
     shape.head_dim = 32;
     ThreadPool pool(2);
-    config_ = new ModelConfig(preset_model_config(Architecture::kGlm4Moe, "tiny", shape).value());
+    config_ = new ModelConfig(preset_model_config(find_architecture("glm4_moe"), "tiny", shape).value());
     ASSERT_TRUE(write_random_checkpoint(*config_, 4, scratch_->path() + "/bf16", 1 << 30, pool).is_ok());
   }
   static void TearDownTestSuite() {
@@ -161,7 +161,7 @@ TEST_F(QuantizedModel, Nvfp4FileSizeIsFourAndAHalfBitsPerWeight) {
   shape.num_layers = 2;
   shape.moe_intermediate_size = 512;
   ThreadPool pool(2);
-  const ModelConfig config = preset_model_config(Architecture::kQwen3Moe, "tiny", shape).value();
+  const ModelConfig config = preset_model_config(find_architecture("qwen3_moe"), "tiny", shape).value();
   ASSERT_TRUE(write_random_checkpoint(config, 4, dir("size-bf16"), 1 << 30, pool).is_ok());
   const std::string out = dir("size-nvfp4");
   const QuantizeReport report = quantize_checkpoint(dir("size-bf16"), out, QuantizeOptions{}).value();

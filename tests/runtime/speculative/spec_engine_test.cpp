@@ -88,7 +88,7 @@ class SpecOnGeneratedModels : public ::testing::Test {
     shaping.faithful_layers = 1;
     shaping.late_layer_scale = 0.3f;
     for (int layers : {4, 1}) {
-      const ModelConfig config = preset_model_config(Architecture::kQwen3Moe, "tiny", small_shape(layers)).value();
+      const ModelConfig config = preset_model_config(find_architecture("qwen3_moe"), "tiny", small_shape(layers)).value();
       const std::string dir = *scratch_ / ("layers" + std::to_string(layers));
       ASSERT_TRUE(write_random_checkpoint(config, 17, dir, 1 << 30, pool, shaping).is_ok());
       (layers == 4 ? target_ : draft_) = load_model(dir).value().release();
@@ -236,7 +236,7 @@ TEST(SpecDenseDraft, GreedyOutputsEqualPlainDecoding) {
   shaping.late_layer_scale = 0.3f;
   std::unique_ptr<LoadedModel> models[2];
   for (int layers : {3, 1}) {
-    ModelConfig config = preset_model_config(Architecture::kGlm4Moe, "tiny", small_shape(layers)).value();
+    ModelConfig config = preset_model_config(find_architecture("glm4_moe"), "tiny", small_shape(layers)).value();
     config.layer_is_moe[0] = false;  // as the target's: same seed, same tensors, a faithful draft
     const std::string dir = scratch / ("layers" + std::to_string(layers));
     ASSERT_TRUE(write_random_checkpoint(config, 23, dir, 1 << 30, pool, shaping).is_ok());

@@ -1,4 +1,4 @@
-#include "experts/expert_ffn.h"
+#include "experts/cpu/expert_ffn.h"
 
 #include <vector>
 

@@ -1,4 +1,4 @@
-#include "attention/dense_attention.h"
+#include "attention/cpu/dense_attention.h"
 
 #include <cmath>
 #include <vector>

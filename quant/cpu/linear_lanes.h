@@ -1,0 +1,36 @@
+// Internal to quant/cpu/linear.cpp and quant/cpu/x86/linear_x86.cpp: the canonical lanes
+// and the scalar weight decode that every instruction-set path shares.
+//
+// The canonical dot product, which every instruction-set path reproduces bit for bit:
+// 16 lanes; element i of each full 16-element group goes to lane i % 16 as
+// lane = fma(a, b, lane); the tail elements go to lanes 0..r-1 the same way; then the lanes
+// are summed by the tree lane[l] += lane[l + w] for w = 8, 4, 2, 1. (AVX-512 holds the 16
+// lanes in one register, AVX2 in two; the portable path uses std::fma.)
+#pragma once
+
+#include <cstdint>
+
+#include "quant/bf16.h"
+
+namespace moert::quant::linear_detail {
+
+constexpr int kLanes = 16;
+constexpr int kMaxRows = 4;  // x rows sharing one pass over a weight row
+
+inline float reduce_lanes(float* lanes) {
+  for (int width = kLanes / 2; width >= 1; width /= 2) {
+    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  }
+  return lanes[0];
+}
+
+enum class WeightKind { kF32, kBF16, kF16 };
+
+template <WeightKind kind>
+float scalar_weight(const void* w, int64_t i) {
+  if constexpr (kind == WeightKind::kF32) return static_cast<const float*>(w)[i];
+  else if constexpr (kind == WeightKind::kBF16) return bf16_to_f32(static_cast<const uint16_t*>(w)[i]);
+  else return f16_to_f32(static_cast<const uint16_t*>(w)[i]);
+}
+
+}  // namespace moert::quant::linear_detail

@@ -1,0 +1,176 @@
+// Internal to quant/cpu/quantized_linear.cpp and quant/cpu/x86/quantized_linear_x86.cpp:
+// the canonical lanes, the codecs' scalar values per weight row, and the row driver that
+// every instruction-set path runs its tiles under.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "quant/cpu/quantized_linear.h"
+#include "quant/formats/fp4.h"
+#include "quant/formats/fp8.h"
+#include "quant/formats/minifloat.h"
+#include "core/check.h"
+
+namespace moert::quant::qlinear_detail {
+
+// ---- The canonical order (see the header) ---------------------------------------------------
+// A SIMD path may keep canonical lane perm[j] in register lane j (any fixed bijection: each
+// lane still sees its elements in the same order); it stores its registers to `reg` and
+// finish() maps them back before the tail and the tree.
+constexpr int kLanes = 16;
+constexpr int64_t kRowTile = 64;  // x rows kept in cache while the weights stream past
+
+inline float reduce_lanes(float* lanes) {
+  for (int width = kLanes / 2; width >= 1; width /= 2) {
+    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  }
+  return lanes[0];
+}
+
+// Tail elements [i_tail, k) of one x row, then the tree. weight_at(i) is the codec's value.
+template <typename WeightAt>
+float finish(const float* reg, const int* perm, const float* x_row, int64_t i_tail, int64_t k, WeightAt weight_at) {
+  float lanes[kLanes];
+  for (int j = 0; j < kLanes; ++j) lanes[perm[j]] = reg[j];
+  for (int64_t i = i_tail, l = 0; i < k; ++i, ++l) lanes[l] = std::fma(x_row[i], weight_at(i), lanes[l]);
+  return reduce_lanes(lanes);
+}
+
+constexpr int kIdentity[kLanes] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+// ---- One weight row and the codec's value of its element i ------------------------------------
+struct RowRef {
+  const uint8_t* data = nullptr;        // fp4: K/2 packed bytes; fp8: K E4M3 bytes
+  const uint8_t* scales = nullptr;      // fp4: the row's block scale bytes
+  const float* fp8_scales = nullptr;    // fp8: scale of 128-column block kb at fp8_scales[kb * stride]
+  int64_t fp8_scale_stride = 0;         // 1 (block) or 0 (tensor)
+  float global_scale = 1.0f;            // nvfp4
+};
+
+constexpr int64_t kFp8ScaleCols = kFp8BlockSize;  // 128 columns share an fp8 block scale
+
+template <WeightFormat f>
+RowRef row_ref(const QuantizedWeightView& w, int64_t n) {
+  RowRef r;
+  const int64_t k = w.cols;
+  if constexpr (f == WeightFormat::kNvfp4) {
+    r.data = w.data + n * (k / 2);
+    r.scales = w.scales + n * (k / kNvfp4BlockSize);
+    r.global_scale = w.global_scale;
+  } else if constexpr (f == WeightFormat::kMxfp4) {
+    r.data = w.data + n * (k / 2);
+    r.scales = w.scales + n * (k / kMxfp4BlockSize);
+  } else if constexpr (f == WeightFormat::kFp8Block) {
+    r.data = w.data + n * k;
+    r.fp8_scales = w.block_scale_inv + (n / kFp8BlockSize) * ((k + kFp8ScaleCols - 1) / kFp8ScaleCols);
+    r.fp8_scale_stride = 1;
+  } else {
+    r.data = w.data + n * k;
+    r.fp8_scales = &w.global_scale;
+    r.fp8_scale_stride = 0;
+  }
+  return r;
+}
+
+inline uint8_t nibble(const uint8_t* packed, int64_t i) {
+  return (i % 2 == 0) ? (packed[i / 2] & 0xF) : (packed[i / 2] >> 4);
+}
+
+// Exactly the expressions of nvfp4_dequantize / mxfp4_dequantize / fp8_*_dequantize.
+template <WeightFormat f>
+float weight_at(const RowRef& r, int64_t i) {
+  if constexpr (f == WeightFormat::kNvfp4) {
+    const float scale = e4m3_decode(r.scales[i / kNvfp4BlockSize]) * r.global_scale;
+    return e2m1_decode(nibble(r.data, i)) * scale;
+  } else if constexpr (f == WeightFormat::kMxfp4) {
+    return e2m1_decode(nibble(r.data, i)) * e8m0_decode(r.scales[i / kMxfp4BlockSize]);
+  } else {
+    return e4m3_decode(r.data[i]) * r.fp8_scales[(i / kFp8ScaleCols) * r.fp8_scale_stride];
+  }
+}
+
+inline uint64_t load_u64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// FP8 SIMD decode: the E4M3 bits moved into an F16 (sign to bit 15, exponent and mantissa to
+// bits 13..7) are the E4M3 value times 2^-8 exactly, subnormals included, and the hardware
+// F16 -> F32 conversion is exact. The 2^8 goes into the scale: h * (256 * s) is the exact
+// product E4M3 * s rounded once, i.e. the codec's value, as long as 256 * s does not overflow
+// (fp8_scales_foldable). The NaN codes (S.1111.111) become an F16 NaN.
+constexpr float kFp8FoldLimit = 0x1p100f;
+
+// ---- The row driver, shared by every path ------------------------------------------------------
+// Kernel: kRows (x rows per tile, 2 or 4), kCols (weight rows per tile) and
+// tile<f, rows, cols>(x, k, w, out): out[r * cols + c] = dot(x row r, weight row w[c]).
+template <typename Kernel, WeightFormat f, int cols>
+void run_tile(int rows, const float* x, int64_t k, const RowRef* w, float* out) {
+  static_assert(Kernel::kRows == 2 || Kernel::kRows == 4);
+  switch (rows) {
+    case 1: return Kernel::template tile<f, 1, cols>(x, k, w, out);
+    case 2: return Kernel::template tile<f, 2, cols>(x, k, w, out);
+    default:
+      if constexpr (Kernel::kRows == 4) {
+        if (rows == 3) return Kernel::template tile<f, 3, cols>(x, k, w, out);
+        return Kernel::template tile<f, 4, cols>(x, k, w, out);
+      }
+      MOERT_CHECK(false, "tile rows = " << rows);
+  }
+}
+
+template <typename Kernel, WeightFormat f>
+void forward_rows(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias, float* y,
+                  ThreadPool& pool) {
+  constexpr int kRows = Kernel::kRows;
+  constexpr int kCols = Kernel::kCols;
+  const int64_t n = w.rows;
+  const int64_t k = w.cols;
+  const int64_t grain = std::max<int64_t>(8, 8192 / std::max<int64_t>(1, k));
+  pool.parallel_for(n, grain, [&](int64_t begin, int64_t end) {
+    float dots[kRows * kCols];
+    RowRef refs[kCols];
+    for (int64_t t0 = 0; t0 < num_rows; t0 += kRowTile) {
+      const int64_t t_end = std::min(num_rows, t0 + kRowTile);
+      int64_t col = begin;
+      for (; kCols > 1 && col + kCols <= end; col += kCols) {
+        for (int c = 0; c < kCols; ++c) refs[c] = row_ref<f>(w, col + c);
+        for (int64_t t = t0; t < t_end; t += kRows) {
+          const int rows = static_cast<int>(std::min<int64_t>(kRows, t_end - t));
+          run_tile<Kernel, f, kCols>(rows, x + t * k, k, refs, dots);
+          for (int r = 0; r < rows; ++r) {
+            for (int c = 0; c < kCols; ++c) {
+              y[(t + r) * n + col + c] = dots[r * kCols + c] + (bias != nullptr ? bias[col + c] : 0.0f);
+            }
+          }
+        }
+      }
+      for (; col < end; ++col) {
+        refs[0] = row_ref<f>(w, col);
+        const float b = bias != nullptr ? bias[col] : 0.0f;
+        for (int64_t t = t0; t < t_end; t += kRows) {
+          const int rows = static_cast<int>(std::min<int64_t>(kRows, t_end - t));
+          run_tile<Kernel, f, 1>(rows, x + t * k, k, refs, dots);
+          for (int r = 0; r < rows; ++r) y[(t + r) * n + col] = dots[r] + b;
+        }
+      }
+    }
+  });
+}
+
+template <typename Kernel>
+void forward_kernel(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias, float* y,
+                 ThreadPool& pool) {
+  switch (w.format) {
+    case WeightFormat::kNvfp4: return forward_rows<Kernel, WeightFormat::kNvfp4>(x, num_rows, w, bias, y, pool);
+    case WeightFormat::kMxfp4: return forward_rows<Kernel, WeightFormat::kMxfp4>(x, num_rows, w, bias, y, pool);
+    case WeightFormat::kFp8Block: return forward_rows<Kernel, WeightFormat::kFp8Block>(x, num_rows, w, bias, y, pool);
+    case WeightFormat::kFp8Tensor: return forward_rows<Kernel, WeightFormat::kFp8Tensor>(x, num_rows, w, bias, y, pool);
+  }
+}
+
+}  // namespace moert::quant::qlinear_detail

@@ -1,0 +1,171 @@
+#include "quant/cpu/x86/linear_x86.h"
+
+// GCC 12 reports _mm512_undefined_epi32() inside its own intrinsics as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cmath>
+
+namespace moert::quant::x86 {
+namespace {
+
+using namespace linear_detail;
+
+// ---- AVX-512 -----------------------------------------------------------------------------
+template <WeightKind kind>
+__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) inline __m512 load16_avx512(const void* w, int64_t i) {
+  if constexpr (kind == WeightKind::kF32) {
+    return _mm512_loadu_ps(static_cast<const float*>(w) + i);
+  } else if constexpr (kind == WeightKind::kBF16) {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+  } else {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i));
+    return _mm512_cvtph_ps(raw);
+  }
+}
+
+template <WeightKind kind, int rows>
+__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void dot_rows_avx512(const float* x, int64_t x_stride,
+                                                                                  int64_t k, const void* w, float* out) {
+  __m512 acc[rows];
+  for (int r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + kLanes <= k; i += kLanes) {
+    const __m512 wv = load16_avx512<kind>(w, i);
+    for (int r = 0; r < rows; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * x_stride + i), wv, acc[r]);
+  }
+  alignas(64) float lanes[kLanes];
+  for (int r = 0; r < rows; ++r) {
+    _mm512_store_ps(lanes, acc[r]);
+    for (int64_t j = i, l = 0; j < k; ++j, ++l) lanes[l] = std::fma(x[r * x_stride + j], scalar_weight<kind>(w, j), lanes[l]);
+    out[r] = reduce_lanes(lanes);
+  }
+}
+
+// rows x cols accumulators: x rows against `cols` weight rows (w_rows[c]); out[r * cols + c].
+template <WeightKind kind, int rows, int cols>
+__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void dot_block_avx512(const float* x, int64_t x_stride,
+                                                                                   int64_t k, const void* const* w_rows,
+                                                                                   float* out) {
+  __m512 acc[rows][cols];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  int64_t i = 0;
+  for (; i + kLanes <= k; i += kLanes) {
+    __m512 wv[cols];
+    for (int c = 0; c < cols; ++c) wv[c] = load16_avx512<kind>(w_rows[c], i);
+    for (int r = 0; r < rows; ++r) {
+      const __m512 xv = _mm512_loadu_ps(x + r * x_stride + i);
+      for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+    }
+  }
+  alignas(64) float lanes[kLanes];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) {
+      _mm512_store_ps(lanes, acc[r][c]);
+      for (int64_t j = i, l = 0; j < k; ++j, ++l) {
+        lanes[l] = std::fma(x[r * x_stride + j], scalar_weight<kind>(w_rows[c], j), lanes[l]);
+      }
+      out[r * cols + c] = reduce_lanes(lanes);
+    }
+  }
+}
+
+// ---- AVX2 + FMA (lanes 0-7 and 8-15 in two registers) -------------------------------------
+template <WeightKind kind>
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8_avx2(const void* w, int64_t i) {
+  if constexpr (kind == WeightKind::kF32) {
+    return _mm256_loadu_ps(static_cast<const float*>(w) + i);
+  } else if constexpr (kind == WeightKind::kBF16) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+  } else {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i)));
+  }
+}
+
+template <WeightKind kind, int rows>
+__attribute__((target("avx2,fma,f16c"))) void dot_rows_avx2(const float* x, int64_t x_stride, int64_t k, const void* w,
+                                                            float* out) {
+  __m256 lo[rows], hi[rows];
+  for (int r = 0; r < rows; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + kLanes <= k; i += kLanes) {
+    const __m256 w_lo = load8_avx2<kind>(w, i);
+    const __m256 w_hi = load8_avx2<kind>(w, i + 8);
+    for (int r = 0; r < rows; ++r) {
+      lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * x_stride + i), w_lo, lo[r]);
+      hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * x_stride + i + 8), w_hi, hi[r]);
+    }
+  }
+  alignas(32) float lanes[kLanes];
+  for (int r = 0; r < rows; ++r) {
+    _mm256_store_ps(lanes, lo[r]);
+    _mm256_store_ps(lanes + 8, hi[r]);
+    for (int64_t j = i, l = 0; j < k; ++j, ++l) lanes[l] = std::fma(x[r * x_stride + j], scalar_weight<kind>(w, j), lanes[l]);
+    out[r] = reduce_lanes(lanes);
+  }
+}
+
+template <WeightKind kind>
+void dot_rows_avx512_kind(const float* x, int64_t x_stride, int rows, int64_t k, const void* w, float* out) {
+  switch (rows) {
+    case 1: return dot_rows_avx512<kind, 1>(x, x_stride, k, w, out);
+    case 2: return dot_rows_avx512<kind, 2>(x, x_stride, k, w, out);
+    case 3: return dot_rows_avx512<kind, 3>(x, x_stride, k, w, out);
+    default: return dot_rows_avx512<kind, 4>(x, x_stride, k, w, out);
+  }
+}
+
+template <WeightKind kind>
+void dot_rows_avx2_kind(const float* x, int64_t x_stride, int rows, int64_t k, const void* w, float* out) {
+  switch (rows) {
+    case 1: return dot_rows_avx2<kind, 1>(x, x_stride, k, w, out);
+    case 2: return dot_rows_avx2<kind, 2>(x, x_stride, k, w, out);
+    case 3: return dot_rows_avx2<kind, 3>(x, x_stride, k, w, out);
+    default: return dot_rows_avx2<kind, 4>(x, x_stride, k, w, out);
+  }
+}
+
+template <WeightKind kind>
+void dot_block_avx512_kind(const float* x, int64_t x_stride, int rows, int64_t k, const void* const* w_rows,
+                           float* out) {
+  switch (rows) {
+    case 1: return dot_block_avx512<kind, 1, kBlockCols>(x, x_stride, k, w_rows, out);
+    case 2: return dot_block_avx512<kind, 2, kBlockCols>(x, x_stride, k, w_rows, out);
+    case 3: return dot_block_avx512<kind, 3, kBlockCols>(x, x_stride, k, w_rows, out);
+    default: return dot_block_avx512<kind, 4, kBlockCols>(x, x_stride, k, w_rows, out);
+  }
+}
+
+}  // namespace
+
+void dot_rows_avx512(WeightKind kind, const float* x, int64_t x_stride, int rows, int64_t k, const void* w,
+                     float* out) {
+  switch (kind) {
+    case WeightKind::kF32: return dot_rows_avx512_kind<WeightKind::kF32>(x, x_stride, rows, k, w, out);
+    case WeightKind::kBF16: return dot_rows_avx512_kind<WeightKind::kBF16>(x, x_stride, rows, k, w, out);
+    case WeightKind::kF16: return dot_rows_avx512_kind<WeightKind::kF16>(x, x_stride, rows, k, w, out);
+  }
+}
+
+void dot_rows_avx2(WeightKind kind, const float* x, int64_t x_stride, int rows, int64_t k, const void* w, float* out) {
+  switch (kind) {
+    case WeightKind::kF32: return dot_rows_avx2_kind<WeightKind::kF32>(x, x_stride, rows, k, w, out);
+    case WeightKind::kBF16: return dot_rows_avx2_kind<WeightKind::kBF16>(x, x_stride, rows, k, w, out);
+    case WeightKind::kF16: return dot_rows_avx2_kind<WeightKind::kF16>(x, x_stride, rows, k, w, out);
+  }
+}
+
+void dot_block_avx512(WeightKind kind, const float* x, int64_t x_stride, int rows, int64_t k,
+                      const void* const* w_rows, float* out) {
+  switch (kind) {
+    case WeightKind::kF32: return dot_block_avx512_kind<WeightKind::kF32>(x, x_stride, rows, k, w_rows, out);
+    case WeightKind::kBF16: return dot_block_avx512_kind<WeightKind::kBF16>(x, x_stride, rows, k, w_rows, out);
+    case WeightKind::kF16: return dot_block_avx512_kind<WeightKind::kF16>(x, x_stride, rows, k, w_rows, out);
+  }
+}
+
+}  // namespace moert::quant::x86

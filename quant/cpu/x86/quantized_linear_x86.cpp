@@ -1,0 +1,364 @@
+#include "quant/cpu/x86/quantized_linear_x86.h"
+
+// GCC 12 reports _mm512_undefined_epi32() inside its own intrinsics as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "quant/cpu/quantized_linear_tiles.h"
+
+namespace moert::quant::x86 {
+namespace {
+
+using namespace qlinear_detail;
+
+// ---- AVX-512 -----------------------------------------------------------------------------------
+// FP4: one 16-element group is 8 bytes = 16 nibbles. Broadcast to the 8 qwords and shifted
+// right by 4q, qword q holds nibble q in its low dword and nibble 8+q in its high dword, and
+// vpermps reads only the low 4 bits of each index: so register lane 2q <-> element q,
+// 2q+1 <-> element 8+q. x is permuted the same way (kFp4PermAvx512), so each register lane
+// is one canonical lane.
+constexpr int kFp4PermAvx512[kLanes] = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
+
+#define MOERT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define MOERT_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+MOERT_AVX512 inline __m512i fp4_codes_avx512(const uint8_t* p, __m512i shifts) {
+  return _mm512_srlv_epi64(_mm512_set1_epi64(static_cast<long long>(load_u64(p))), shifts);
+}
+
+MOERT_AVX512 inline __m512i fp4_shifts_avx512() { return _mm512_set_epi64(28, 24, 20, 16, 12, 8, 4, 0); }
+MOERT_AVX512 inline __m512i fp4_x_perm_avx512() {
+  return _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
+}
+
+template <int rows, int cols, typename WeightAtC>
+MOERT_AVX512 void finish_avx512(__m512 (&acc)[rows][cols], const int* perm, const float* x, int64_t x_stride,
+                                int64_t i_tail, int64_t k, WeightAtC weight_at_c, float* out) {
+  alignas(64) float reg[kLanes];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) {
+      _mm512_store_ps(reg, acc[r][c]);
+      out[r * cols + c] = finish(reg, perm, x + r * x_stride, i_tail, k, [&](int64_t i) { return weight_at_c(c, i); });
+    }
+  }
+}
+
+// NVFP4 block scales e4m3 * global for a chunk of K, decoded 16 at a time into a stack buffer.
+constexpr int64_t kNvfp4Chunk = 1024;  // K elements per scale chunk
+constexpr int64_t kNvfp4ChunkBlocks = kNvfp4Chunk / kNvfp4BlockSize;
+
+MOERT_AVX512 void nvfp4_scales_avx512(const uint8_t* bytes, int64_t count, float global_scale, float* out) {
+  const __m512 g = _mm512_set1_ps(global_scale);
+  int64_t b = 0;
+  for (; b + 16 <= count; b += 16) {
+    const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + b)));
+    _mm512_storeu_ps(out + b, _mm512_mul_ps(_mm512_i32gather_ps(idx, kE4m3Values.data(), 4), g));
+  }
+  for (; b < count; ++b) out[b] = e4m3_decode(bytes[b]) * global_scale;
+}
+
+template <int rows, int cols>
+MOERT_AVX512 void nvfp4_tile_avx512(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
+  const __m512 table = _mm512_loadu_ps(kE2m1Values.data());
+  const __m512i shifts = fp4_shifts_avx512();
+  const __m512i x_perm = fp4_x_perm_avx512();
+  __m512 acc[rows][cols];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  alignas(64) float scale[cols][kNvfp4ChunkBlocks];
+  for (int64_t k0 = 0; k0 < k; k0 += kNvfp4Chunk) {
+    const int64_t num_blocks = (std::min(k, k0 + kNvfp4Chunk) - k0) / kNvfp4BlockSize;
+    for (int c = 0; c < cols; ++c) {
+      nvfp4_scales_avx512(w[c].scales + k0 / kNvfp4BlockSize, num_blocks, w[c].global_scale, scale[c]);
+    }
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      const int64_t i = k0 + b * kNvfp4BlockSize;
+      __m512 wv[cols];
+      for (int c = 0; c < cols; ++c) {
+        // table[code] * scale: the codec's e2m1 * (e4m3 * global), one rounding.
+        const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(scale[c][b]));
+        wv[c] = _mm512_permutexvar_ps(fp4_codes_avx512(w[c].data + i / 2, shifts), scaled);
+      }
+      for (int r = 0; r < rows; ++r) {
+        const __m512 xv = _mm512_permutexvar_ps(x_perm, _mm512_loadu_ps(x + r * x_stride + i));
+        for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+      }
+    }
+  }
+  finish_avx512<rows, cols>(acc, kFp4PermAvx512, x, x_stride, k, k,
+                            [&](int c, int64_t i) { return weight_at<WeightFormat::kNvfp4>(w[c], i); }, out);
+}
+
+template <int rows, int cols>
+MOERT_AVX512 void mxfp4_tile_avx512(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
+  const __m512 table = _mm512_loadu_ps(kE2m1Values.data());
+  const __m512i shifts = fp4_shifts_avx512();
+  const __m512i x_perm = fp4_x_perm_avx512();
+  __m512 acc[rows][cols];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < k; i += kMxfp4BlockSize) {
+    __m512 w0[cols], w1[cols];
+    for (int c = 0; c < cols; ++c) {
+      const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(e8m0_decode(w[c].scales[i / kMxfp4BlockSize])));
+      w0[c] = _mm512_permutexvar_ps(fp4_codes_avx512(w[c].data + i / 2, shifts), scaled);
+      w1[c] = _mm512_permutexvar_ps(fp4_codes_avx512(w[c].data + i / 2 + 8, shifts), scaled);
+    }
+    for (int r = 0; r < rows; ++r) {
+      const __m512 x0 = _mm512_permutexvar_ps(x_perm, _mm512_loadu_ps(x + r * x_stride + i));
+      const __m512 x1 = _mm512_permutexvar_ps(x_perm, _mm512_loadu_ps(x + r * x_stride + i + 16));
+      for (int c = 0; c < cols; ++c) {
+        acc[r][c] = _mm512_fmadd_ps(x0, w0[c], acc[r][c]);
+        acc[r][c] = _mm512_fmadd_ps(x1, w1[c], acc[r][c]);
+      }
+    }
+  }
+  finish_avx512<rows, cols>(acc, kFp4PermAvx512, x, x_stride, k, k,
+                            [&](int c, int64_t i) { return weight_at<WeightFormat::kMxfp4>(w[c], i); }, out);
+}
+
+// 16 E4M3 bytes -> 16 floats (times 2^-8; see kFp8FoldLimit), NaN codes -> NaN.
+MOERT_AVX512 inline __m512 fp8_decode16_avx512(const uint8_t* p) {
+  const __m256i sx = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  // Sign-extended byte << 7: bits 7..14 = the byte, bit 15 = its sign; drop bit 14.
+  __m256i h = _mm256_and_si256(_mm256_slli_epi16(sx, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
+  const __m256i mag = _mm256_set1_epi16(0x3F80);
+  const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, mag), mag);
+  h = _mm256_mask_mov_epi16(h, nan, _mm256_set1_epi16(0x7E00));
+  return _mm512_cvtph_ps(h);
+}
+
+template <int rows, int cols>
+MOERT_AVX512 void fp8_tile_avx512(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
+  __m512 acc[rows][cols];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  const int64_t k_full = k / kLanes * kLanes;
+  for (int64_t i0 = 0; i0 < k_full; i0 += kFp8ScaleCols) {
+    __m512 scale[cols];
+    for (int c = 0; c < cols; ++c) {
+      scale[c] = _mm512_set1_ps(w[c].fp8_scales[(i0 / kFp8ScaleCols) * w[c].fp8_scale_stride] * 256.0f);
+    }
+    const int64_t i1 = std::min(k_full, i0 + kFp8ScaleCols);
+    for (int64_t i = i0; i < i1; i += kLanes) {
+      __m512 wv[cols];
+      for (int c = 0; c < cols; ++c) wv[c] = _mm512_mul_ps(fp8_decode16_avx512(w[c].data + i), scale[c]);
+      for (int r = 0; r < rows; ++r) {
+        const __m512 xv = _mm512_loadu_ps(x + r * x_stride + i);
+        for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+      }
+    }
+  }
+  finish_avx512<rows, cols>(acc, kIdentity, x, x_stride, k_full, k,
+                            [&](int c, int64_t i) { return weight_at<WeightFormat::kFp8Block>(w[c], i); }, out);
+}
+
+template <WeightFormat f, int rows, int cols>
+void tile_avx512(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
+  if constexpr (f == WeightFormat::kNvfp4) nvfp4_tile_avx512<rows, cols>(x, x_stride, k, w, out);
+  else if constexpr (f == WeightFormat::kMxfp4) mxfp4_tile_avx512<rows, cols>(x, x_stride, k, w, out);
+  else fp8_tile_avx512<rows, cols>(x, x_stride, k, w, out);
+}
+
+// ---- AVX2 + FMA (16 lanes in two registers, a and b) --------------------------------------------
+// FP4: broadcast the group's 8 bytes to 4 qwords, shift qword q right by 4 * a_q; its dwords
+// hold nibbles a_q and a_q + 8. With a = (0, 1, 4, 5) for register a and (2, 3, 6, 7) for b,
+// the lanes are the elements {0,8,1,9,4,12,5,13} and {2,10,3,11,6,14,7,15}, which is what
+// unpacklo/unpackhi_ps of x[0..7], x[8..15] give. vpermps reads 3 index bits (the magnitude);
+// the sign (bit 3) is flipped in afterwards: -(m * s) == (-m) * s exactly.
+constexpr int kFp4PermAvx2[kLanes] = {0, 8, 1, 9, 4, 12, 5, 13, 2, 10, 3, 11, 6, 14, 7, 15};
+
+struct Fp4ConstsAvx2 {
+  __m256i shifts_a, shifts_b;
+  __m256 sign;
+};
+
+MOERT_AVX2 inline Fp4ConstsAvx2 fp4_consts_avx2() {
+  return {_mm256_set_epi64x(20, 16, 4, 0), _mm256_set_epi64x(28, 24, 12, 8),
+          _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)))};
+}
+
+// Decodes one 16-element group into its a and b registers, given the scaled magnitudes.
+MOERT_AVX2 inline void fp4_decode_avx2(const uint8_t* p, __m256 scaled_mag, const Fp4ConstsAvx2& k2, __m256& wa,
+                                       __m256& wb) {
+  const __m256i u = _mm256_set1_epi64x(static_cast<long long>(load_u64(p)));
+  const __m256i ca = _mm256_srlv_epi64(u, k2.shifts_a);
+  const __m256i cb = _mm256_srlv_epi64(u, k2.shifts_b);
+  wa = _mm256_xor_ps(_mm256_permutevar8x32_ps(scaled_mag, ca),
+                     _mm256_and_ps(_mm256_castsi256_ps(_mm256_slli_epi32(ca, 28)), k2.sign));
+  wb = _mm256_xor_ps(_mm256_permutevar8x32_ps(scaled_mag, cb),
+                     _mm256_and_ps(_mm256_castsi256_ps(_mm256_slli_epi32(cb, 28)), k2.sign));
+}
+
+template <int rows, int cols, typename WeightAtC>
+MOERT_AVX2 void finish_avx2(__m256 (&acc_a)[rows][cols], __m256 (&acc_b)[rows][cols], const int* perm, const float* x,
+                            int64_t x_stride, int64_t i_tail, int64_t k, WeightAtC weight_at_c, float* out) {
+  alignas(32) float reg[kLanes];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) {
+      _mm256_store_ps(reg, acc_a[r][c]);
+      _mm256_store_ps(reg + 8, acc_b[r][c]);
+      out[r * cols + c] = finish(reg, perm, x + r * x_stride, i_tail, k, [&](int64_t i) { return weight_at_c(c, i); });
+    }
+  }
+}
+
+MOERT_AVX2 void nvfp4_scales_avx2(const uint8_t* bytes, int64_t count, float global_scale, float* out) {
+  const __m256 g = _mm256_set1_ps(global_scale);
+  int64_t b = 0;
+  for (; b + 8 <= count; b += 8) {
+    const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + b)));
+    _mm256_storeu_ps(out + b, _mm256_mul_ps(_mm256_i32gather_ps(kE4m3Values.data(), idx, 4), g));
+  }
+  for (; b < count; ++b) out[b] = e4m3_decode(bytes[b]) * global_scale;
+}
+
+template <int rows, int cols>
+MOERT_AVX2 void nvfp4_tile_avx2(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
+  const __m256 mag = _mm256_loadu_ps(kE2m1Values.data());  // codes 0..7: the magnitudes
+  const Fp4ConstsAvx2 k2 = fp4_consts_avx2();
+  __m256 acc_a[rows][cols], acc_b[rows][cols];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) acc_a[r][c] = acc_b[r][c] = _mm256_setzero_ps();
+  }
+  alignas(32) float scale[cols][kNvfp4ChunkBlocks];
+  for (int64_t k0 = 0; k0 < k; k0 += kNvfp4Chunk) {
+    const int64_t num_blocks = (std::min(k, k0 + kNvfp4Chunk) - k0) / kNvfp4BlockSize;
+    for (int c = 0; c < cols; ++c) {
+      nvfp4_scales_avx2(w[c].scales + k0 / kNvfp4BlockSize, num_blocks, w[c].global_scale, scale[c]);
+    }
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      const int64_t i = k0 + b * kNvfp4BlockSize;
+      __m256 wa[cols], wb[cols];
+      for (int c = 0; c < cols; ++c) {
+        fp4_decode_avx2(w[c].data + i / 2, _mm256_mul_ps(mag, _mm256_set1_ps(scale[c][b])), k2, wa[c], wb[c]);
+      }
+      for (int r = 0; r < rows; ++r) {
+        const __m256 xl = _mm256_loadu_ps(x + r * x_stride + i);
+        const __m256 xh = _mm256_loadu_ps(x + r * x_stride + i + 8);
+        const __m256 xa = _mm256_unpacklo_ps(xl, xh), xb = _mm256_unpackhi_ps(xl, xh);
+        for (int c = 0; c < cols; ++c) {
+          acc_a[r][c] = _mm256_fmadd_ps(xa, wa[c], acc_a[r][c]);
+          acc_b[r][c] = _mm256_fmadd_ps(xb, wb[c], acc_b[r][c]);
+        }
+      }
+    }
+  }
+  finish_avx2<rows, cols>(acc_a, acc_b, kFp4PermAvx2, x, x_stride, k, k,
+                          [&](int c, int64_t i) { return weight_at<WeightFormat::kNvfp4>(w[c], i); }, out);
+}
+
+template <int rows, int cols>
+MOERT_AVX2 void mxfp4_tile_avx2(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
+  const __m256 mag = _mm256_loadu_ps(kE2m1Values.data());
+  const Fp4ConstsAvx2 k2 = fp4_consts_avx2();
+  __m256 acc_a[rows][cols], acc_b[rows][cols];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) acc_a[r][c] = acc_b[r][c] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < k; i += kMxfp4BlockSize) {
+    __m256 wa[2][cols], wb[2][cols];
+    for (int c = 0; c < cols; ++c) {
+      const __m256 scaled = _mm256_mul_ps(mag, _mm256_set1_ps(e8m0_decode(w[c].scales[i / kMxfp4BlockSize])));
+      fp4_decode_avx2(w[c].data + i / 2, scaled, k2, wa[0][c], wb[0][c]);
+      fp4_decode_avx2(w[c].data + i / 2 + 8, scaled, k2, wa[1][c], wb[1][c]);
+    }
+    for (int g = 0; g < 2; ++g) {
+      for (int r = 0; r < rows; ++r) {
+        const float* xr = x + r * x_stride + i + g * kLanes;
+        const __m256 xl = _mm256_loadu_ps(xr), xh = _mm256_loadu_ps(xr + 8);
+        const __m256 xa = _mm256_unpacklo_ps(xl, xh), xb = _mm256_unpackhi_ps(xl, xh);
+        for (int c = 0; c < cols; ++c) {
+          acc_a[r][c] = _mm256_fmadd_ps(xa, wa[g][c], acc_a[r][c]);
+          acc_b[r][c] = _mm256_fmadd_ps(xb, wb[g][c], acc_b[r][c]);
+        }
+      }
+    }
+  }
+  finish_avx2<rows, cols>(acc_a, acc_b, kFp4PermAvx2, x, x_stride, k, k,
+                          [&](int c, int64_t i) { return weight_at<WeightFormat::kMxfp4>(w[c], i); }, out);
+}
+
+// 8 E4M3 bytes -> 8 floats times 2^-8, as fp8_decode16_avx512.
+MOERT_AVX2 inline __m256 fp8_decode8_avx2(const uint8_t* p) {
+  const __m128i sx = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m128i h = _mm_and_si128(_mm_slli_epi16(sx, 7), _mm_set1_epi16(static_cast<short>(0xBF80)));
+  const __m128i mag = _mm_set1_epi16(0x3F80);
+  const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, mag), mag);
+  // OR-ing 0x7E00 into S.0111111.1110000000 gives exponent 11111 with a nonzero mantissa.
+  return _mm256_cvtph_ps(_mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7E00))));
+}
+
+template <int rows, int cols>
+MOERT_AVX2 void fp8_tile_avx2(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
+  __m256 acc_a[rows][cols], acc_b[rows][cols];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) acc_a[r][c] = acc_b[r][c] = _mm256_setzero_ps();
+  }
+  const int64_t k_full = k / kLanes * kLanes;
+  for (int64_t i0 = 0; i0 < k_full; i0 += kFp8ScaleCols) {
+    __m256 scale[cols];
+    for (int c = 0; c < cols; ++c) {
+      scale[c] = _mm256_set1_ps(w[c].fp8_scales[(i0 / kFp8ScaleCols) * w[c].fp8_scale_stride] * 256.0f);
+    }
+    const int64_t i1 = std::min(k_full, i0 + kFp8ScaleCols);
+    for (int64_t i = i0; i < i1; i += kLanes) {
+      __m256 wa[cols], wb[cols];
+      for (int c = 0; c < cols; ++c) {
+        wa[c] = _mm256_mul_ps(fp8_decode8_avx2(w[c].data + i), scale[c]);
+        wb[c] = _mm256_mul_ps(fp8_decode8_avx2(w[c].data + i + 8), scale[c]);
+      }
+      for (int r = 0; r < rows; ++r) {
+        const __m256 xl = _mm256_loadu_ps(x + r * x_stride + i), xh = _mm256_loadu_ps(x + r * x_stride + i + 8);
+        for (int c = 0; c < cols; ++c) {
+          acc_a[r][c] = _mm256_fmadd_ps(xl, wa[c], acc_a[r][c]);
+          acc_b[r][c] = _mm256_fmadd_ps(xh, wb[c], acc_b[r][c]);
+        }
+      }
+    }
+  }
+  finish_avx2<rows, cols>(acc_a, acc_b, kIdentity, x, x_stride, k_full, k,
+                          [&](int c, int64_t i) { return weight_at<WeightFormat::kFp8Block>(w[c], i); }, out);
+}
+
+template <WeightFormat f, int rows, int cols>
+void tile_avx2(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
+  if constexpr (f == WeightFormat::kNvfp4) nvfp4_tile_avx2<rows, cols>(x, x_stride, k, w, out);
+  else if constexpr (f == WeightFormat::kMxfp4) mxfp4_tile_avx2<rows, cols>(x, x_stride, k, w, out);
+  else fp8_tile_avx2<rows, cols>(x, x_stride, k, w, out);
+}
+
+struct Avx512Kernel {
+  static constexpr int kRows = 4;
+  static constexpr int kCols = 4;
+  template <WeightFormat f, int rows, int cols>
+  static void tile(const float* x, int64_t k, const RowRef* w, float* out) {
+    tile_avx512<f, rows, cols>(x, k, k, w, out);
+  }
+};
+
+struct Avx2Kernel {
+  static constexpr int kRows = 2;
+  static constexpr int kCols = 2;
+  template <WeightFormat f, int rows, int cols>
+  static void tile(const float* x, int64_t k, const RowRef* w, float* out) {
+    tile_avx2<f, rows, cols>(x, k, k, w, out);
+  }
+};
+
+}  // namespace
+
+void quantized_linear_forward_avx512(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias,
+                                     float* y, ThreadPool& pool) {
+  forward_kernel<Avx512Kernel>(x, num_rows, w, bias, y, pool);
+}
+
+void quantized_linear_forward_avx2(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias,
+                                   float* y, ThreadPool& pool) {
+  forward_kernel<Avx2Kernel>(x, num_rows, w, bias, y, pool);
+}
+
+}  // namespace moert::quant::x86

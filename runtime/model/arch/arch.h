@@ -1,0 +1,89 @@
+// The architecture registry: everything moert knows about one model family lives in one
+// file under runtime/model/arch/ (its config.json keys, its checkpoint tensor names, its
+// make-model preset choices), described by one static ArchSpec. registry.cpp lists them;
+// the rest of the runtime asks the registry and never names an architecture.
+#pragma once
+
+#include <array>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/status.h"
+
+namespace moert {
+
+struct ModelConfig;
+
+// Typed accessors over a config.json object; each error names the key.
+class ConfigReader {
+ public:
+  explicit ConfigReader(const nlohmann::json& j) : j_(j) {}
+
+  Result<int> required_int(const char* key) const;
+  Result<int> optional_int(const char* key, int fallback) const;
+  Result<double> optional_number(const char* key, double fallback) const;
+  Result<bool> optional_bool(const char* key, bool fallback) const;
+  bool is_set(const char* key) const;            // present and not null
+  const nlohmann::json& raw(const char* key) const;  // the value of a present key
+
+ private:
+  const nlohmann::json& j_;
+};
+
+// invalid_argument "config.json 'KEY' = V must be > 0" unless value > 0.
+Status check_positive(const char* key, int value);
+
+// What one decoder layer is made of.
+enum class AttentionKind { kFull, kSlidingWindow, kMla };  // only kFull is used today
+enum class MlpKind { kDense, kMoe, kMoeWithShared };
+enum class RouterKind { kSoftmaxTopk, kSigmoidGroupLimited };
+
+struct LayerSpec {
+  AttentionKind attention = AttentionKind::kFull;
+  MlpKind mlp = MlpKind::kDense;
+  RouterKind router = RouterKind::kSoftmaxTopk;  // meaningful for MoE layers only
+  bool operator==(const LayerSpec&) const = default;
+};
+
+// One architecture's operations. One static, constant-initialised instance per
+// architecture (runtime/model/arch/<name>.cpp), listed once in registry.cpp.
+struct ArchSpec {
+  const char* hf_class;                    // the config.json `architectures` entry
+  const char* model_type;                  // the config.json `model_type`
+  std::span<const char* const> aliases;    // make-model --arch short names; the first is the preferred one
+  AttentionKind attention;                 // every layer's attention
+  RouterKind router;                       // every MoE layer's router
+  // Reads the architecture-specific keys; the common ones (sizes, heads, RoPE, norms,
+  // token ids) are already in `config`.
+  Status (*parse)(const ConfigReader& reader, ModelConfig* config);
+  // Writes the architecture-specific keys (inverse of parse).
+  void (*to_json)(const ModelConfig& config, nlohmann::json& j);
+  // make-model: the preset's architecture choices on top of the size preset.
+  void (*apply_preset)(ModelConfig* config);
+  // Checkpoint naming: the MoE block under "model.layers.{i}." ("mlp.") and the expert
+  // projection names for gate, up, down ("gate_proj", "up_proj", "down_proj").
+  const char* moe_block;
+  std::array<const char*, 3> expert_projections;
+};
+
+// Every registered architecture, in registry order (the first is the default).
+std::span<const ArchSpec* const> registered_architectures();
+const ArchSpec* default_architecture();
+// By HF class name or make-model alias; nullptr when unknown.
+const ArchSpec* find_architecture(std::string_view name);
+// By HF class name only; unsupported "unknown architecture 'X' (supported: A, B, ...)".
+Result<const ArchSpec*> architecture_from_name(const std::string& name);
+// All HF class names, comma separated, for error messages.
+std::string supported_architecture_names();
+// The preferred short name of each architecture, comma separated.
+std::string architecture_short_names();
+const char* architecture_name(const ArchSpec* arch);
+
+// The per-layer specs of `config` under `arch` (from layer_is_moe and shared_expert).
+std::vector<LayerSpec> build_layer_specs(const ArchSpec& arch, const ModelConfig& config);
+
+}  // namespace moert

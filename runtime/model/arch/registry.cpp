@@ -1,0 +1,119 @@
+// The one table of architectures. Adding one: its file in this folder and one line here.
+#include <nlohmann/json.hpp>
+
+#include "runtime/model/arch/arch.h"
+#include "runtime/model/config.h"
+
+namespace moert {
+namespace arch {
+extern const ArchSpec qwen3_moe, qwen2_moe, mixtral, glm4_moe;
+}  // namespace arch
+
+namespace {
+
+using nlohmann::json;
+
+constexpr const ArchSpec* kRegistry[] = {
+    &arch::qwen3_moe,
+    &arch::qwen2_moe,
+    &arch::mixtral,
+    &arch::glm4_moe,
+};
+
+Result<int> as_int(const char* key, const json& value) {
+  if (!value.is_number_integer()) {
+    return invalid_argument(std::string("config.json '") + key + "' = " + value.dump() + " must be an integer");
+  }
+  return value.get<int>();
+}
+
+}  // namespace
+
+Result<int> ConfigReader::required_int(const char* key) const {
+  if (!j_.contains(key)) return invalid_argument(std::string("config.json lacks '") + key + "'");
+  return as_int(key, j_.at(key));
+}
+
+Result<int> ConfigReader::optional_int(const char* key, int fallback) const {
+  if (!j_.contains(key) || j_.at(key).is_null()) return fallback;
+  return as_int(key, j_.at(key));
+}
+
+Result<double> ConfigReader::optional_number(const char* key, double fallback) const {
+  if (!j_.contains(key) || j_.at(key).is_null()) return fallback;
+  if (!j_.at(key).is_number()) return invalid_argument(std::string("config.json '") + key + "' must be a number");
+  return j_.at(key).get<double>();
+}
+
+Result<bool> ConfigReader::optional_bool(const char* key, bool fallback) const {
+  if (!j_.contains(key) || j_.at(key).is_null()) return fallback;
+  if (!j_.at(key).is_boolean()) return invalid_argument(std::string("config.json '") + key + "' must be true or false");
+  return j_.at(key).get<bool>();
+}
+
+bool ConfigReader::is_set(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+
+const json& ConfigReader::raw(const char* key) const { return j_.at(key); }
+
+Status check_positive(const char* key, int value) {
+  if (value <= 0) return invalid_argument(std::string("config.json '") + key + "' = " + std::to_string(value) + " must be > 0");
+  return Status::ok();
+}
+
+std::span<const ArchSpec* const> registered_architectures() { return kRegistry; }
+
+const ArchSpec* default_architecture() { return kRegistry[0]; }
+
+const ArchSpec* find_architecture(std::string_view name) {
+  for (const ArchSpec* arch : kRegistry) {
+    if (name == arch->hf_class) return arch;
+    for (const char* alias : arch->aliases) {
+      if (name == alias) return arch;
+    }
+  }
+  return nullptr;
+}
+
+std::string supported_architecture_names() {
+  std::string names;
+  for (const ArchSpec* arch : kRegistry) {
+    if (!names.empty()) names += ", ";
+    names += arch->hf_class;
+  }
+  return names;
+}
+
+std::string architecture_short_names() {
+  std::string names;
+  for (const ArchSpec* arch : kRegistry) {
+    if (!names.empty()) names += ", ";
+    names += arch->aliases.front();
+  }
+  return names;
+}
+
+Result<const ArchSpec*> architecture_from_name(const std::string& name) {
+  for (const ArchSpec* arch : kRegistry) {
+    if (name == arch->hf_class) return arch;
+  }
+  return unsupported("unknown architecture '" + name + "' (supported: " + supported_architecture_names() + ")");
+}
+
+const char* architecture_name(const ArchSpec* arch) { return arch != nullptr ? arch->hf_class : "?"; }
+
+std::vector<LayerSpec> build_layer_specs(const ArchSpec& arch, const ModelConfig& c) {
+  std::vector<LayerSpec> layers;
+  layers.reserve(c.layer_is_moe.size());
+  for (bool moe : c.layer_is_moe) {
+    LayerSpec spec;
+    spec.attention = arch.attention;
+    spec.router = arch.router;
+    spec.mlp = !moe ? MlpKind::kDense
+               : c.shared_expert != SharedExpertKind::kNone ? MlpKind::kMoeWithShared
+                                                           : MlpKind::kMoe;
+    layers.push_back(spec);
+  }
+  return layers;
+}
+
+}  // namespace moert
