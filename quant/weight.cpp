@@ -1,7 +1,5 @@
 #include "quant/weight.h"
 
-#include "quant/cpu/linear.h"
-
 namespace moert::quant {
 
 LinearWeight LinearWeight::from_dense(const TensorView& view) {
@@ -25,15 +23,6 @@ const char* LinearWeight::format_name() const {
 
 int64_t LinearWeight::storage_bytes() const {
   return packed ? quantized_weight_bytes(*packed) : dense.numel() * dtype_bits(dense.dtype) / 8;
-}
-
-void apply_linear(const LinearWeight& weight, const float* x, int64_t num_rows, const float* bias, float* y,
-                  ThreadPool& pool) {
-  if (weight.packed) {
-    quantized_linear_forward(x, num_rows, *weight.packed, bias, y, pool);
-  } else {
-    linear_forward(x, num_rows, weight.dense, bias, y, pool);
-  }
 }
 
 }  // namespace moert::quant

@@ -6,9 +6,8 @@
 
 #include <optional>
 
-#include "quant/cpu/quantized_linear.h"
 #include "core/tensor.h"
-#include "core/thread_pool.h"
+#include "quant/quantized_weight.h"
 
 namespace moert::quant {
 
@@ -26,8 +25,6 @@ struct LinearWeight {
   int64_t storage_bytes() const;
 };
 
-// y[T, N] = x[T, K] . W^T (+ bias[N]); row-invariant like both kernels behind it.
-void apply_linear(const LinearWeight& weight, const float* x, int64_t num_rows, const float* bias, float* y,
-                  ThreadPool& pool);
+// Computed by a backend: quant/cpu/apply_linear.h on the CPU.
 
 }  // namespace moert::quant

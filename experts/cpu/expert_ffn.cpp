@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "quant/weight.h"
+#include "quant/cpu/apply_linear.h"
 
 namespace moert::experts {
 

@@ -71,55 +71,6 @@ void check_view(const QuantizedWeightView& w) {
 
 }  // namespace
 
-const char* weight_format_name(WeightFormat format) {
-  switch (format) {
-    case WeightFormat::kNvfp4: return "nvfp4";
-    case WeightFormat::kMxfp4: return "mxfp4";
-    case WeightFormat::kFp8Block: return "fp8_block";
-    case WeightFormat::kFp8Tensor: return "fp8_tensor";
-  }
-  return "?";
-}
-
-Status validate_quantized_weight(const QuantizedWeightView& w) {
-  const std::string where = std::string("quantized weight (") + weight_format_name(w.format) + "): ";
-  if (w.rows < 0) return invalid_argument(where + "rows = " + std::to_string(w.rows) + " must be >= 0");
-  if (w.cols < 0) return invalid_argument(where + "cols = " + std::to_string(w.cols) + " must be >= 0");
-  int64_t block = 1;
-  if (w.format == WeightFormat::kNvfp4) block = kNvfp4BlockSize;
-  if (w.format == WeightFormat::kMxfp4) block = kMxfp4BlockSize;
-  if (w.cols % block != 0) {
-    return invalid_argument(where + "cols = " + std::to_string(w.cols) + " must be a multiple of " +
-                            std::to_string(block));
-  }
-  if (w.rows == 0 || w.cols == 0) return Status::ok();
-  if (w.cols > std::numeric_limits<int64_t>::max() / w.rows) {
-    return invalid_argument(where + "rows * cols = " + std::to_string(w.rows) + " * " + std::to_string(w.cols) +
-                            " overflows int64");
-  }
-  if (w.data == nullptr) return invalid_argument(where + "data is null for a " + std::to_string(w.rows) + " x " +
-                                                 std::to_string(w.cols) + " weight");
-  const bool fp4 = w.format == WeightFormat::kNvfp4 || w.format == WeightFormat::kMxfp4;
-  if (fp4 && w.scales == nullptr) return invalid_argument(where + "scales is null");
-  if (w.format == WeightFormat::kFp8Block && w.block_scale_inv == nullptr) {
-    return invalid_argument(where + "block_scale_inv is null");
-  }
-  return Status::ok();
-}
-
-int64_t quantized_weight_bytes(const QuantizedWeightView& w) {
-  const int64_t n = w.rows, k = w.cols;
-  switch (w.format) {
-    case WeightFormat::kNvfp4: return n * k / 2 + n * (k / kNvfp4BlockSize);
-    case WeightFormat::kMxfp4: return n * k / 2 + n * (k / kMxfp4BlockSize);
-    case WeightFormat::kFp8Block:
-      return n * k + static_cast<int64_t>(sizeof(float)) * ((n + kFp8BlockSize - 1) / kFp8BlockSize) *
-                         ((k + kFp8ScaleCols - 1) / kFp8ScaleCols);
-    case WeightFormat::kFp8Tensor: return n * k;
-  }
-  return 0;
-}
-
 const char* quantized_linear_isa_name() { return cpu_isa_label(active_isa()); }
 
 void quantized_linear_forward(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias,

@@ -4,6 +4,7 @@
 #include "attention/cpu/paged_attention.h"
 #include "core/check.h"
 #include "experts/cpu/expert_ffn.h"
+#include "quant/cpu/apply_linear.h"
 #include "quant/bf16.h"
 #include "runtime/backend/reference_ops.h"
 

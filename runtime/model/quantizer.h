@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "quant/cpu/quantized_linear.h"
+#include "quant/quantized_weight.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 

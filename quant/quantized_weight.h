@@ -1,0 +1,48 @@
+// A quantized [N, K] weight as the checkpoints lay it out (NVFP4, MXFP4, FP8 block or
+// tensor; docs/quant-formats.md): the format, a borrowed view of its buffers and the checks
+// every consumer relies on. Device-neutral: the CPU kernels (quant/cpu/quantized_linear.h)
+// and any other backend read the same view.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace moert::quant {
+
+enum class WeightFormat {
+  kNvfp4,      // E2M1 elements, E4M3 scale per 16 along K, FP32 global scale (docs/quant-formats.md §1)
+  kMxfp4,      // E2M1 elements, E8M0 scale per 32 along K (docs/quant-formats.md §2)
+  kFp8Block,   // E4M3 elements, FP32 scale per 128x128 tile (DeepSeek-V3, docs/quant-formats.md §3b)
+  kFp8Tensor,  // E4M3 elements, one FP32 scale (ModelOpt / vLLM FP8)
+};
+
+const char* weight_format_name(WeightFormat format);
+
+// Plain view of one quantized [N, K] weight, laid out as in the checkpoints. Borrowed: the
+// buffers must outlive every call that uses the view.
+struct QuantizedWeightView {
+  WeightFormat format = WeightFormat::kNvfp4;
+  int64_t rows = 0;  // N
+  int64_t cols = 0;  // K
+  // nvfp4/mxfp4: packed [N, K/2], element 2i in the low nibble; fp8: E4M3 [N, K].
+  const uint8_t* data = nullptr;
+  // nvfp4: E4M3 [N, K/16] (ModelOpt `weight_scale`); mxfp4: E8M0 [N, K/32]; fp8: unused.
+  const uint8_t* scales = nullptr;
+  // fp8 block: [ceil(N/128), ceil(K/128)] dequant multipliers (DeepSeek `weight_scale_inv`);
+  // ragged edge tiles included. Other formats: unused.
+  const float* block_scale_inv = nullptr;
+  // nvfp4: `weight_scale_2` (x_hat = e2m1 * (e4m3 * weight_scale_2)); fp8 tensor: the
+  // per-tensor dequant scale. Other formats: unused.
+  float global_scale = 1.0f;
+};
+
+// Ok when the view can be passed to quantized_linear_forward: rows, cols >= 0; K % 16 == 0
+// (nvfp4) or K % 32 == 0 (mxfp4); the pointers the format uses are non-null for a non-empty
+// matrix. Errors are kInvalidArgument and name the offending value.
+Status validate_quantized_weight(const QuantizedWeightView& w);
+
+// Bytes of data and scales one pass over the weight reads (for bandwidth figures).
+int64_t quantized_weight_bytes(const QuantizedWeightView& w);
+
+}  // namespace moert::quant
