@@ -1,34 +1,61 @@
 // The plain data shared by the paged-attention planner and every backend's kernels: one
 // layer's paged K/V storage and one step's plan (FlashInfer-style indptr arrays). No
 // kernel code here; the CPU kernels are in attention/cpu, the backend table in
-// runtime/backend.
+// runtime/backend. Cache kinds and element types: docs/kv-cache.md.
 //
 // Shapes: B sequences in the step, NB physical blocks, BS block_size, KVH kv heads, Dh head_dim.
 #pragma once
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace moert::attention {
 
-// One layer's paged K/V storage, F32, layout [NB, BS, KVH, Dh] for each of K and V
-// (vLLM V1 flash layout). Slot s = block * BS + offset addresses row [s, KVH, Dh].
-// Block 0 is the reserved null block of the block pool: attention never reads it.
+// One layer's paged K/V storage, layout [NB, BS, KVH, Dh] for each of K and V (vLLM V1
+// flash layout), elements of `dtype`: F32, BF16 or F8_E4M3. Slot s = block * BS + offset
+// addresses row [s, KVH, Dh]. Block 0 is the reserved null block of the block pool:
+// attention never reads it.
+//
+// F8_E4M3 carries one F32 scale per block for K and one for V (k_scales, v_scales [NB]):
+// value = e4m3(code) * scale. A block's scale is set by the write of its offset 0 (the
+// first position a sequence writes into it) to amax / 448 and only grows afterwards (the
+// block's earlier rows are then re-encoded), so no row ever saturates.
 struct PagedKvLayer {
-  float* k_cache = nullptr;  // [NB, BS, KVH, Dh]
-  float* v_cache = nullptr;  // [NB, BS, KVH, Dh]
+  void* k_cache = nullptr;   // [NB, BS, KVH, Dh] of dtype
+  void* v_cache = nullptr;   // [NB, BS, KVH, Dh] of dtype
   int num_blocks = 0;        // NB
   int block_size = 0;        // BS
   int num_kv_heads = 0;      // KVH
   int head_dim = 0;          // Dh
+  DType dtype = DType::kF32;
+  float* k_scales = nullptr;  // [NB], F8_E4M3 only
+  float* v_scales = nullptr;  // [NB], F8_E4M3 only
 };
 
 // The plan for one step, plain data built by the CPU scheduler. The kernel only reads it.
+// Beyond the page tables it carries the attention variant of the layer:
+//   softmax_scale   logits = q . k * softmax_scale (0: 1 / sqrt(Dh));
+//   soft_cap        logits = soft_cap * tanh(logits / soft_cap) when > 0;
+//   sliding_window  W > 0: the query at position i sees keys j with i - W < j <= i only
+//                   (pages wholly before the window are never read and may be the null block);
+//   sinks           [H] learned logits, one per query head, that join each softmax's
+//                   denominator (exp(sink - max)) without a value row; null: none.
 struct PagedAttentionPlan {
   int num_seqs = 0;                          // B
   const int32_t* qo_indptr = nullptr;        // [B+1] rows of q/out of sequence b: [qo_indptr[b], qo_indptr[b+1])
   const int32_t* kv_page_indptr = nullptr;   // [B+1] range of kv_page_indices of sequence b
   const int32_t* kv_page_indices = nullptr;  // [kv_page_indptr[B]] block ids, in logical order
   const int32_t* kv_last_page_len = nullptr; // [B] tokens in the last page, in [1, BS]
+  float softmax_scale = 0.0f;
+  float soft_cap = 0.0f;
+  int sliding_window = 0;
+  const float* sinks = nullptr;
 };
+
+// Bytes of one K/V element of a cache of `dtype` (F32 4, BF16 2, F8_E4M3 1).
+inline int64_t kv_element_bytes(DType dtype) {
+  return dtype == DType::kF32 ? 4 : dtype == DType::kBF16 ? 2 : 1;
+}
 
 }  // namespace moert::attention

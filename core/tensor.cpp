@@ -50,14 +50,18 @@ TensorView TensorView::row(int64_t index) const {
   return out;
 }
 
-Buffer::Buffer(DType dtype, Shape shape) {
+Buffer::Buffer(DType dtype, Shape shape) : Buffer(dtype, std::move(shape), true) {}
+
+Buffer Buffer::uninitialized(DType dtype, Shape shape) { return Buffer(dtype, std::move(shape), false); }
+
+Buffer::Buffer(DType dtype, Shape shape, bool zero_fill) {
   const auto bytes = dtype_storage_bytes(dtype, static_cast<uint64_t>(shape_numel(shape)));
   MOERT_CHECK(bytes.has_value(), "buffer of shape " << shape_to_string(shape) << " is not whole bytes");
   size_bytes_ = *bytes;
   const uint64_t rounded = (size_bytes_ + 63) / 64 * 64;
   void* data = rounded == 0 ? nullptr : std::aligned_alloc(64, rounded);
   MOERT_CHECK(rounded == 0 || data != nullptr, "out of host memory allocating " << rounded << " bytes");
-  if (data != nullptr) std::memset(data, 0, rounded);
+  if (data != nullptr && zero_fill) std::memset(data, 0, rounded);
   view_ = TensorView::contiguous(dtype, std::move(shape), data);
 }
 

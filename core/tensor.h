@@ -50,7 +50,11 @@ struct TensorView {
 class Buffer {
  public:
   Buffer() = default;
+  // Zero-filled storage.
   Buffer(DType dtype, Shape shape);
+  // Storage left uninitialised (no page is touched until written: a large KV pool costs
+  // nothing up front).
+  static Buffer uninitialized(DType dtype, Shape shape);
   ~Buffer();
   Buffer(Buffer&& other) noexcept;
   Buffer& operator=(Buffer&& other) noexcept;
@@ -63,6 +67,8 @@ class Buffer {
   uint64_t size_bytes() const { return size_bytes_; }
 
  private:
+  Buffer(DType dtype, Shape shape, bool zero_fill);
+
   TensorView view_;
   uint64_t size_bytes_ = 0;
 };

@@ -18,11 +18,16 @@ void add_engine_options(po::options_description& options, EngineOptions& v) {
        "token budget of one step (chunked prefill splits longer prompts)")
       ("max-seqs", po::value(&v.max_seqs)->default_value(64), "sequences running at once")
       ("no-prefix-caching", po::bool_switch(&v.no_prefix_caching), "disable prefix caching")
+      ("kv-cache-dtype", po::value(&v.kv_cache_dtype)->default_value("auto"),
+       "KV cache elements: auto (the backend's choice: f32 on the CPU), f32, bf16, fp8_e4m3 (per-block scale)")
       ("threads", po::value(&v.threads)->default_value(0), "worker threads (0: MOERT_NUM_THREADS or all cores)");
 }
 
-engine::EngineConfig resolve_engine_config(const EngineOptions& v, const ModelConfig& model) {
+engine::EngineConfig resolve_engine_config(const EngineOptions& v, const ModelConfig& model, DType auto_kv_cache_dtype) {
   engine::EngineConfig c;
+  const Result<DType> kv_dtype = attention::parse_kv_cache_dtype(v.kv_cache_dtype, auto_kv_cache_dtype);
+  if (!kv_dtype.is_ok()) throw CommandError(kv_dtype.status().message());
+  c.kv_cache_dtype = *kv_dtype;
   c.block_size = v.block_size;
   c.enable_prefix_caching = !v.no_prefix_caching;
   c.scheduler.max_batched_tokens = v.max_batched_tokens;
@@ -34,7 +39,9 @@ engine::EngineConfig resolve_engine_config(const EngineOptions& v, const ModelCo
   } else {
     if (!(v.kv_cache_mb > 0)) throw CommandError("--kv-cache-mb must be > 0");
     const double bytes = v.kv_cache_mb * 1024.0 * 1024.0;
-    c.num_kv_blocks = static_cast<int>(bytes / static_cast<double>(engine::PagedKvStorage::bytes_per_block(model, v.block_size)));
+    const Result<int64_t> block_bytes = engine::kv_cache_bytes_per_block(model, v.block_size, c.kv_cache_dtype);
+    if (!block_bytes.is_ok()) throw CommandError(block_bytes.status().message());
+    c.num_kv_blocks = static_cast<int>(bytes / static_cast<double>(*block_bytes));
   }
   const Status valid = engine::validate_engine_config(c);
   if (!valid.is_ok()) throw CommandError(valid.message());
@@ -46,8 +53,9 @@ int resolve_threads(const EngineOptions& v) { return v.threads > 0 ? v.threads :
 std::string describe_engine_config(const engine::EngineConfig& c, int threads) {
   char line[512];
   std::snprintf(line, sizeof(line),
-                "engine: %d KV blocks x %d tokens, prefix caching %s, max batched tokens %d, max seqs %d, %d threads",
-                c.num_kv_blocks, c.block_size, c.enable_prefix_caching ? "on" : "off", c.scheduler.max_batched_tokens,
+                "engine: %d KV blocks x %d tokens (%s), prefix caching %s, max batched tokens %d, max seqs %d, %d threads",
+                c.num_kv_blocks, c.block_size, attention::kv_cache_dtype_name(c.kv_cache_dtype),
+                c.enable_prefix_caching ? "on" : "off", c.scheduler.max_batched_tokens,
                 c.scheduler.max_seqs, threads);
   return line;
 }

@@ -17,11 +17,15 @@ struct EngineOptions {
   int max_seqs = 64;
   bool no_prefix_caching = false;
   int threads = 0;
+  std::string kv_cache_dtype = "auto";  // auto, f32, bf16, fp8_e4m3
 };
 
 void add_engine_options(boost::program_options::options_description& options, EngineOptions& values);
 // Validates and resolves the pool size for `config`; throws CommandError naming the option.
-engine::EngineConfig resolve_engine_config(const EngineOptions& values, const ModelConfig& config);
+// `--kv-cache-dtype auto` becomes `auto_kv_cache_dtype`, the preference of the backend the
+// model runs on (Backend::preferred_kv_cache_dtype; F32 for the CPU backend).
+engine::EngineConfig resolve_engine_config(const EngineOptions& values, const ModelConfig& config,
+                                           DType auto_kv_cache_dtype = DType::kF32);
 int resolve_threads(const EngineOptions& values);
 // One line with the effective configuration (printed at start-up).
 std::string describe_engine_config(const engine::EngineConfig& config, int threads);

@@ -88,6 +88,7 @@ spec::Proposer* SpecSetup::start(ThreadPool& pool, const engine::EngineConfig& e
     config.num_kv_blocks = options_.draft_kv_blocks > 0 ? options_.draft_kv_blocks : engine.num_kv_blocks;
     config.block_size = engine.block_size;
     config.enable_prefix_caching = engine.enable_prefix_caching;
+    config.kv_cache_dtype = engine.kv_cache_dtype;
     proposer_ = std::make_unique<spec::DraftModelProposer>(*draft_forward_, config);
   }
   return proposer_.get();

@@ -7,7 +7,9 @@
 
 #include <vector>
 
+#include "quant/bf16.h"
 #include "quant/cpu/isa.h"
+#include "quant/formats/minifloat.h"
 #include "quant/cpu/linear.h"
 #if defined(MOERT_X86_KERNELS)
 #include "attention/cpu/x86/accumulate_values_avx512.h"
@@ -26,6 +28,15 @@ void check_layer(const PagedKvLayer& layer) {
   MOERT_CHECK(layer.block_size > 0, "block_size = " << layer.block_size << " must be > 0");
   MOERT_CHECK(layer.num_kv_heads > 0, "num_kv_heads = " << layer.num_kv_heads << " must be > 0");
   MOERT_CHECK(layer.head_dim > 0, "head_dim = " << layer.head_dim << " must be > 0");
+  MOERT_CHECK(layer.dtype == DType::kF32 || layer.dtype == DType::kBF16 || layer.dtype == DType::kF8E4M3,
+              "paged kv layer dtype " << dtype_name(layer.dtype) << " is not F32, BF16 or F8_E4M3");
+  MOERT_CHECK(layer.dtype != DType::kF8E4M3 || (layer.k_scales != nullptr && layer.v_scales != nullptr),
+              "F8_E4M3 paged kv layer without block scales");
+}
+
+// The first key a query with `num_keys` visible positions attends under the plan's window.
+int64_t first_visible_key(const PagedAttentionPlan& plan, int64_t num_keys) {
+  return plan.sliding_window > 0 ? std::max<int64_t>(0, num_keys - plan.sliding_window) : 0;
 }
 
 // Validates the plan against the layer; returns the largest kv_len (0 if no sequence).
@@ -39,6 +50,9 @@ int64_t check_plan(const PagedKvLayer& layer, const PagedAttentionPlan& plan, in
               "paged attention plan has a null array");
   MOERT_CHECK(plan.qo_indptr[0] >= 0, "qo_indptr[0] = " << plan.qo_indptr[0] << " must be >= 0");
   MOERT_CHECK(plan.kv_page_indptr[0] >= 0, "kv_page_indptr[0] = " << plan.kv_page_indptr[0] << " must be >= 0");
+  MOERT_CHECK(plan.sliding_window >= 0, "sliding_window = " << plan.sliding_window << " must be >= 0");
+  MOERT_CHECK(plan.softmax_scale >= 0.0f && plan.soft_cap >= 0.0f,
+              "softmax_scale = " << plan.softmax_scale << ", soft_cap = " << plan.soft_cap << " must be >= 0");
   int64_t max_kv_len = 0;
   for (int b = 0; b < plan.num_seqs; ++b) {
     const int32_t q_len = plan.qo_indptr[b + 1] - plan.qo_indptr[b];
@@ -52,14 +66,18 @@ int64_t check_plan(const PagedKvLayer& layer, const PagedAttentionPlan& plan, in
     MOERT_CHECK(last_page_len >= 1 && last_page_len <= layer.block_size,
                 "kv_last_page_len[" << b << "] = " << last_page_len << " must be in [1, block_size = "
                                     << layer.block_size << "]");
-    for (int32_t p = plan.kv_page_indptr[b]; p < plan.kv_page_indptr[b + 1]; ++p) {
-      const int32_t block = plan.kv_page_indices[p];
-      MOERT_CHECK(block >= 1 && block < layer.num_blocks,
-                  "kv_page_indices[" << p << "] = " << block << " (sequence " << b << ") must be in [1, num_blocks = "
-                                     << layer.num_blocks << ")");
-    }
     const int64_t kv_len = static_cast<int64_t>(num_pages - 1) * layer.block_size + last_page_len;
     MOERT_CHECK(q_len <= kv_len, "sequence " << b << ": q_len = " << q_len << " must be <= kv_len = " << kv_len);
+    // Pages the sequence's first row reads onwards are real blocks; those wholly before its
+    // window are never read (they may be the null block).
+    const int64_t first_read_page = first_visible_key(plan, kv_len - q_len + 1) / layer.block_size;
+    for (int32_t p = plan.kv_page_indptr[b]; p < plan.kv_page_indptr[b + 1]; ++p) {
+      const int32_t block = plan.kv_page_indices[p];
+      const int32_t lowest = p - plan.kv_page_indptr[b] < first_read_page ? 0 : 1;
+      MOERT_CHECK(block >= lowest && block < layer.num_blocks,
+                  "kv_page_indices[" << p << "] = " << block << " (sequence " << b << ") must be in [" << lowest
+                                     << ", num_blocks = " << layer.num_blocks << ")");
+    }
     max_kv_len = std::max(max_kv_len, kv_len);
   }
   return max_kv_len;
@@ -78,7 +96,36 @@ struct Scratch {
   std::vector<float> scores;  // [group, max_kv_len]: scores, then probabilities
   std::vector<float> acc;     // [group, Dh]
   std::vector<float> max_score, inv_denominator;  // [group]
+  std::vector<float> k_rows, v_rows;  // [BS, Dh]: one page of one kv head widened to F32 (BF16 / FP8 caches)
 };
+
+// Rows [first, first + count) of one page for one kv head, as F32 rows `stride` apart: the
+// cache itself for F32, else widened into `scratch` (stride Dh).
+struct PageRows {
+  const float* rows;
+  int64_t stride;
+};
+PageRows page_rows(const PagedKvLayer& layer, const void* cache, const float* scales, int32_t block, int kv_head,
+                   int64_t first, int64_t count, std::vector<float>& scratch) {
+  const int64_t stride = slot_stride(layer);
+  const int64_t head_dim = layer.head_dim;
+  const int64_t base = (static_cast<int64_t>(block) * layer.block_size + first) * stride + kv_head * head_dim;
+  if (layer.dtype == DType::kF32) return {static_cast<const float*>(cache) + base, stride};
+  float* out = scratch.data();
+  if (layer.dtype == DType::kBF16) {
+    const uint16_t* in = static_cast<const uint16_t*>(cache) + base;
+    for (int64_t r = 0; r < count; ++r) {
+      for (int64_t d = 0; d < head_dim; ++d) out[r * head_dim + d] = quant::bf16_to_f32(in[r * stride + d]);
+    }
+  } else {
+    const uint8_t* in = static_cast<const uint8_t*>(cache) + base;
+    const float scale = scales[block];
+    for (int64_t r = 0; r < count; ++r) {
+      for (int64_t d = 0; d < head_dim; ++d) out[r * head_dim + d] = quant::e4m3_decode(in[r * stride + d]) * scale;
+    }
+  }
+  return {out, head_dim};
+}
 
 // acc[g, d] += weights[g * weight_stride + r] * v[r * v_stride + d] for r = 0..count-1 in
 // order: a separate multiply then add per element (never fused), exactly as
@@ -112,73 +159,104 @@ constexpr int kMaxGroup = 128;
 // Attention of the `group` query heads sharing kv head item.kv_head for one query row.
 // Each head's arithmetic is exactly that of causal_attention_one_token: the group only
 // shares the loads of K/V rows; per-head values never mix.
-void attend(const float* q, const PagedKvLayer& layer, int num_heads, const WorkItem& item, Scratch& scratch,
-            float* out) {
+void attend(const float* q, const PagedKvLayer& layer, const PagedAttentionPlan& plan, int num_heads,
+            const WorkItem& item, Scratch& scratch, float* out) {
   const int head_dim = layer.head_dim;
   const int block_size = layer.block_size;
   const int group = num_heads / layer.num_kv_heads;
-  const int64_t stride = slot_stride(layer);
   const int64_t n = item.num_keys;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int64_t first_key = first_visible_key(plan, n);
+  const float scale = plan.softmax_scale > 0.0f ? plan.softmax_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const float soft_cap = plan.soft_cap;
   const int first_head = item.kv_head * group;
   const float* q_row = q + (item.row * num_heads + first_head) * static_cast<int64_t>(head_dim);
   float* scores = scratch.scores.data();
   float* max_score = scratch.max_score.data();
   float* inv_denominator = scratch.inv_denominator.data();
-  const int64_t num_pages = (n + block_size - 1) / block_size;
-  const int64_t head_offset = static_cast<int64_t>(item.kv_head) * head_dim;
 
-  // Pass 1: scores and running max, in ascending j.
+  // Pass 1: scores and running max, in ascending j over the visible keys [first_key, n).
   for (int g = 0; g < group; ++g) max_score[g] = -INFINITY;
-  for (int64_t page = 0, j = 0; page < num_pages; ++page) {
-    const int64_t count = std::min<int64_t>(block_size, n - j);
-    const float* k_page = layer.k_cache + static_cast<int64_t>(item.pages[page]) * block_size * stride + head_offset;
-    for (int64_t offset = 0; offset < count; ++offset, ++j) {
-      const float* k_row = k_page + offset * stride;
+  for (int64_t j = first_key; j < n;) {
+    const int64_t page = j / block_size, offset = j % block_size;
+    const int64_t count = std::min<int64_t>(block_size - offset, n - j);
+    const PageRows k_page =
+        page_rows(layer, layer.k_cache, layer.k_scales, item.pages[page], item.kv_head, offset, count, scratch.k_rows);
+    for (int64_t r = 0; r < count; ++r, ++j) {
       float dots[kMaxGroup];
-      quant::dot_f32_rows(q_row, head_dim, group, k_row, head_dim, dots);
+      quant::dot_f32_rows(q_row, head_dim, group, k_page.rows + r * k_page.stride, head_dim, dots);
       for (int g = 0; g < group; ++g) {
-        const float score = dots[g] * scale;
+        float score = dots[g] * scale;
+        if (soft_cap > 0.0f) score = soft_cap * std::tanh(score / soft_cap);
         scores[g * n + j] = score;
         max_score[g] = std::max(max_score[g], score);
       }
     }
   }
-  // Pass 2: probabilities; the denominator is summed in double in ascending j.
+  // Pass 2: probabilities; the denominator is summed in double in ascending j, then the
+  // head's sink (if any) joins it.
   for (int g = 0; g < group; ++g) {
     float* s = scores + g * n;
-    const float m = max_score[g];
+    const float* sink = plan.sinks != nullptr ? plan.sinks + first_head + g : nullptr;
+    const float m = sink != nullptr ? std::max(max_score[g], *sink) : max_score[g];
     double denominator = 0.0;
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = first_key; j < n; ++j) {
       const float p = std::exp(s[j] - m);
       s[j] = p;
       denominator += p;
     }
+    if (sink != nullptr) denominator += std::exp(*sink - m);
     inv_denominator[g] = static_cast<float>(1.0 / denominator);
   }
   // Pass 3: out[d] = sum_j (p_j * inv) * v_j[d], ascending j, from 0.0f. Lanes are d.
   for (int g = 0; g < group; ++g) {
     float* s = scores + g * n;
     const float inv = inv_denominator[g];
-    for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+    for (int64_t j = first_key; j < n; ++j) s[j] *= inv;
   }
   float* acc = scratch.acc.data();
   std::fill(acc, acc + static_cast<int64_t>(group) * head_dim, 0.0f);
   const bool wide = use_avx512() && head_dim % 16 == 0;
-  for (int64_t page = 0, j = 0; page < num_pages; ++page) {
-    const int64_t count = std::min<int64_t>(block_size, n - j);
-    const float* v_page = layer.v_cache + static_cast<int64_t>(item.pages[page]) * block_size * stride + head_offset;
+  for (int64_t j = first_key; j < n;) {
+    const int64_t page = j / block_size, offset = j % block_size;
+    const int64_t count = std::min<int64_t>(block_size - offset, n - j);
+    const PageRows v_page =
+        page_rows(layer, layer.v_cache, layer.v_scales, item.pages[page], item.kv_head, offset, count, scratch.v_rows);
     if (wide) {
 #if defined(MOERT_X86_KERNELS)
-      x86::accumulate_values_avx512(v_page, stride, count, scores + j, n, group, head_dim, acc);
+      x86::accumulate_values_avx512(v_page.rows, v_page.stride, count, scores + j, n, group, head_dim, acc);
 #endif
     } else {
-      accumulate_values(v_page, stride, count, scores + j, n, group, head_dim, acc);
+      accumulate_values(v_page.rows, v_page.stride, count, scores + j, n, group, head_dim, acc);
     }
     j += count;
   }
   std::memcpy(out + (item.row * num_heads + first_head) * static_cast<int64_t>(head_dim), acc,
               sizeof(float) * static_cast<size_t>(group) * head_dim);
+}
+
+// E4M3 encoding of one K or V row into `slot` under its block's scale (see PagedKvLayer):
+// offset 0 starts the block's scale at amax / 448; a later row with a larger amax grows the
+// scale and re-encodes the block's rows before it.
+void write_fp8_row(const PagedKvLayer& layer, uint8_t* cache, float* scales, int64_t slot, const float* row) {
+  const int64_t stride = slot_stride(layer);
+  const int64_t block = slot / layer.block_size, offset = slot % layer.block_size;
+  float amax = 0.0f;
+  for (int64_t i = 0; i < stride; ++i) amax = std::max(amax, std::fabs(row[i]));
+  MOERT_CHECK(std::isfinite(amax), "non-finite K/V value written to an F8_E4M3 cache (slot " << slot << ")");
+  const float needed = amax / quant::kE4m3Max;
+  uint8_t* block_codes = cache + block * layer.block_size * stride;
+  float& scale = scales[block];
+  if (offset == 0) {
+    scale = needed;
+  } else if (needed > scale) {
+    const float old_scale = scale;
+    for (int64_t i = 0; i < offset * stride; ++i) {
+      block_codes[i] = quant::e4m3_encode(quant::e4m3_decode(block_codes[i]) * old_scale / needed);
+    }
+    scale = needed;
+  }
+  uint8_t* out = block_codes + offset * stride;
+  for (int64_t i = 0; i < stride; ++i) out[i] = scale > 0.0f ? quant::e4m3_encode(row[i] / scale) : 0;
 }
 
 }  // namespace
@@ -194,25 +272,44 @@ void write_kv_slots(const PagedKvLayer& layer, const float* k, const float* v, c
     MOERT_CHECK(slot >= 0 && slot < num_slots,
                 "slots[" << t << "] = " << slot << " must be -1 (padding) or in [0, num_blocks * block_size = "
                          << num_slots << ")");
-    std::memcpy(layer.k_cache + slot * stride, k + t * stride, sizeof(float) * static_cast<size_t>(stride));
-    std::memcpy(layer.v_cache + slot * stride, v + t * stride, sizeof(float) * static_cast<size_t>(stride));
+    switch (layer.dtype) {
+      case DType::kF32:
+        std::memcpy(static_cast<float*>(layer.k_cache) + slot * stride, k + t * stride,
+                    sizeof(float) * static_cast<size_t>(stride));
+        std::memcpy(static_cast<float*>(layer.v_cache) + slot * stride, v + t * stride,
+                    sizeof(float) * static_cast<size_t>(stride));
+        break;
+      case DType::kBF16:
+        for (int64_t i = 0; i < stride; ++i) {
+          static_cast<uint16_t*>(layer.k_cache)[slot * stride + i] = quant::f32_to_bf16(k[t * stride + i]);
+          static_cast<uint16_t*>(layer.v_cache)[slot * stride + i] = quant::f32_to_bf16(v[t * stride + i]);
+        }
+        break;
+      default:
+        write_fp8_row(layer, static_cast<uint8_t*>(layer.k_cache), layer.k_scales, slot, k + t * stride);
+        write_fp8_row(layer, static_cast<uint8_t*>(layer.v_cache), layer.v_scales, slot, v + t * stride);
+        break;
+    }
   }
 }
 
 void copy_kv_blocks(const PagedKvLayer& layer, const int32_t* src, const int32_t* dst, int64_t num_copies) {
   check_layer(layer);
-  const int64_t block_floats = static_cast<int64_t>(layer.block_size) * slot_stride(layer);
+  const int64_t block_bytes = static_cast<int64_t>(layer.block_size) * slot_stride(layer) * kv_element_bytes(layer.dtype);
   for (int64_t i = 0; i < num_copies; ++i) {
     MOERT_CHECK(src[i] >= 0 && src[i] < layer.num_blocks,
                 "src[" << i << "] = " << src[i] << " must be in [0, num_blocks = " << layer.num_blocks << ")");
     MOERT_CHECK(dst[i] >= 0 && dst[i] < layer.num_blocks,
                 "dst[" << i << "] = " << dst[i] << " must be in [0, num_blocks = " << layer.num_blocks << ")");
     if (src[i] == dst[i]) continue;
-    const size_t bytes = sizeof(float) * static_cast<size_t>(block_floats);
-    std::memcpy(layer.k_cache + static_cast<int64_t>(dst[i]) * block_floats,
-                layer.k_cache + static_cast<int64_t>(src[i]) * block_floats, bytes);
-    std::memcpy(layer.v_cache + static_cast<int64_t>(dst[i]) * block_floats,
-                layer.v_cache + static_cast<int64_t>(src[i]) * block_floats, bytes);
+    for (void* cache : {layer.k_cache, layer.v_cache}) {
+      char* bytes = static_cast<char*>(cache);
+      std::memcpy(bytes + dst[i] * block_bytes, bytes + src[i] * block_bytes, static_cast<size_t>(block_bytes));
+    }
+    if (layer.dtype == DType::kF8E4M3) {
+      layer.k_scales[dst[i]] = layer.k_scales[src[i]];
+      layer.v_scales[dst[i]] = layer.v_scales[src[i]];
+    }
   }
 }
 
@@ -274,6 +371,10 @@ void paged_attention_forward(const float* q, const PagedKvLayer& layer, const Pa
     scratch.acc.resize(static_cast<size_t>(group) * layer.head_dim);
     scratch.max_score.resize(static_cast<size_t>(group));
     scratch.inv_denominator.resize(static_cast<size_t>(group));
+    if (layer.dtype != DType::kF32) {
+      scratch.k_rows.resize(static_cast<size_t>(layer.block_size) * layer.head_dim);
+      scratch.v_rows.resize(scratch.k_rows.size());
+    }
     for (int64_t chunk = chunk_lo; chunk < chunk_hi; ++chunk) {
       Cursor at = chunk_begin[static_cast<size_t>(chunk)];
       const Cursor end = chunk_begin[static_cast<size_t>(chunk) + 1];
@@ -293,7 +394,7 @@ void paged_attention_forward(const float* q, const PagedKvLayer& layer, const Pa
         item.num_keys = kv_len - q_len + (at.row - plan.qo_indptr[b]) + 1;
         item.row = at.row;
         item.kv_head = at.kv_head;
-        attend(q, layer, num_heads, item, scratch, out);
+        attend(q, layer, plan, num_heads, item, scratch, out);
         if (++at.kv_head == kv_heads) {
           at.kv_head = 0;
           ++at.row;

@@ -10,7 +10,11 @@
 // positions whose K/V are in its pages; q_len = its rows in this step, which are always
 // the LAST q_len positions (position of row i = kv_len - q_len + i).
 //
-// Invariant: for every (query row, head) the output is bit-identical to
+// Cache element types: F32 (exact), BF16 (rounded to nearest even on write) and F8_E4M3
+// with a per-block scale (attention/paged_kv.h); rows are widened to F32 for the math.
+//
+// Invariant: with an F32 cache and the default plan variant (no window, sinks or soft-cap,
+// scale 1/sqrt(Dh)), for every (query row, head) the output is bit-identical to
 // causal_attention_one_token (attention/cpu/dense_attention.h) run on the same K/V laid out
 // contiguously: the same float operations in the same order. Hence a row's result never
 // depends on the other sequences in the batch, on how a prefill is chunked, or on the
@@ -38,9 +42,10 @@ void copy_kv_blocks(const PagedKvLayer& layer, const int32_t* src, const int32_t
 // including this step's new tokens, must already be written (write_kv_slots). Query row i
 // of sequence b attends to kv positions [0, kv_len - q_len + i]. q, out: [T, H, Dh] with
 // T >= qo_indptr[B]; rows outside every [qo_indptr[b], qo_indptr[b+1]) are left untouched.
-// Scale 1/sqrt(Dh). The plan is validated up front with MOERT_CHECK (monotone indptrs,
-// 0 <= q_len <= kv_len, last_page_len in [1, BS], page ids in [1, NB)), naming the
-// offending value. K/V are read only through the page indices.
+// The plan's variant applies (scale, soft-cap, sliding window, sinks: attention/paged_kv.h).
+// The plan is validated up front with MOERT_CHECK (monotone indptrs, 0 <= q_len <= kv_len,
+// last_page_len in [1, BS], page ids in [1, NB) except pages wholly behind a window, which
+// may be 0), naming the offending value. K/V are read only through the page indices.
 void paged_attention_forward(const float* q, const PagedKvLayer& layer, const PagedAttentionPlan& plan,
                              int num_heads, float* out, ThreadPool& pool);
 

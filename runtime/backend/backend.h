@@ -36,6 +36,8 @@ class Backend {
   // Storage on this backend's device (weights, KV blocks, activations): contiguous,
   // 64-byte aligned, uninitialised.
   virtual Buffer allocate(DType dtype, Shape shape) = 0;
+  // The KV cache element type `--kv-cache-dtype auto` means on this backend.
+  virtual DType preferred_kv_cache_dtype() const = 0;
 
   // out[t] = table[tokens[t]] widened to F32. table: [V, D] F32/BF16/F16; out: [T, D].
   // Precondition: 0 <= tokens[t] < V (the caller validated the batch).
@@ -48,7 +50,8 @@ class Backend {
   // Rotates heads [T, num_heads, Dh] in place, token t at positions[t].
   virtual void rope(const attention::RotaryEmbedding& rope, float* heads, int64_t num_tokens, int num_heads,
                     const int64_t* positions) = 0;
-  // Writes K/V rows [T, KVH, Dh] into their paged slots [T] (-1: padding, skipped).
+  // Writes K/V rows [T, KVH, Dh] into their paged slots [T] (-1: padding, skipped),
+  // converted to the layer's element type (attention/paged_kv.h).
   virtual void write_kv(const attention::PagedKvLayer& layer, const float* k, const float* v, const int64_t* slots,
                         int64_t num_tokens) = 0;
   // Causal paged attention (prefill and decode alike) over the plan's block tables.

@@ -10,7 +10,7 @@
 
 namespace moert::backend {
 
-Buffer CpuBackend::allocate(DType dtype, Shape shape) { return Buffer(dtype, std::move(shape)); }
+Buffer CpuBackend::allocate(DType dtype, Shape shape) { return Buffer::uninitialized(dtype, std::move(shape)); }
 
 void CpuBackend::embedding_gather(const TensorView& table, const int32_t* tokens, int64_t num_tokens, float* out) {
   const int64_t dim = table.dim(1);

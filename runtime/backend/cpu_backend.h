@@ -15,6 +15,8 @@ class CpuBackend : public Backend {
   const char* name() const override { return "cpu"; }
   Device device() const override { return {}; }
   Buffer allocate(DType dtype, Shape shape) override;
+  // F32: exact, and the CPU computes in F32 anyway (BF16 / FP8 halve / quarter the memory).
+  DType preferred_kv_cache_dtype() const override { return DType::kF32; }
 
   void embedding_gather(const TensorView& table, const int32_t* tokens, int64_t num_tokens, float* out) override;
   void rms_norm(float* x, int64_t num_rows, int64_t dim, const float* weight, float eps) override;

@@ -24,6 +24,10 @@ Status validate_engine_config(const EngineConfig& c) {
     return invalid_argument("max batched tokens = " + std::to_string(c.scheduler.max_batched_tokens) + " must be >= 1");
   }
   if (c.scheduler.max_seqs < 1) return invalid_argument("max seqs = " + std::to_string(c.scheduler.max_seqs) + " must be >= 1");
+  if (c.kv_cache_dtype != DType::kF32 && c.kv_cache_dtype != DType::kBF16 && c.kv_cache_dtype != DType::kF8E4M3) {
+    return invalid_argument(std::string("KV cache dtype ") + std::string(dtype_name(c.kv_cache_dtype)) +
+                            " is not F32, BF16 or F8_E4M3");
+  }
   return Status::ok();
 }
 
@@ -38,8 +42,12 @@ Engine::Engine(const TransformerForward& model, const EngineConfig& config)
             return scheduler;
           }(),
           kv_),
-      storage_(model.config(), config.num_kv_blocks, config.block_size),
-      depth_(config.spec) {}
+      depth_(config.spec) {
+  Result<std::unique_ptr<PagedModelRunner>> runner =
+      PagedModelRunner::create(model, {config.num_kv_blocks, config.block_size, config.kv_cache_dtype});
+  MOERT_CHECK(runner.is_ok(), "" << runner.status().to_string());
+  runner_ = std::move(runner).value();
+}
 
 Status Engine::check_request(const Request& request) const {
   const ModelConfig& c = model_.config();
@@ -148,26 +156,12 @@ Result<std::vector<RequestOutput>> Engine::step() {
     return finished;
   }
   ++stats_.steps;
-  apply_block_copies(model_.backend(), storage_, kv_.take_pending_copies());
-  // One chunk per sequence; a speculative chunk ends with the drafts and wants logits for
-  // its last token and every draft.
-  std::vector<PagedChunk> chunks;
   bool verifies = false;
-  for (const ScheduledChunk& scheduled : plan.chunks) {
-    const SequenceState& state = scheduler_.sequence(scheduled.seq);
-    PagedChunk chunk;
-    chunk.seq = scheduled.seq;
-    chunk.start = scheduled.start;
-    const auto first = state.tokens.begin() + scheduled.start;
-    chunk.tokens.assign(first, first + (scheduled.num_tokens - scheduled.num_spec_tokens));
-    chunk.tokens.insert(chunk.tokens.end(), state.spec_tokens.begin(), state.spec_tokens.end());
-    chunk.num_logit_rows = scheduled.samples ? static_cast<int>(1 + scheduled.num_spec_tokens) : 0;
-    verifies = verifies || scheduled.num_spec_tokens > 0;
-    chunks.push_back(std::move(chunk));
-  }
+  for (const ScheduledChunk& scheduled : plan.chunks) verifies = verifies || scheduled.num_spec_tokens > 0;
+  const RunnerBatch batch = runner_batch(plan);
   const int64_t num_tokens = plan.num_tokens();
   const auto forward_start = std::chrono::steady_clock::now();
-  MOERT_ASSIGN_OR_RETURN(std::vector<float> logits, paged_forward(model_, storage_, kv_, chunks));
+  MOERT_ASSIGN_OR_RETURN(std::vector<float> logits, runner_->run(batch));
   const double forward_s = seconds_since(forward_start);
   stats_.forward_s += forward_s;
   depth_.observe_target_step(num_tokens, forward_s);
@@ -201,8 +195,25 @@ Result<std::vector<RequestOutput>> Engine::step() {
   return finished;
 }
 
-Status Engine::idle_forward() {
-  return paged_forward(model_, storage_, kv_, {}).status();
+Status Engine::idle_forward() { return runner_->run(RunnerBatch{kv_.take_pending_copies(), {}}).status(); }
+
+// One chunk per sequence; a speculative chunk ends with the drafts and wants logits for its
+// last token and every draft.
+RunnerBatch Engine::runner_batch(const StepPlan& plan) {
+  RunnerBatch batch;
+  batch.block_copies = kv_.take_pending_copies();
+  for (const ScheduledChunk& scheduled : plan.chunks) {
+    const SequenceState& state = scheduler_.sequence(scheduled.seq);
+    SequenceChunk chunk;
+    chunk.start = scheduled.start;
+    const auto first = state.tokens.begin() + scheduled.start;
+    chunk.tokens.assign(first, first + (scheduled.num_tokens - scheduled.num_spec_tokens));
+    chunk.tokens.insert(chunk.tokens.end(), state.spec_tokens.begin(), state.spec_tokens.end());
+    chunk.num_logit_rows = scheduled.samples ? static_cast<int>(1 + scheduled.num_spec_tokens) : 0;
+    chunk.block_table = chunk_block_table(kv_, scheduled.seq, chunk.start + static_cast<int64_t>(chunk.tokens.size()));
+    batch.chunks.push_back(std::move(chunk));
+  }
+  return batch;
 }
 
 void Engine::record_kv_stats() {

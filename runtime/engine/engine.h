@@ -17,7 +17,7 @@
 
 #include "attention/cache/kv_cache_manager.h"
 #include "attention/paged_kv.h"
-#include "runtime/engine/paged_forward.h"
+#include "runtime/engine/model_runner.h"
 #include "core/status.h"
 #include "runtime/engine/scheduler.h"
 #include "runtime/model/transformer.h"
@@ -53,6 +53,7 @@ struct RequestOutput {
 struct EngineConfig {
   int block_size = 16;           // tokens per KV block
   int num_kv_blocks = 4096;      // blocks in the pool, including the reserved null block
+  DType kv_cache_dtype = DType::kF32;  // F32, BF16 or F8_E4M3 (docs/kv-cache.md)
   bool enable_prefix_caching = true;
   // Expert-parallel ranks step in lock-step: run the model (with no tokens) even when
   // this rank has nothing scheduled, so it takes part in every MoE layer's exchanges.
@@ -89,7 +90,8 @@ struct EngineStats {
 
 class Engine {
  public:
-  // model must outlive the engine.
+  // model must outlive the engine. Precondition: validate_engine_config(config) and
+  // PagedModelRunner::create accept the config for this model (checked).
   Engine(const TransformerForward& model, const EngineConfig& config);
 
   // Errors name the request id: token ids outside the vocabulary, prompt + max_tokens past
@@ -136,6 +138,8 @@ class Engine {
   // Returns true when the sample finished.
   bool push_token(SeqId seq, int32_t token);
   void record_kv_stats();
+  // This step's chunks as the runner wants them (block tables copied from the cache).
+  RunnerBatch runner_batch(const StepPlan& plan);
   // A forward with no tokens (see EngineConfig::forward_when_idle).
   Status idle_forward();
 
@@ -143,7 +147,7 @@ class Engine {
   EngineConfig config_;
   attention::KvCacheManager kv_;
   Scheduler scheduler_;
-  PagedKvStorage storage_;
+  std::unique_ptr<ModelRunner> runner_;
   std::unordered_map<int64_t, RequestState> requests_;
   std::unordered_map<SeqId, SeqOwner> owners_;
   int64_t next_request_idx_ = 0;

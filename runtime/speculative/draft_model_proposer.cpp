@@ -10,8 +10,12 @@ namespace moert::spec {
 DraftModelProposer::DraftModelProposer(const TransformerForward& draft, const DraftModelConfig& config)
     : draft_(draft),
       config_(config),
-      kv_(config.num_kv_blocks, config.block_size, config.enable_prefix_caching),
-      storage_(draft.config(), config.num_kv_blocks, config.block_size) {}
+      kv_(config.num_kv_blocks, config.block_size, config.enable_prefix_caching) {
+  Result<std::unique_ptr<engine::PagedModelRunner>> runner =
+      engine::PagedModelRunner::create(draft, {config.num_kv_blocks, config.block_size, config.kv_cache_dtype});
+  MOERT_CHECK(runner.is_ok(), "draft model: " << runner.status().to_string());
+  runner_ = std::move(runner).value();
+}
 
 void DraftModelProposer::release(ProposalSeqId seq) {
   if (seqs_.erase(seq) > 0) kv_.free_sequence(seq);
@@ -63,18 +67,20 @@ Result<std::vector<Draft>> DraftModelProposer::propose(std::span<const DraftRequ
     draft_lengths[i] = num_draft;
     max_draft = std::max(max_draft, num_draft);
   }
-  engine::apply_block_copies(draft_.backend(), storage_, kv_.take_pending_copies());
+  std::vector<attention::BlockCopy> copies = kv_.take_pending_copies();
   const int vocab = draft_.config().vocab_size;
   for (int round = 0; round < max_draft; ++round) {
-    std::vector<engine::PagedChunk> chunks;
+    engine::RunnerBatch batch;
+    batch.block_copies = std::move(copies);
+    copies.clear();
+    std::vector<engine::SequenceChunk>& chunks = batch.chunks;
     std::vector<size_t> members;
     for (size_t i : active) {
       const DraftRequest& request = requests[i];
       if (round >= draft_lengths[i]) continue;
       SeqState& state = seqs_.at(request.seq);
       const int64_t length = static_cast<int64_t>(request.tokens.size());
-      engine::PagedChunk chunk;
-      chunk.seq = request.seq;
+      engine::SequenceChunk chunk;
       chunk.num_logit_rows = 1;
       if (round == 0) {
         chunk.start = state.num_computed;
@@ -83,10 +89,12 @@ Result<std::vector<Draft>> DraftModelProposer::propose(std::span<const DraftRequ
         chunk.start = length + round - 1;
         chunk.tokens.push_back(drafts[i].tokens.back());
       }
+      chunk.block_table =
+          engine::chunk_block_table(kv_, request.seq, chunk.start + static_cast<int64_t>(chunk.tokens.size()));
       chunks.push_back(std::move(chunk));
       members.push_back(i);
     }
-    MOERT_ASSIGN_OR_RETURN(std::vector<float> logits, engine::paged_forward(draft_, storage_, kv_, chunks));
+    MOERT_ASSIGN_OR_RETURN(std::vector<float> logits, runner_->run(batch));
     for (size_t m = 0; m < members.size(); ++m) {
       const DraftRequest& request = requests[members[m]];
       Draft& draft = drafts[members[m]];
@@ -107,6 +115,8 @@ Result<std::vector<Draft>> DraftModelProposer::propose(std::span<const DraftRequ
       state.tokens.push_back(token);
     }
   }
+  // Copies of a call that drafted nothing still land (a later pass reads those blocks).
+  if (!copies.empty()) MOERT_RETURN_IF_ERROR(runner_->run(engine::RunnerBatch{std::move(copies), {}}).status());
   // Only known tokens enter the draft's prefix cache.
   for (size_t i : active) {
     const DraftRequest& request = requests[i];

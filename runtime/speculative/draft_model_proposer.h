@@ -21,7 +21,7 @@
 #include <unordered_map>
 
 #include "attention/cache/kv_cache_manager.h"
-#include "runtime/engine/paged_forward.h"
+#include "runtime/engine/model_runner.h"
 #include "runtime/speculative/proposer.h"
 
 namespace moert::spec {
@@ -30,12 +30,14 @@ struct DraftModelConfig {
   int num_kv_blocks = 1024;      // blocks of the draft's own pool, including the null block
   int block_size = 16;
   bool enable_prefix_caching = true;
+  DType kv_cache_dtype = DType::kF32;
 };
 
 class DraftModelProposer : public Proposer {
  public:
   // `draft` (its config, weights and pool) must outlive this object. Its vocabulary must be
-  // the target's (checked by the caller, which can name both checkpoints).
+  // the target's (checked by the caller, which can name both checkpoints). Precondition:
+  // PagedModelRunner::create accepts the draft and the cache config (checked).
   DraftModelProposer(const TransformerForward& draft, const DraftModelConfig& config);
 
   Result<std::vector<Draft>> propose(std::span<const DraftRequest> requests) override;
@@ -57,7 +59,7 @@ class DraftModelProposer : public Proposer {
   const TransformerForward& draft_;
   DraftModelConfig config_;
   attention::KvCacheManager kv_;
-  engine::PagedKvStorage storage_;
+  std::unique_ptr<engine::ModelRunner> runner_;
   std::unordered_map<ProposalSeqId, SeqState> seqs_;
   std::vector<double> scratch_;
 };

@@ -46,6 +46,7 @@ struct LayerSpec {
   AttentionKind attention = AttentionKind::kFull;
   MlpKind mlp = MlpKind::kDense;
   RouterKind router = RouterKind::kSoftmaxTopk;  // meaningful for MoE layers only
+  int sliding_window = 0;                        // W for kSlidingWindow layers
   bool operator==(const LayerSpec&) const = default;
 };
 

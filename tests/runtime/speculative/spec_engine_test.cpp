@@ -328,34 +328,46 @@ TEST_F(SpecOnGeneratedModels, VerifyPassEqualsOneTokenStepsBitwise) {
   const int num_rows = static_cast<int>(next.size()) + 1;
   std::vector<int32_t> all = prompt;
   all.insert(all.end(), next.begin(), next.end());
-  auto prefill = [&](attention::KvCacheManager& kv, const engine::PagedKvStorage& storage, attention::SeqId seq) {
+  // A runner chunk of `tokens` at `start` for `seq`, with `logit_rows` logits.
+  auto chunk = [](const attention::KvCacheManager& kv, attention::SeqId seq, int64_t start,
+                  std::vector<int32_t> tokens, int logit_rows) {
+    engine::SequenceChunk c;
+    c.start = start;
+    c.block_table = engine::chunk_block_table(kv, seq, start + static_cast<int64_t>(tokens.size()));
+    c.tokens = std::move(tokens);
+    c.num_logit_rows = logit_rows;
+    return c;
+  };
+  auto new_runner = [&] {
+    return std::move(engine::PagedModelRunner::create(*target_forward_, {64, 16, DType::kF32})).value();
+  };
+  auto prefill = [&](attention::KvCacheManager& kv, engine::ModelRunner& runner, attention::SeqId seq) {
     kv.add_sequence(seq, prompt);
     ASSERT_TRUE(kv.reserve(seq, 0, static_cast<int64_t>(all.size())));
-    ASSERT_TRUE(engine::paged_forward(*target_forward_, storage, kv, {{seq, 0, {prompt.begin(), prompt.end() - 1}, 0}}).is_ok());
+    ASSERT_TRUE(runner.run({{}, {chunk(kv, seq, 0, {prompt.begin(), prompt.end() - 1}, 0)}}).is_ok());
   };
   // One token at a time.
   attention::KvCacheManager kv_steps(64, 16, false);
-  engine::PagedKvStorage storage_steps(target_->config, 64, 16);
-  prefill(kv_steps, storage_steps, 1);
+  const std::unique_ptr<engine::PagedModelRunner> runner_steps = new_runner();
+  prefill(kv_steps, *runner_steps, 1);
   std::vector<float> stepwise;
   for (int i = 0; i < num_rows; ++i) {
     const int64_t position = length - 1 + i;
-    Result<std::vector<float>> row = engine::paged_forward(
-        *target_forward_, storage_steps, kv_steps, {{1, position, {all[static_cast<size_t>(position)]}, 1}});
+    Result<std::vector<float>> row =
+        runner_steps->run({{}, {chunk(kv_steps, 1, position, {all[static_cast<size_t>(position)]}, 1)}});
     ASSERT_TRUE(row.is_ok());
     stepwise.insert(stepwise.end(), row->begin(), row->end());
   }
   // One verify chunk of K + 1 rows, after another sequence's 30-token prefill chunk.
   attention::KvCacheManager kv_pass(64, 16, false);
-  engine::PagedKvStorage storage_pass(target_->config, 64, 16);
-  prefill(kv_pass, storage_pass, 1);
+  const std::unique_ptr<engine::PagedModelRunner> runner_pass = new_runner();
+  prefill(kv_pass, *runner_pass, 1);
   std::vector<int32_t> other(30);
   for (int i = 0; i < 30; ++i) other[static_cast<size_t>(i)] = (i * 53 + 1) % vocab;
   kv_pass.add_sequence(2, other);
   ASSERT_TRUE(kv_pass.reserve(2, 0, 30));
-  Result<std::vector<float>> pass = engine::paged_forward(
-      *target_forward_, storage_pass, kv_pass,
-      {{2, 0, other, 1}, {1, length - 1, {all.begin() + length - 1, all.end()}, num_rows}});
+  Result<std::vector<float>> pass = runner_pass->run(
+      {{}, {chunk(kv_pass, 2, 0, other, 1), chunk(kv_pass, 1, length - 1, {all.begin() + length - 1, all.end()}, num_rows)}});
   ASSERT_TRUE(pass.is_ok());
   ASSERT_EQ(pass->size(), static_cast<size_t>(num_rows + 1) * vocab);
   ASSERT_EQ(stepwise.size(), static_cast<size_t>(num_rows) * vocab);

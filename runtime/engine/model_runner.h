@@ -1,0 +1,89 @@
+// The model runner: one forward over the paged KV cache for a batch described by plain
+// data (tokens, positions, block tables, block copies), so the engine and the draft-model
+// proposer never touch cache storage or attention plans, and a runner for another device
+// can be dropped in. PagedModelRunner runs a TransformerForward on its backend, over K/V
+// storage the backend allocated from the model's KV cache groups (attention/kv_cache_spec.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "attention/cache/kv_cache_manager.h"
+#include "attention/kv_cache_spec.h"
+#include "attention/paged_kv.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "runtime/model/transformer.h"
+
+namespace moert::engine {
+
+// One sequence's rows in a step: tokens at positions [start, start + tokens.size()), whose
+// K/V go to (and whose attention reads from) the blocks of block_table, in logical order
+// (block i holds positions [i * BS, (i + 1) * BS); at least ceil((start + size) / BS) ids).
+struct SequenceChunk {
+  int64_t start = 0;
+  std::vector<int32_t> tokens;
+  // Logits wanted: the last `num_logit_rows` rows of the chunk (0: none).
+  int num_logit_rows = 0;
+  std::vector<int32_t> block_table;
+};
+
+struct RunnerBatch {
+  std::vector<attention::BlockCopy> block_copies;  // copy-on-write, applied first, in order
+  std::vector<SequenceChunk> chunks;                // run in order
+};
+
+// The block table of `seq` as a SequenceChunk wants it (the first ceil(end / BS) blocks).
+std::vector<int32_t> chunk_block_table(const attention::KvCacheManager& kv, attention::SeqId seq, int64_t end);
+
+struct KvCacheConfig {
+  int num_blocks = 0;  // including the null block 0
+  int block_size = 16;
+  DType dtype = DType::kF32;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual const std::vector<attention::KvCacheSpec>& kv_cache_groups() const = 0;
+  // Applies the block copies, then runs the model over the chunks. Returns the logits of
+  // every chunk's requested rows, concatenated in chunk order, [sum num_logit_rows, V]. An
+  // empty batch still runs the model with no tokens (expert-parallel ranks without work
+  // take part in every exchange).
+  virtual Result<std::vector<float>> run(const RunnerBatch& batch) = 0;
+};
+
+class PagedModelRunner final : public ModelRunner {
+ public:
+  // `model` must outlive the runner. Fails (invalid_argument / unsupported) when the
+  // model's layers need a cache kind or dtype the runner cannot store.
+  static Result<std::unique_ptr<PagedModelRunner>> create(const TransformerForward& model, const KvCacheConfig& kv);
+
+  const ModelConfig& config() const override { return model_.config(); }
+  const std::vector<attention::KvCacheSpec>& kv_cache_groups() const override { return groups_; }
+  Result<std::vector<float>> run(const RunnerBatch& batch) override;
+
+ private:
+  // One layer's storage, allocated by the backend; `view` points into the buffers.
+  struct LayerStorage {
+    Buffer keys, values, key_scales, value_scales;
+    attention::PagedKvLayer view;
+    int sliding_window = 0;
+  };
+  PagedModelRunner(const TransformerForward& model, std::vector<attention::KvCacheSpec> groups,
+                   const KvCacheConfig& kv);
+
+  const TransformerForward& model_;
+  std::vector<attention::KvCacheSpec> groups_;
+  KvCacheConfig kv_;
+  std::vector<LayerStorage> layers_;  // [num_layers]
+};
+
+// Bytes of one block over every layer of `model` at `dtype` (the pool's unit when its size
+// is given in MiB), and of one token (kv_cache_bytes_per_token).
+Result<int64_t> kv_cache_bytes_per_block(const ModelConfig& model, int block_size, DType dtype);
+Result<int64_t> kv_cache_bytes_per_token(const ModelConfig& model, DType dtype);
+
+}  // namespace moert::engine

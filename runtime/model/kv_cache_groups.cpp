@@ -1,0 +1,44 @@
+#include "runtime/model/kv_cache_groups.h"
+
+#include <string>
+
+namespace moert {
+
+Result<std::vector<attention::KvCacheSpec>> kv_cache_groups(const ModelConfig& config, DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF8E4M3) {
+    return invalid_argument(std::string("KV cache dtype ") + std::string(dtype_name(dtype)) +
+                            " is not F32, BF16 or F8_E4M3");
+  }
+  const std::vector<LayerSpec> layers = build_layer_specs(*config.arch, config);
+  std::vector<attention::KvCacheSpec> groups;
+  for (int layer = 0; layer < static_cast<int>(layers.size()); ++layer) {
+    const LayerSpec& spec = layers[static_cast<size_t>(layer)];
+    attention::KvCacheSpec wanted;
+    wanted.dtype = dtype;
+    wanted.num_kv_heads = config.num_kv_heads;
+    wanted.head_dim = config.head_dim;
+    switch (spec.attention) {
+      case AttentionKind::kFull: wanted.kind = attention::KvCacheKind::kFullAttention; break;
+      case AttentionKind::kSlidingWindow:
+        if (spec.sliding_window <= 0) {
+          return invalid_argument("layer " + std::to_string(layer) + " is sliding-window attention with window " +
+                                  std::to_string(spec.sliding_window) + " (must be > 0)");
+        }
+        wanted.kind = attention::KvCacheKind::kSlidingWindow;
+        wanted.sliding_window = spec.sliding_window;
+        break;
+      case AttentionKind::kMla:
+        return unsupported("layer " + std::to_string(layer) + " uses latent (MLA) attention, whose paged cache is not "
+                           "implemented yet");
+    }
+    attention::KvCacheSpec* group = nullptr;
+    for (attention::KvCacheSpec& existing : groups) {
+      if (existing.kind == wanted.kind && existing.sliding_window == wanted.sliding_window) group = &existing;
+    }
+    if (group == nullptr) group = &groups.emplace_back(wanted);
+    group->layers.push_back(layer);
+  }
+  return groups;
+}
+
+}  // namespace moert
