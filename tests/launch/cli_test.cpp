@@ -223,6 +223,31 @@ TEST(CliRun, BenchPrintsThroughput) {
   EXPECT_NE(bench.out.find("(120 tokens), output"), std::string::npos) << bench.out;
 }
 
+// --kv-cache-dtype on run/bench/eval: the engine line names the dtype, eval measures the
+// drift against F32 (none for f32 itself), and a bad value is one line naming it.
+TEST(CliRun, KvCacheDtypes) {
+  testing::ScratchDir scratch("cli-kv-dtype");
+  const std::string model = make_small_model(scratch, "model", "qwen3_moe");
+  const testing::CommandResult bench = run_command(moert() + " bench --model " + model +
+                                                   " --num-requests 3 --input-len 20 --output-len 4 --threads 2 "
+                                                   "--kv-cache-dtype fp8_e4m3");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  EXPECT_NE(bench.out.find("tokens (fp8_e4m3)"), std::string::npos) << bench.out;
+  const testing::CommandResult exact =
+      run_command(moert() + " eval --model " + model + " --kv-cache-dtype f32 --num-sequences 2 --length 12");
+  ASSERT_EQ(exact.exit_code, 0) << exact.err;
+  EXPECT_NE(exact.out.find("24 positions, mean KL 0 nats, top-1 agreement 1.0000"), std::string::npos) << exact.out;
+  const testing::CommandResult bf16 =
+      run_command(moert() + " eval --model " + model + " --kv-cache-dtype bf16 --num-sequences 2 --length 12");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  EXPECT_NE(bf16.out.find("with a bf16 KV cache against f32: 24 positions"), std::string::npos) << bf16.out;
+  EXPECT_EQ(bf16.out.find("mean KL 0 nats"), std::string::npos) << bf16.out;
+  expect_one_line_error(run_command(moert() + " bench --model " + model + " --num-requests 1 --kv-cache-dtype int4"),
+                        "--kv-cache-dtype 'int4'");
+  expect_one_line_error(run_command(moert() + " eval --model " + model + " --kv-cache-dtype bf16 --against " + model),
+                        "exactly one of --against");
+}
+
 }  // namespace
 }  // namespace moert
 

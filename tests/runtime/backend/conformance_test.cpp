@@ -5,6 +5,7 @@
 // integer outputs (ids, copies) exactly.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -178,18 +179,47 @@ TEST_P(Conformance, RopeRotatesHalvesAtEachPositionAsFloat64) {
   }
 }
 
-// Ragged block tables over a shuffled pool: write K/V through slots, attend causally,
-// copy a block; against float64 dense causal attention over each sequence.
-TEST_P(Conformance, PagedAttentionOverRaggedBlockTablesMatchesDenseFloat64) {
+// The attention variant a paged-attention case runs (attention/paged_kv.h).
+struct AttentionVariant {
+  float softmax_scale = 0.0f;  // 0: 1/sqrt(Dh)
+  float soft_cap = 0.0f;
+  int sliding_window = 0;
+  bool sinks = false;
+};
+
+// Ragged block tables over a shuffled pool of `dtype` storage the backend allocated: write
+// K/V through slots, attend causally under `variant`, copy a block; against float64 dense
+// causal attention over each sequence. With a window, the pages wholly behind every row's
+// window are handed over as the null block, which holds NaN: reading one would show.
+// `round_to_bf16` rounds the reference's K/V as a BF16 cache stores them. Returns the
+// relative L2 error.
+double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, const AttentionVariant& variant,
+                             bool round_to_bf16) {
   const int block_size = 4, kv_heads = 2, heads = 6, head_dim = 8, num_blocks = 40;
   const std::vector<int> kv_lens{1, 4, 5, 13};   // per sequence, positions with K/V
   const std::vector<int> q_lens{1, 4, 2, 13};    // the last q_len positions are queries
-  const size_t block_floats = static_cast<size_t>(block_size * kv_heads * head_dim);
-  std::vector<float> k_cache(num_blocks * block_floats), v_cache(k_cache.size());
-  const attention::PagedKvLayer layer{k_cache.data(), v_cache.data(), num_blocks, block_size, kv_heads, head_dim};
+  std::normal_distribution<float> normal;
+  auto random_floats = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = normal(rng);
+    return v;
+  };
+  const Shape shape{num_blocks, block_size, kv_heads, head_dim};
+  Buffer k_cache = backend.allocate(dtype, shape), v_cache = backend.allocate(dtype, shape);
+  Buffer k_scales = backend.allocate(DType::kF32, {num_blocks}), v_scales = backend.allocate(DType::kF32, {num_blocks});
+  const int64_t block_bytes = static_cast<int64_t>(k_cache.size_bytes()) / num_blocks;
+  std::memset(k_cache.view().data, 0xFF, static_cast<size_t>(block_bytes));  // the null block: NaN in every dtype
+  std::memset(v_cache.view().data, 0xFF, static_cast<size_t>(block_bytes));
+  attention::PagedKvLayer layer{k_cache.view().data, v_cache.view().data, num_blocks, block_size, kv_heads, head_dim,
+                                dtype};
+  if (dtype == DType::kF8E4M3) {
+    layer.k_scales = k_scales.data<float>();
+    layer.v_scales = v_scales.data<float>();
+    layer.k_scales[0] = layer.v_scales[0] = 1.0f;
+  }
   std::vector<int32_t> free_blocks(num_blocks - 1);
   std::iota(free_blocks.begin(), free_blocks.end(), 1);  // block 0 is the null block
-  std::shuffle(free_blocks.begin(), free_blocks.end(), rng_);
+  std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
   std::vector<int32_t> qo_indptr{0}, page_indptr{0}, pages, last_len;
   std::vector<std::vector<float>> seq_k, seq_v;
   size_t next_block = 0;
@@ -200,13 +230,26 @@ TEST_P(Conformance, PagedAttentionOverRaggedBlockTablesMatchesDenseFloat64) {
     next_block += static_cast<size_t>(num_pages);
     seq_k.push_back(random_floats(kv_lens[b] * kv_heads * head_dim));
     seq_v.push_back(random_floats(kv_lens[b] * kv_heads * head_dim));
+    // Later positions grow in magnitude, so FP8 block scales must grow as rows arrive.
+    for (int p = 0; p < kv_lens[b]; ++p) {
+      for (int i = 0; i < kv_heads * head_dim; ++i) seq_v.back()[static_cast<size_t>(p * kv_heads * head_dim + i)] *= 1.0f + 0.3f * p;
+    }
     std::vector<int64_t> slots;
     for (int p = 0; p < kv_lens[b]; ++p) slots.push_back(static_cast<int64_t>(table[static_cast<size_t>(p / block_size)]) * block_size + p % block_size);
     slots.push_back(-1);  // padding is skipped
     std::vector<float> k_rows = seq_k.back(), v_rows = seq_v.back();
     k_rows.resize(k_rows.size() + static_cast<size_t>(kv_heads * head_dim), 99.0f);
     v_rows.resize(k_rows.size(), 99.0f);
-    backend_->write_kv(layer, k_rows.data(), v_rows.data(), slots.data(), static_cast<int64_t>(slots.size()));
+    // Sequence 3 arrives in two writes (prefill, then the rest), as the engine writes it.
+    const int64_t split = b == 3 ? 6 : 0;
+    const int64_t row_floats = kv_heads * head_dim;
+    if (split > 0) backend.write_kv(layer, k_rows.data(), v_rows.data(), slots.data(), split);
+    backend.write_kv(layer, k_rows.data() + split * row_floats, v_rows.data() + split * row_floats, slots.data() + split,
+                     static_cast<int64_t>(slots.size()) - split);
+    if (variant.sliding_window > 0) {  // pages wholly behind the first row's window: null
+      const int first_key = std::max(0, kv_lens[b] - q_lens[b] + 1 - variant.sliding_window);
+      for (int p = 0; p < first_key / block_size; ++p) table[static_cast<size_t>(p)] = 0;
+    }
     pages.insert(pages.end(), table.begin(), table.end());
     page_indptr.push_back(static_cast<int32_t>(pages.size()));
     last_len.push_back(kv_lens[b] - (num_pages - 1) * block_size);
@@ -214,59 +257,107 @@ TEST_P(Conformance, PagedAttentionOverRaggedBlockTablesMatchesDenseFloat64) {
   }
   const int64_t num_rows = qo_indptr.back();
   std::vector<float> q = random_floats(num_rows * heads * head_dim);
+  std::vector<float> sinks = random_floats(heads);
   std::vector<float> out(q.size(), 0.0f);
-  const attention::PagedAttentionPlan plan{static_cast<int>(kv_lens.size()), qo_indptr.data(), page_indptr.data(),
-                                           pages.data(), last_len.data()};
-  backend_->paged_attention(q.data(), layer, plan, heads, out.data());
+  attention::PagedAttentionPlan plan{static_cast<int>(kv_lens.size()), qo_indptr.data(), page_indptr.data(),
+                                     pages.data(), last_len.data()};
+  plan.softmax_scale = variant.softmax_scale;
+  plan.soft_cap = variant.soft_cap;
+  plan.sliding_window = variant.sliding_window;
+  plan.sinks = variant.sinks ? sinks.data() : nullptr;
+  backend.paged_attention(q.data(), layer, plan, heads, out.data());
+
+  auto stored = [&](float x) { return round_to_bf16 ? quant::bf16_to_f32(quant::f32_to_bf16(x)) : x; };
   std::vector<double> expected(out.size());
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const double scale = variant.softmax_scale > 0 ? variant.softmax_scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
   for (size_t b = 0; b < kv_lens.size(); ++b) {
     for (int i = 0; i < q_lens[b]; ++i) {
       const int position = kv_lens[b] - q_lens[b] + i;
+      const int first = variant.sliding_window > 0 ? std::max(0, position + 1 - variant.sliding_window) : 0;
       const int64_t row = qo_indptr[b] + i;
       for (int h = 0; h < heads; ++h) {
         const int kvh = h / (heads / kv_heads);
         const float* qh = q.data() + (row * heads + h) * head_dim;
         std::vector<double> logits;
-        for (int p = 0; p <= position; ++p) {
+        for (int p = first; p <= position; ++p) {
           double dot = 0.0;
-          for (int d = 0; d < head_dim; ++d) dot += static_cast<double>(qh[d]) * seq_k[b][static_cast<size_t>((p * kv_heads + kvh) * head_dim + d)];
-          logits.push_back(dot * scale);
+          for (int d = 0; d < head_dim; ++d) dot += static_cast<double>(qh[d]) * stored(seq_k[b][static_cast<size_t>((p * kv_heads + kvh) * head_dim + d)]);
+          double logit = dot * scale;
+          if (variant.soft_cap > 0) logit = variant.soft_cap * std::tanh(logit / variant.soft_cap);
+          logits.push_back(logit);
         }
-        const double max_logit = *std::max_element(logits.begin(), logits.end());
-        double denom = 0.0;
+        double max_logit = *std::max_element(logits.begin(), logits.end());
+        if (variant.sinks) max_logit = std::max<double>(max_logit, sinks[static_cast<size_t>(h)]);
+        double denom = variant.sinks ? std::exp(sinks[static_cast<size_t>(h)] - max_logit) : 0.0;
         for (double& l : logits) denom += (l = std::exp(l - max_logit));
         for (int d = 0; d < head_dim; ++d) {
           double acc = 0.0;
-          for (int p = 0; p <= position; ++p) acc += logits[static_cast<size_t>(p)] / denom * seq_v[b][static_cast<size_t>((p * kv_heads + kvh) * head_dim + d)];
+          for (int p = first; p <= position; ++p) acc += logits[static_cast<size_t>(p - first)] / denom * stored(seq_v[b][static_cast<size_t>((p * kv_heads + kvh) * head_dim + d)]);
           expected[static_cast<size_t>((row * heads + h) * head_dim + d)] = acc;
         }
       }
     }
   }
-  EXPECT_LT(relative_l2_error(out.data(), expected.data(), static_cast<int64_t>(out.size())), kTolerance);
+  const double error = relative_l2_error(out.data(), expected.data(), static_cast<int64_t>(out.size()));
 
-  // The contiguous-history op (reference path) on the same sequences gives the same rows.
-  for (size_t b : {size_t{2}, size_t{3}}) {
-    const int64_t row = qo_indptr[b];
-    const size_t width = static_cast<size_t>(heads * head_dim);
-    std::vector<float> contiguous(static_cast<size_t>(q_lens[b]) * width);
-    backend_->contiguous_attention(q.data() + static_cast<size_t>(row) * width, q_lens[b], seq_k[b].data(),
+  if (dtype == DType::kF32 && variant.sliding_window == 0 && !variant.sinks && variant.soft_cap == 0 &&
+      variant.softmax_scale == 0) {
+    // The contiguous-history op (reference path) on the same sequences gives the same rows.
+    for (size_t b : {size_t{2}, size_t{3}}) {
+      const int64_t row = qo_indptr[b];
+      const size_t width = static_cast<size_t>(heads * head_dim);
+      std::vector<float> contiguous(static_cast<size_t>(q_lens[b]) * width);
+      backend.contiguous_attention(q.data() + static_cast<size_t>(row) * width, q_lens[b], seq_k[b].data(),
                                    seq_v[b].data(), kv_lens[b] - q_lens[b], heads, kv_heads, head_dim,
                                    contiguous.data());
-    EXPECT_LT(relative_l2_error(contiguous.data(), expected.data() + static_cast<size_t>(row) * width,
-                                static_cast<int64_t>(contiguous.size())),
-              kTolerance)
-        << "sequence " << b;
+      EXPECT_LT(relative_l2_error(contiguous.data(), expected.data() + static_cast<size_t>(row) * width,
+                                  static_cast<int64_t>(contiguous.size())),
+                kTolerance)
+          << "sequence " << b;
+    }
   }
 
-  // Copy-on-write: the last sequence's first block into a fresh one, bit for bit.
-  const int32_t src = pages[static_cast<size_t>(page_indptr[3])], dst = free_blocks.back();
-  backend_->copy_kv_blocks(layer, &src, &dst, 1);
-  for (size_t i = 0; i < block_floats; ++i) {
-    ASSERT_EQ(k_cache[static_cast<size_t>(dst) * block_floats + i], k_cache[static_cast<size_t>(src) * block_floats + i]);
-    ASSERT_EQ(v_cache[static_cast<size_t>(dst) * block_floats + i], v_cache[static_cast<size_t>(src) * block_floats + i]);
+  // Copy-on-write: the last sequence's last block into a fresh one, bytes and scale alike.
+  const int32_t src = pages.back(), dst = free_blocks.back();
+  backend.copy_kv_blocks(layer, &src, &dst, 1);
+  for (const Buffer* cache : {&k_cache, &v_cache}) {
+    const char* bytes = static_cast<const char*>(cache->view().data);
+    EXPECT_EQ(std::memcmp(bytes + dst * block_bytes, bytes + src * block_bytes, static_cast<size_t>(block_bytes)), 0);
   }
+  if (dtype == DType::kF8E4M3) {
+    EXPECT_EQ(layer.k_scales[dst], layer.k_scales[src]);
+    EXPECT_EQ(layer.v_scales[dst], layer.v_scales[src]);
+  }
+  return error;
+}
+
+TEST_P(Conformance, PagedAttentionOverRaggedBlockTablesMatchesDenseFloat64) {
+  EXPECT_LT(paged_attention_error(*backend_, rng_, DType::kF32, {}, false), kTolerance);
+}
+
+// Scale, soft-cap, sliding window (null pages behind it) and sinks, alone and together.
+TEST_P(Conformance, PagedAttentionVariantsMatchFloat64) {
+  const std::vector<std::pair<std::string, AttentionVariant>> variants = {
+      {"scale", {0.21f, 0.0f, 0, false}}, {"soft_cap", {0.0f, 1.5f, 0, false}},
+      {"window 5", {0.0f, 0.0f, 5, false}}, {"window 1", {0.0f, 0.0f, 1, false}},
+      {"sinks", {0.0f, 0.0f, 0, true}},     {"all", {0.4f, 2.0f, 6, true}},
+  };
+  for (const auto& [name, variant] : variants) {
+    EXPECT_LT(paged_attention_error(*backend_, rng_, DType::kF32, variant, false), kTolerance) << name;
+  }
+}
+
+// A BF16 cache computes exactly the float64 attention of its rounded K/V; an FP8 cache stays
+// within E4M3's precision of the exact result (per-block scales that grow with the rows,
+// never saturating), and does quantize (its error is not zero).
+TEST_P(Conformance, PagedAttentionOverBf16AndFp8CachesMatchesFloat64) {
+  EXPECT_LT(paged_attention_error(*backend_, rng_, DType::kBF16, {}, true), kTolerance);
+  EXPECT_LT(paged_attention_error(*backend_, rng_, DType::kBF16, {0.0f, 0.0f, 5, true}, true), kTolerance);
+  EXPECT_GT(paged_attention_error(*backend_, rng_, DType::kBF16, {}, false), 1e-4);  // the rounding shows
+  const double fp8_error = paged_attention_error(*backend_, rng_, DType::kF8E4M3, {}, false);
+  EXPECT_LT(fp8_error, 0.05);
+  EXPECT_GT(fp8_error, 1e-3);
+  EXPECT_LT(paged_attention_error(*backend_, rng_, DType::kF8E4M3, {0.0f, 0.0f, 5, true}, false), 0.05);
 }
 
 TEST_P(Conformance, SwigluAndGroupedExpertFfnMatchFloat64) {

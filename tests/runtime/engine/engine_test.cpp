@@ -7,7 +7,10 @@
 #include <cctype>
 #include <map>
 
+#include "attention/kv_cache_spec.h"
 #include "runtime/engine/engine.h"
+#include "runtime/engine/kv_cache_eval.h"
+#include "runtime/model/kv_cache_groups.h"
 #include "runtime/model/generator.h"
 #include "runtime/model/reference_forward.h"
 #include "tests/runtime/engine/serve_all.h"
@@ -206,6 +209,73 @@ TEST_F(EngineOnGeneratedModel, OutputsDoNotDependOnTheBatch) {
   for (const Request& request : requests) {
     const auto alone = run_all(*transformer_, alone_config, {request});
     EXPECT_EQ(alone.at(request.id).outputs[0].token_ids, together.at(request.id).outputs[0].token_ids) << request.id;
+  }
+}
+
+// The model's KV cache groups and their sizes: every layer in one full-attention group, K
+// and V rows of KVH x Dh per token and layer, FP8 with two F32 block scales per layer.
+TEST_F(EngineOnGeneratedModel, KvCacheGroupsAndBytes) {
+  const ModelConfig& c = model_->config;
+  const int64_t values = 2LL * c.num_kv_heads * c.head_dim * c.num_layers;  // one token, all layers
+  for (const auto& [dtype, element] : {std::pair{DType::kF32, 4}, {DType::kBF16, 2}, {DType::kF8E4M3, 1}}) {
+    const std::vector<attention::KvCacheSpec> groups = kv_cache_groups(c, dtype).value();
+    ASSERT_EQ(groups.size(), 1u);
+    EXPECT_EQ(groups[0].kind, attention::KvCacheKind::kFullAttention);
+    EXPECT_EQ(groups[0].layers.size(), static_cast<size_t>(c.num_layers));
+    EXPECT_EQ(attention::kv_cache_bytes_per_token(groups), values * element);
+    EXPECT_EQ(kv_cache_bytes_per_token(c, dtype).value(), values * element);
+    const int64_t scales = dtype == DType::kF8E4M3 ? 2LL * 4 * c.num_layers : 0;
+    EXPECT_EQ(kv_cache_bytes_per_block(c, 16, dtype).value(), 16 * values * element + scales);
+  }
+  EXPECT_FALSE(kv_cache_groups(c, DType::kF16).is_ok());
+  EXPECT_EQ(attention::parse_kv_cache_dtype("auto", DType::kBF16).value(), DType::kBF16);
+  EXPECT_EQ(attention::parse_kv_cache_dtype("fp8_e4m3", DType::kF32).value(), DType::kF8E4M3);
+  const Status bad = attention::parse_kv_cache_dtype("int4", DType::kF32).status();
+  EXPECT_NE(bad.message().find("'int4'"), std::string::npos) << bad.to_string();
+}
+
+// Reduced-precision KV caches against F32 on the same prefill + decode schedule: F32 against
+// itself is exact; BF16 drifts less than FP8, both only slightly.
+TEST_F(EngineOnGeneratedModel, Bf16AndFp8KvCachesStayCloseToF32) {
+  std::vector<std::vector<int32_t>> sequences;
+  for (const MixedRequest& request : mixed_requests(4, 512, 5)) sequences.push_back(request.prompt);
+  const DistributionComparison same = compare_kv_cache_dtype(*transformer_, DType::kF32, sequences).value();
+  EXPECT_GT(same.positions, 20);
+  EXPECT_EQ(same.sum_kl, 0.0);
+  EXPECT_EQ(same.top1_agreement(), 1.0);
+  const DistributionComparison bf16 = compare_kv_cache_dtype(*transformer_, DType::kBF16, sequences).value();
+  const DistributionComparison fp8 = compare_kv_cache_dtype(*transformer_, DType::kF8E4M3, sequences).value();
+  std::printf("kv cache vs f32 over %lld positions: bf16 KL %.3g top-1 %.4f; fp8_e4m3 KL %.3g top-1 %.4f\n",
+              static_cast<long long>(bf16.positions), bf16.mean_kl(), bf16.top1_agreement(), fp8.mean_kl(),
+              fp8.top1_agreement());
+  EXPECT_GT(bf16.mean_kl(), 0.0);
+  EXPECT_LT(bf16.mean_kl(), 1e-3);
+  EXPECT_GT(fp8.mean_kl(), bf16.mean_kl());
+  EXPECT_LT(fp8.mean_kl(), 2e-2);
+  EXPECT_GE(bf16.top1_agreement(), 0.95);
+  EXPECT_GE(fp8.top1_agreement(), 0.8);
+  std::vector<std::vector<int32_t>> bad = {{1, 2, 999}};
+  EXPECT_FALSE(compare_kv_cache_dtype(*transformer_, DType::kBF16, bad).is_ok());
+}
+
+// The engine serves through BF16 and FP8 caches (prefix sharing, copy-on-write for n > 1,
+// preemption in a tight pool), and a reduced cache's greedy outputs stay those of the same
+// cache whatever the batch.
+TEST_F(EngineOnGeneratedModel, ServesThroughBf16AndFp8Caches) {
+  const std::vector<Request> requests = greedy_requests(mixed_requests(8, 512, 41));
+  for (DType dtype : {DType::kBF16, DType::kF8E4M3}) {
+    EngineConfig roomy;
+    roomy.kv_cache_dtype = dtype;
+    const auto expected = run_all(*transformer_, roomy, requests);
+    ASSERT_EQ(expected.size(), requests.size());
+    EngineConfig tight = roomy;
+    tight.num_kv_blocks = 9;
+    EngineStats stats;
+    const auto got = run_all(*transformer_, tight, requests, &stats);
+    EXPECT_GT(stats.preemptions, 0);
+    for (const auto& [id, output] : expected) {
+      EXPECT_EQ(got.at(id).outputs[0].token_ids, output.outputs[0].token_ids) << id << " " << dtype_name(dtype);
+    }
   }
 }
 

@@ -1,0 +1,59 @@
+#include "runtime/engine/kv_cache_eval.h"
+
+#include <string>
+
+#include "runtime/engine/model_runner.h"
+
+namespace moert::engine {
+namespace {
+
+// Logits [L, V] of every position of `tokens`: a prefill chunk over the first half, then one
+// decode step per remaining token, through a fresh cache of `dtype`. Blocks 1..n in order.
+Result<std::vector<float>> paged_logits(const TransformerForward& model, DType dtype, int block_size,
+                                        const std::vector<int32_t>& tokens) {
+  const int64_t length = static_cast<int64_t>(tokens.size());
+  const int num_pages = static_cast<int>((length + block_size - 1) / block_size);
+  MOERT_ASSIGN_OR_RETURN(std::unique_ptr<PagedModelRunner> runner,
+                         PagedModelRunner::create(model, {num_pages + 1, block_size, dtype}));
+  std::vector<int32_t> table(static_cast<size_t>(num_pages));
+  for (int i = 0; i < num_pages; ++i) table[static_cast<size_t>(i)] = i + 1;
+  const int64_t prefill = (length + 1) / 2;
+  std::vector<float> logits;
+  for (int64_t start = 0; start < length;) {
+    const int64_t size = start == 0 ? prefill : 1;
+    SequenceChunk chunk;
+    chunk.start = start;
+    chunk.tokens.assign(tokens.begin() + start, tokens.begin() + start + size);
+    chunk.num_logit_rows = static_cast<int>(size);
+    chunk.block_table.assign(table.begin(), table.begin() + (start + size + block_size - 1) / block_size);
+    MOERT_ASSIGN_OR_RETURN(std::vector<float> rows, runner->run({{}, {std::move(chunk)}}));
+    logits.insert(logits.end(), rows.begin(), rows.end());
+    start += size;
+  }
+  return logits;
+}
+
+}  // namespace
+
+Result<DistributionComparison> compare_kv_cache_dtype(const TransformerForward& model, DType dtype,
+                                                      const std::vector<std::vector<int32_t>>& sequences,
+                                                      int block_size) {
+  const int vocab = model.config().vocab_size;
+  DistributionComparison comparison;
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    const std::vector<int32_t>& tokens = sequences[s];
+    if (tokens.empty()) return invalid_argument("sequence " + std::to_string(s) + " is empty");
+    for (int32_t token : tokens) {
+      if (token < 0 || token >= vocab) {
+        return invalid_argument("sequence " + std::to_string(s) + ": token " + std::to_string(token) +
+                                " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+      }
+    }
+    MOERT_ASSIGN_OR_RETURN(std::vector<float> reference, paged_logits(model, DType::kF32, block_size, tokens));
+    MOERT_ASSIGN_OR_RETURN(std::vector<float> candidate, paged_logits(model, dtype, block_size, tokens));
+    compare_logit_rows(reference.data(), candidate.data(), static_cast<int64_t>(tokens.size()), vocab, &comparison);
+  }
+  return comparison;
+}
+
+}  // namespace moert::engine
