@@ -20,7 +20,7 @@ int64_t KvCacheSpec::values_per_token() const {
 int64_t KvCacheSpec::bytes_per_token() const { return values_per_token() * kv_element_bytes(dtype); }
 
 int64_t KvCacheSpec::bytes_per_block(int block_size) const {
-  const int64_t scales_per_layer = dtype != DType::kF8E4M3 ? 0 : kind == KvCacheKind::kLatent ? 1 : 2;
+  const int64_t scales_per_layer = dtype != DType::kF8E4M3 ? 0 : kind == KvCacheKind::kLatent ? 1 : 2LL * num_kv_heads;
   const int64_t per_layer = block_size * bytes_per_token() + scales_per_layer * static_cast<int64_t>(sizeof(float));
   return per_layer * static_cast<int64_t>(layers.size());
 }

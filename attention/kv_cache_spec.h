@@ -35,8 +35,8 @@ struct KvCacheSpec {
   int64_t values_per_token() const;
   // Bytes of one token in one layer at `dtype` (scales excluded).
   int64_t bytes_per_token() const;
-  // Bytes one block of `block_size` tokens takes over all layers of the group, FP8 block
-  // scales included (one F32 each for K and V per block and layer).
+  // Bytes one block of `block_size` tokens takes over all layers of the group, FP8 scales
+  // included (one F32 per block, layer and kv head for each of K and V; one for a latent row).
   int64_t bytes_per_block(int block_size) const;
 };
 

@@ -17,10 +17,11 @@ namespace moert::attention {
 // addresses row [s, KVH, Dh]. Block 0 is the reserved null block of the block pool:
 // attention never reads it.
 //
-// F8_E4M3 carries one F32 scale per block for K and one for V (k_scales, v_scales [NB]):
-// value = e4m3(code) * scale. A block's scale is set by the write of its offset 0 (the
-// first position a sequence writes into it) to amax / 448 and only grows afterwards (the
-// block's earlier rows are then re-encoded), so no row ever saturates.
+// F8_E4M3 carries one F32 scale per block and kv head for K and for V (k_scales, v_scales
+// [NB, KVH]): value = e4m3(code) * scale. A (block, head) scale is set by the write of the
+// block's offset 0 (the first position a sequence writes into it) to amax / 448 of that
+// head's row, rounded up to a power of two, and only grows afterwards (the head's earlier rows in the block are then
+// re-encoded), so no element ever saturates.
 struct PagedKvLayer {
   void* k_cache = nullptr;   // [NB, BS, KVH, Dh] of dtype
   void* v_cache = nullptr;   // [NB, BS, KVH, Dh] of dtype
@@ -29,8 +30,8 @@ struct PagedKvLayer {
   int num_kv_heads = 0;      // KVH
   int head_dim = 0;          // Dh
   DType dtype = DType::kF32;
-  float* k_scales = nullptr;  // [NB], F8_E4M3 only
-  float* v_scales = nullptr;  // [NB], F8_E4M3 only
+  float* k_scales = nullptr;  // [NB, KVH], F8_E4M3 only
+  float* v_scales = nullptr;  // [NB, KVH], F8_E4M3 only
 };
 
 // The plan for one step, plain data built by the CPU scheduler. The kernel only reads it.

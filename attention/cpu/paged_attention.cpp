@@ -119,7 +119,7 @@ PageRows page_rows(const PagedKvLayer& layer, const void* cache, const float* sc
     }
   } else {
     const uint8_t* in = static_cast<const uint8_t*>(cache) + base;
-    const float scale = scales[block];
+    const float scale = scales[static_cast<int64_t>(block) * layer.num_kv_heads + kv_head];
     for (int64_t r = 0; r < count; ++r) {
       for (int64_t d = 0; d < head_dim; ++d) out[r * head_dim + d] = quant::e4m3_decode(in[r * stride + d]) * scale;
     }
@@ -234,29 +234,38 @@ void attend(const float* q, const PagedKvLayer& layer, const PagedAttentionPlan&
               sizeof(float) * static_cast<size_t>(group) * head_dim);
 }
 
-// E4M3 encoding of one K or V row into `slot` under its block's scale (see PagedKvLayer):
-// offset 0 starts the block's scale at amax / 448; a later row with a larger amax grows the
-// scale and re-encodes the block's rows before it.
+// E4M3 encoding of one K or V row [KVH, Dh] into `slot`, each head under its (block, head)
+// scale (see PagedKvLayer): offset 0 starts the scale at the head's amax / 448 rounded up to
+// a power of two; a later row with a larger amax grows it (again a power of two) and
+// re-encodes the head's rows before it in the block. Powers of two make that re-encoding a
+// plain exponent shift, exact unless a value drops into E4M3's subnormals, so rows do not
+// lose precision each time the scale grows; E4M3's relative precision does not depend on
+// where in its range a value sits, so the rounding up costs nothing but range.
 void write_fp8_row(const PagedKvLayer& layer, uint8_t* cache, float* scales, int64_t slot, const float* row) {
   const int64_t stride = slot_stride(layer);
+  const int64_t head_dim = layer.head_dim;
   const int64_t block = slot / layer.block_size, offset = slot % layer.block_size;
-  float amax = 0.0f;
-  for (int64_t i = 0; i < stride; ++i) amax = std::max(amax, std::fabs(row[i]));
-  MOERT_CHECK(std::isfinite(amax), "non-finite K/V value written to an F8_E4M3 cache (slot " << slot << ")");
-  const float needed = amax / quant::kE4m3Max;
   uint8_t* block_codes = cache + block * layer.block_size * stride;
-  float& scale = scales[block];
-  if (offset == 0) {
-    scale = needed;
-  } else if (needed > scale) {
-    const float old_scale = scale;
-    for (int64_t i = 0; i < offset * stride; ++i) {
-      block_codes[i] = quant::e4m3_encode(quant::e4m3_decode(block_codes[i]) * old_scale / needed);
+  for (int head = 0; head < layer.num_kv_heads; ++head) {
+    const float* values = row + head * head_dim;
+    float amax = 0.0f;
+    for (int64_t d = 0; d < head_dim; ++d) amax = std::max(amax, std::fabs(values[d]));
+    MOERT_CHECK(std::isfinite(amax), "non-finite K/V value written to an F8_E4M3 cache (slot " << slot << ")");
+    const float needed = amax > 0.0f ? std::exp2(std::ceil(std::log2(amax / quant::kE4m3Max))) : 0.0f;
+    float& scale = scales[block * layer.num_kv_heads + head];
+    if (offset == 0) {
+      scale = needed;
+    } else if (needed > scale) {
+      const float old_scale = scale;
+      for (int64_t r = 0; r < offset; ++r) {
+        uint8_t* codes = block_codes + r * stride + head * head_dim;
+        for (int64_t d = 0; d < head_dim; ++d) codes[d] = quant::e4m3_encode(quant::e4m3_decode(codes[d]) * old_scale / needed);
+      }
+      scale = needed;
     }
-    scale = needed;
+    uint8_t* out = block_codes + offset * stride + head * head_dim;
+    for (int64_t d = 0; d < head_dim; ++d) out[d] = scale > 0.0f ? quant::e4m3_encode(values[d] / scale) : 0;
   }
-  uint8_t* out = block_codes + offset * stride;
-  for (int64_t i = 0; i < stride; ++i) out[i] = scale > 0.0f ? quant::e4m3_encode(row[i] / scale) : 0;
 }
 
 }  // namespace
@@ -307,8 +316,10 @@ void copy_kv_blocks(const PagedKvLayer& layer, const int32_t* src, const int32_t
       std::memcpy(bytes + dst[i] * block_bytes, bytes + src[i] * block_bytes, static_cast<size_t>(block_bytes));
     }
     if (layer.dtype == DType::kF8E4M3) {
-      layer.k_scales[dst[i]] = layer.k_scales[src[i]];
-      layer.v_scales[dst[i]] = layer.v_scales[src[i]];
+      for (int head = 0; head < layer.num_kv_heads; ++head) {
+        layer.k_scales[dst[i] * layer.num_kv_heads + head] = layer.k_scales[src[i] * layer.num_kv_heads + head];
+        layer.v_scales[dst[i] * layer.num_kv_heads + head] = layer.v_scales[src[i] * layer.num_kv_heads + head];
+      }
     }
   }
 }

@@ -72,8 +72,8 @@ PagedModelRunner::PagedModelRunner(const TransformerForward& model, std::vector<
       view = {storage.keys.view().data, storage.values.view().data, kv.num_blocks, kv.block_size,
               group.num_kv_heads, group.head_dim, group.dtype};
       if (group.dtype == DType::kF8E4M3) {
-        storage.key_scales = backend.allocate(DType::kF32, {kv.num_blocks});
-        storage.value_scales = backend.allocate(DType::kF32, {kv.num_blocks});
+        storage.key_scales = backend.allocate(DType::kF32, {kv.num_blocks, group.num_kv_heads});
+        storage.value_scales = backend.allocate(DType::kF32, {kv.num_blocks, group.num_kv_heads});
         view.k_scales = storage.key_scales.data<float>();
         view.v_scales = storage.value_scales.data<float>();
       }

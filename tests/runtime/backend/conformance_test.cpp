@@ -206,7 +206,8 @@ double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, c
   };
   const Shape shape{num_blocks, block_size, kv_heads, head_dim};
   Buffer k_cache = backend.allocate(dtype, shape), v_cache = backend.allocate(dtype, shape);
-  Buffer k_scales = backend.allocate(DType::kF32, {num_blocks}), v_scales = backend.allocate(DType::kF32, {num_blocks});
+  Buffer k_scales = backend.allocate(DType::kF32, {num_blocks, kv_heads});
+  Buffer v_scales = backend.allocate(DType::kF32, {num_blocks, kv_heads});
   const int64_t block_bytes = static_cast<int64_t>(k_cache.size_bytes()) / num_blocks;
   std::memset(k_cache.view().data, 0xFF, static_cast<size_t>(block_bytes));  // the null block: NaN in every dtype
   std::memset(v_cache.view().data, 0xFF, static_cast<size_t>(block_bytes));
@@ -215,7 +216,7 @@ double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, c
   if (dtype == DType::kF8E4M3) {
     layer.k_scales = k_scales.data<float>();
     layer.v_scales = v_scales.data<float>();
-    layer.k_scales[0] = layer.v_scales[0] = 1.0f;
+    for (int head = 0; head < kv_heads; ++head) layer.k_scales[head] = layer.v_scales[head] = 1.0f;
   }
   std::vector<int32_t> free_blocks(num_blocks - 1);
   std::iota(free_blocks.begin(), free_blocks.end(), 1);  // block 0 is the null block
@@ -325,8 +326,10 @@ double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, c
     EXPECT_EQ(std::memcmp(bytes + dst * block_bytes, bytes + src * block_bytes, static_cast<size_t>(block_bytes)), 0);
   }
   if (dtype == DType::kF8E4M3) {
-    EXPECT_EQ(layer.k_scales[dst], layer.k_scales[src]);
-    EXPECT_EQ(layer.v_scales[dst], layer.v_scales[src]);
+    for (int head = 0; head < kv_heads; ++head) {
+      EXPECT_EQ(layer.k_scales[dst * kv_heads + head], layer.k_scales[src * kv_heads + head]);
+      EXPECT_EQ(layer.v_scales[dst * kv_heads + head], layer.v_scales[src * kv_heads + head]);
+    }
   }
   return error;
 }
