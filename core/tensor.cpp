@@ -65,16 +65,29 @@ Buffer::Buffer(DType dtype, Shape shape, bool zero_fill) {
   view_ = TensorView::contiguous(dtype, std::move(shape), data);
 }
 
-Buffer::~Buffer() { std::free(view_.data); }
+Buffer::Buffer(TensorView view, uint64_t size_bytes, Release release)
+    : view_(std::move(view)), size_bytes_(size_bytes), release_(release) {}
+
+Buffer::~Buffer() {
+  if (view_.data == nullptr) return;
+  if (release_ != nullptr) {
+    release_(view_.data);
+  } else {
+    std::free(view_.data);
+  }
+}
 
 Buffer::Buffer(Buffer&& other) noexcept
-    : view_(std::exchange(other.view_, TensorView{})), size_bytes_(std::exchange(other.size_bytes_, 0)) {}
+    : view_(std::exchange(other.view_, TensorView{})),
+      size_bytes_(std::exchange(other.size_bytes_, 0)),
+      release_(std::exchange(other.release_, nullptr)) {}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
   if (this != &other) {
-    std::free(view_.data);
+    Buffer old(std::move(*this));
     view_ = std::exchange(other.view_, TensorView{});
     size_bytes_ = std::exchange(other.size_bytes_, 0);
+    release_ = std::exchange(other.release_, nullptr);
   }
   return *this;
 }

@@ -46,10 +46,14 @@ struct TensorView {
   TensorView row(int64_t index) const;
 };
 
-// Owning, contiguous, 64-byte aligned host storage with a view over it.
+// Owning, contiguous storage with a view over it: 64-byte aligned host memory, or memory a
+// backend allocated on its device and hands over with the function that releases it.
 class Buffer {
  public:
+  using Release = void (*)(void* data);
   Buffer() = default;
+  // Takes ownership of `view.data` (size_bytes long); `release(view.data)` frees it.
+  Buffer(TensorView view, uint64_t size_bytes, Release release);
   // Zero-filled storage.
   Buffer(DType dtype, Shape shape);
   // Storage left uninitialised (no page is touched until written: a large KV pool costs
@@ -71,6 +75,7 @@ class Buffer {
 
   TensorView view_;
   uint64_t size_bytes_ = 0;
+  Release release_ = nullptr;  // null: std::free
 };
 
 }  // namespace moert

@@ -83,8 +83,21 @@ class Backend {
   // Router top-k: logits [T, E] -> expert_ids, weights [T, K] (experts/router.h rules).
   virtual void route(const experts::RouterConfig& config, const float* logits, int64_t num_tokens,
                      const float* selection_bias, int32_t* expert_ids, float* weights) = 0;
+  // Combine of routed experts: out[t] = sum over j of rows[src_rows[t * K + j]], j ascending,
+  // from +0.0f (experts/grouped/dispatch_layout.h). rows: [N, D]; src_rows: [T, K]; out: [T, D].
+  virtual void combine_rows(std::span<const int64_t> src_rows, int top_k, std::span<const float> rows,
+                            int hidden_size, std::span<float> out) = 0;
   // x[i] += y[i] for i < count.
   virtual void add(float* x, const float* y, int64_t count) = 0;
+  // x[t, :] += g_t * y[t, :] for t < R with g_t = sigmoid(gate_logits[t]) (as 1 / (1 + exp(-l)))
+  // or 1 when gate_logits is null (then x += 1 * y, exact). x, y: [R, dim].
+  virtual void gated_add(float* x, const float* y, const float* gate_logits, int64_t num_rows, int64_t dim) = 0;
+  // dst[i] = src[i] for i < count (device memory on both sides).
+  virtual void copy(float* dst, const float* src, int64_t count) = 0;
+  // host_dst[i] = src[i] for i < count: results leave the device (logits for sampling).
+  virtual void to_host(const float* src, int64_t count, float* host_dst) = 0;
+  // dst[r, :] = src[rows[r], :] for r < num_rows; rows is host data. src: [*, dim]; dst: [R, dim].
+  virtual void gather_rows(const float* src, int64_t dim, const int64_t* rows, int64_t num_rows, float* dst) = 0;
   // Sampling entry point for greedy rows: out[r] = argmax of logits[r, :V], lowest id on ties.
   virtual void argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, int32_t* out) = 0;
 };

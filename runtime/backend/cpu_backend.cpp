@@ -1,9 +1,14 @@
 #include "runtime/backend/cpu_backend.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
 #include "attention/cpu/dense_attention.h"
 #include "attention/cpu/paged_attention.h"
 #include "core/check.h"
 #include "experts/cpu/expert_ffn.h"
+#include "experts/grouped/dispatch_layout.h"
 #include "quant/cpu/apply_linear.h"
 #include "quant/bf16.h"
 #include "runtime/backend/reference_ops.h"
@@ -82,8 +87,28 @@ void CpuBackend::route(const experts::RouterConfig& config, const float* logits,
   experts::route_tokens(config, logits, num_tokens, selection_bias, expert_ids, weights);
 }
 
+void CpuBackend::combine_rows(std::span<const int64_t> src_rows, int top_k, std::span<const float> rows,
+                              int hidden_size, std::span<float> out) {
+  experts::sum_rows_in_order(src_rows, top_k, rows, hidden_size, out);
+}
+
 void CpuBackend::add(float* x, const float* y, int64_t count) {
   for (int64_t i = 0; i < count; ++i) x[i] += y[i];
+}
+
+void CpuBackend::gated_add(float* x, const float* y, const float* gate_logits, int64_t num_rows, int64_t dim) {
+  for (int64_t t = 0; t < num_rows; ++t) {
+    const float g = gate_logits == nullptr ? 1.0f : 1.0f / (1.0f + std::exp(-gate_logits[t]));
+    for (int64_t i = 0; i < dim; ++i) x[t * dim + i] += g * y[t * dim + i];
+  }
+}
+
+void CpuBackend::copy(float* dst, const float* src, int64_t count) {
+  if (count > 0) std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(count));
+}
+
+void CpuBackend::gather_rows(const float* src, int64_t dim, const int64_t* rows, int64_t num_rows, float* dst) {
+  for (int64_t r = 0; r < num_rows; ++r) std::copy_n(src + rows[r] * dim, dim, dst + r * dim);
 }
 
 void CpuBackend::argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, int32_t* out) {

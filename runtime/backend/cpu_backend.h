@@ -40,7 +40,13 @@ class CpuBackend : public Backend {
                           std::span<float> contributions) override;
   void route(const experts::RouterConfig& config, const float* logits, int64_t num_tokens,
              const float* selection_bias, int32_t* expert_ids, float* weights) override;
+  void combine_rows(std::span<const int64_t> src_rows, int top_k, std::span<const float> rows, int hidden_size,
+                    std::span<float> out) override;
   void add(float* x, const float* y, int64_t count) override;
+  void gated_add(float* x, const float* y, const float* gate_logits, int64_t num_rows, int64_t dim) override;
+  void copy(float* dst, const float* src, int64_t count) override;
+  void to_host(const float* src, int64_t count, float* host_dst) override { copy(host_dst, src, count); }
+  void gather_rows(const float* src, int64_t dim, const int64_t* rows, int64_t num_rows, float* dst) override;
   void argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, int32_t* out) override;
 
   ThreadPool& pool() const { return pool_; }

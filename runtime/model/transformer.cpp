@@ -55,27 +55,29 @@ Result<std::vector<float>> TransformerForward::forward(const ForwardBatch& batch
     }
   }
   // x: [T, D] residual stream, embedded.
-  std::vector<float> x(static_cast<size_t>(num_tokens * dim));
+  const Buffer x = activations(num_tokens * dim);
   // The embedding's dtype was checked when the weights were bound; the ids just above.
-  backend_.embedding_gather(weights_.embed_tokens, batch.tokens.data(), num_tokens, x.data());
+  backend_.embedding_gather(weights_.embed_tokens, batch.tokens.data(), num_tokens, x.data<float>());
   for (int layer = 0; layer < c.num_layers; ++layer) {
-    attention_block(layer, batch, attention, x);
-    ffn_block(layer, num_tokens, x);
+    attention_block(layer, batch, attention, x.data<float>());
+    ffn_block(layer, num_tokens, x.data<float>());
   }
   // Final norm and LM head only for the rows that need logits.
   const int64_t num_rows = static_cast<int64_t>(batch.logit_rows.size());
-  std::vector<float> selected(static_cast<size_t>(num_rows * dim));
-  for (int64_t r = 0; r < num_rows; ++r) {
-    std::copy_n(x.data() + batch.logit_rows[static_cast<size_t>(r)] * dim, dim, selected.data() + r * dim);
-  }
-  backend_.rms_norm(selected.data(), num_rows, dim, weights_.final_norm.data(), c.rms_norm_eps);
+  const Buffer selected = activations(num_rows * dim);
+  backend_.gather_rows(x.data<float>(), dim, batch.logit_rows.data(), num_rows, selected.data<float>());
+  backend_.rms_norm(selected.data<float>(), num_rows, dim, weights_.final_norm.data(), c.rms_norm_eps);
+  const Buffer device_logits = activations(num_rows * c.vocab_size);
+  backend_.linear(weights_.lm_head, selected.data<float>(), num_rows, nullptr, device_logits.data<float>());
   std::vector<float> logits(static_cast<size_t>(num_rows * c.vocab_size));
-  backend_.linear(weights_.lm_head, selected.data(), num_rows, nullptr, logits.data());
+  backend_.to_host(device_logits.data<float>(), num_rows * c.vocab_size, logits.data());
   return logits;
 }
 
+Buffer TransformerForward::activations(int64_t count) const { return backend_.allocate(DType::kF32, {count}); }
+
 void TransformerForward::attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention,
-                                         std::vector<float>& x) const {
+                                         float* x) const {
   const ModelConfig& c = config_;
   const LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
   const AttentionWeights& a = l.attention;
@@ -84,42 +86,44 @@ void TransformerForward::attention_block(int layer, const ForwardBatch& batch, A
   const int64_t q_width = static_cast<int64_t>(c.num_heads) * c.head_dim;
   const int64_t kv_width = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
 
-  std::vector<float> h(x);  // [T, D]
-  backend_.rms_norm(h.data(), num_tokens, dim, l.input_norm.data(), c.rms_norm_eps);
-  std::vector<float> q(static_cast<size_t>(num_tokens * q_width));   // [T, H, Dh]
-  std::vector<float> k(static_cast<size_t>(num_tokens * kv_width));  // [T, KVH, Dh]
-  std::vector<float> v(static_cast<size_t>(num_tokens * kv_width));  // [T, KVH, Dh]
+  const Buffer h = activations(num_tokens * dim);  // [T, D]
+  backend_.copy(h.data<float>(), x, num_tokens * dim);
+  backend_.rms_norm(h.data<float>(), num_tokens, dim, l.input_norm.data(), c.rms_norm_eps);
+  const Buffer q = activations(num_tokens * q_width);   // [T, H, Dh]
+  const Buffer k = activations(num_tokens * kv_width);  // [T, KVH, Dh]
+  const Buffer v = activations(num_tokens * kv_width);  // [T, KVH, Dh]
   auto bias_or_null = [](const Linear& linear) { return linear.bias.empty() ? nullptr : linear.bias.data(); };
-  backend_.linear(a.q.weight, h.data(), num_tokens, bias_or_null(a.q), q.data());
-  backend_.linear(a.k.weight, h.data(), num_tokens, bias_or_null(a.k), k.data());
-  backend_.linear(a.v.weight, h.data(), num_tokens, bias_or_null(a.v), v.data());
+  backend_.linear(a.q.weight, h.data<float>(), num_tokens, bias_or_null(a.q), q.data<float>());
+  backend_.linear(a.k.weight, h.data<float>(), num_tokens, bias_or_null(a.k), k.data<float>());
+  backend_.linear(a.v.weight, h.data<float>(), num_tokens, bias_or_null(a.v), v.data<float>());
   if (c.qk_norm) {
-    backend_.rms_norm(q.data(), num_tokens * c.num_heads, c.head_dim, a.q_norm.data(), c.rms_norm_eps);
-    backend_.rms_norm(k.data(), num_tokens * c.num_kv_heads, c.head_dim, a.k_norm.data(), c.rms_norm_eps);
+    backend_.rms_norm(q.data<float>(), num_tokens * c.num_heads, c.head_dim, a.q_norm.data(), c.rms_norm_eps);
+    backend_.rms_norm(k.data<float>(), num_tokens * c.num_kv_heads, c.head_dim, a.k_norm.data(), c.rms_norm_eps);
   }
-  backend_.rope(rope_, q.data(), num_tokens, c.num_heads, batch.positions.data());
-  backend_.rope(rope_, k.data(), num_tokens, c.num_kv_heads, batch.positions.data());
-  std::vector<float> attn(static_cast<size_t>(num_tokens * q_width));  // [T, H, Dh]
-  attention.attend(backend_, layer, q.data(), k.data(), v.data(), num_tokens, attn.data());
-  std::vector<float> projected(static_cast<size_t>(num_tokens * dim));
-  backend_.linear(a.o.weight, attn.data(), num_tokens, nullptr, projected.data());
-  backend_.add(x.data(), projected.data(), static_cast<int64_t>(x.size()));
+  backend_.rope(rope_, q.data<float>(), num_tokens, c.num_heads, batch.positions.data());
+  backend_.rope(rope_, k.data<float>(), num_tokens, c.num_kv_heads, batch.positions.data());
+  const Buffer attn = activations(num_tokens * q_width);  // [T, H, Dh]
+  attention.attend(backend_, layer, q.data<float>(), k.data<float>(), v.data<float>(), num_tokens, attn.data<float>());
+  const Buffer projected = activations(num_tokens * dim);
+  backend_.linear(a.o.weight, attn.data<float>(), num_tokens, nullptr, projected.data<float>());
+  backend_.add(x, projected.data<float>(), num_tokens * dim);
 }
 
-void TransformerForward::ffn_block(int layer, int64_t num_tokens, std::vector<float>& x) const {
+void TransformerForward::ffn_block(int layer, int64_t num_tokens, float* x) const {
   const ModelConfig& c = config_;
   const LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
   const int64_t dim = c.hidden_size;
-  std::vector<float> h(x);
-  backend_.rms_norm(h.data(), num_tokens, dim, l.post_attention_norm.data(), c.rms_norm_eps);
-  std::vector<float> out(static_cast<size_t>(num_tokens * dim));
+  const Buffer h = activations(num_tokens * dim);
+  backend_.copy(h.data<float>(), x, num_tokens * dim);
+  backend_.rms_norm(h.data<float>(), num_tokens, dim, l.post_attention_norm.data(), c.rms_norm_eps);
+  const Buffer out = activations(num_tokens * dim);
   if (l.is_moe) {
-    moe_ffn(layer, l.moe, h.data(), num_tokens, out.data());
+    moe_ffn(layer, l.moe, h.data<float>(), num_tokens, out.data<float>());
   } else {
-    backend_.swiglu_ffn(h.data(), num_tokens, l.dense_mlp.gate.weight, l.dense_mlp.up.weight, l.dense_mlp.down.weight,
-                        out.data());
+    backend_.swiglu_ffn(h.data<float>(), num_tokens, l.dense_mlp.gate.weight, l.dense_mlp.up.weight,
+                        l.dense_mlp.down.weight, out.data<float>());
   }
-  backend_.add(x.data(), out.data(), static_cast<int64_t>(x.size()));
+  backend_.add(x, out.data<float>(), num_tokens * dim);
 }
 
 std::function<backend::Backend::ExpertWeights(int)> routed_expert_weights(const MoeWeights& moe) {
@@ -141,11 +145,13 @@ void LocalRoutedExperts::run(backend::Backend& backend, int /*layer*/, const Moe
   Result<experts::ExpertDispatchLayout> layout = experts::layout_from_routing(
       ids, {gate_weights, num_entries}, num_tokens, top_k, config_.num_experts());
   MOERT_CHECK(layout.is_ok(), "routing: " << layout.status().message());
-  std::vector<float> contributions(num_entries * static_cast<size_t>(dim));  // [T * K, D]
+  const Buffer contributions =
+      backend.allocate(DType::kF32, {static_cast<int64_t>(num_entries), dim});  // [T * K, D]
+  const std::span<float> rows(contributions.data<float>(), num_entries * static_cast<size_t>(dim));
   backend.grouped_expert_ffn(*layout, {h, static_cast<size_t>(num_tokens * dim)}, static_cast<int>(dim),
-                             routed_expert_weights(moe), contributions);
-  experts::sum_rows_in_order(experts::expert_order_of_tokens(ids, num_tokens, top_k), top_k, contributions,
-                             static_cast<int>(dim), {out, static_cast<size_t>(num_tokens * dim)});
+                             routed_expert_weights(moe), rows);
+  backend.combine_rows(experts::expert_order_of_tokens(ids, num_tokens, top_k), top_k, rows, static_cast<int>(dim),
+                       {out, static_cast<size_t>(num_tokens * dim)});
 }
 
 // out[t] = sum over t's selected experts in ascending expert id of w * expert(h[t]),
@@ -156,8 +162,8 @@ void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, const float* 
   const int64_t dim = c.hidden_size;
   const int num_experts = c.num_experts();
   const int top_k = c.top_k();
-  std::vector<float> router_logits(static_cast<size_t>(num_tokens * num_experts));  // [T, E]
-  backend_.linear(quant::LinearWeight::from_dense(moe.router), h, num_tokens, nullptr, router_logits.data());
+  const Buffer router_logits = activations(num_tokens * num_experts);  // [T, E]
+  backend_.linear(quant::LinearWeight::from_dense(moe.router), h, num_tokens, nullptr, router_logits.data<float>());
   std::vector<int32_t> expert_ids(static_cast<size_t>(num_tokens * top_k));  // [T, K]
   std::vector<float> gate_weights(static_cast<size_t>(num_tokens * top_k));  // [T, K]
   // Selection bias: the model's correction bias plus the balancer's, if any.
@@ -174,27 +180,25 @@ void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, const float* 
     }
     bias = combined_bias.data();
   }
-  backend_.route(c.router, router_logits.data(), num_tokens, bias, expert_ids.data(), gate_weights.data());
+  backend_.route(c.router, router_logits.data<float>(), num_tokens, bias, expert_ids.data(), gate_weights.data());
 
   // The shared expert (and its gate) runs while the routed experts' dispatch is in flight.
-  std::vector<float> shared;
-  std::vector<float> gate;
+  Buffer shared, gate_logits;
+  const bool gated = moe.shared_expert_gate.data != nullptr;
   auto shared_expert = [&] {
     if (!moe.shared_expert.has_value()) return;
-    shared.resize(static_cast<size_t>(num_tokens * dim));
+    shared = activations(num_tokens * dim);
     backend_.swiglu_ffn(h, num_tokens, moe.shared_expert->gate.weight, moe.shared_expert->up.weight,
-                        moe.shared_expert->down.weight, shared.data());
-    gate.assign(static_cast<size_t>(num_tokens), 1.0f);
-    if (moe.shared_expert_gate.data != nullptr) {
-      backend_.linear(quant::LinearWeight::from_dense(moe.shared_expert_gate), h, num_tokens, nullptr, gate.data());
-      for (float& g : gate) g = 1.0f / (1.0f + std::exp(-g));
+                        moe.shared_expert->down.weight, shared.data<float>());
+    if (gated) {
+      gate_logits = activations(num_tokens);
+      backend_.linear(quant::LinearWeight::from_dense(moe.shared_expert_gate), h, num_tokens, nullptr,
+                      gate_logits.data<float>());
     }
   };
   routed_experts_->run(backend_, layer, moe, h, num_tokens, expert_ids.data(), gate_weights.data(), out, shared_expert);
   if (moe.shared_expert.has_value()) {
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      for (int64_t i = 0; i < dim; ++i) out[t * dim + i] += gate[static_cast<size_t>(t)] * shared[static_cast<size_t>(t * dim + i)];
-    }
+    backend_.gated_add(out, shared.data<float>(), gated ? gate_logits.data<float>() : nullptr, num_tokens, dim);
   }
 }
 

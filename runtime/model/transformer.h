@@ -97,8 +97,11 @@ class TransformerForward {
   backend::Backend& backend() const { return backend_; }
 
  private:
-  void attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, std::vector<float>& x) const;
-  void ffn_block(int layer, int64_t num_tokens, std::vector<float>& x) const;
+  // x: [T, D] residual stream on the backend's device, updated in place.
+  void attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
+  void ffn_block(int layer, int64_t num_tokens, float* x) const;
+  // Scratch F32 storage of `count` values allocated by the backend.
+  Buffer activations(int64_t count) const;
   void moe_ffn(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens, float* out) const;
 
   const ModelConfig& config_;

@@ -460,6 +460,55 @@ std::vector<std::string> backend_names() {
   for (const BackendCase& c : present_backends()) names.push_back(c.name);
   return names;
 }
+// The data-movement and combine ops: exact (they copy, or add in a fixed order that the
+// float64 reference follows within F32 rounding).
+TEST_P(Conformance, CopyGatherToHostCombineAndGatedAddMatchFloat64) {
+  const int64_t rows = 7, dim = 13;
+  const std::vector<float> src = random_floats(rows * dim);
+  Buffer device = backend_->allocate(DType::kF32, {rows, dim});
+  backend_->copy(device.data<float>(), src.data(), rows * dim);
+  std::vector<float> back(src.size(), -1.0f);
+  backend_->to_host(device.data<float>(), rows * dim, back.data());
+  EXPECT_EQ(back, src);
+  const std::vector<int64_t> picked{6, 0, 3, 3};
+  Buffer gathered = backend_->allocate(DType::kF32, {4, dim});
+  backend_->gather_rows(device.data<float>(), dim, picked.data(), 4, gathered.data<float>());
+  std::vector<float> host(static_cast<size_t>(4 * dim));
+  backend_->to_host(gathered.data<float>(), 4 * dim, host.data());
+  for (size_t r = 0; r < picked.size(); ++r) {
+    for (int64_t i = 0; i < dim; ++i) ASSERT_EQ(host[r * dim + i], src[static_cast<size_t>(picked[r] * dim + i)]);
+  }
+  backend_->gather_rows(device.data<float>(), dim, nullptr, 0, nullptr);  // empty batch
+
+  // combine: out[t] = sum_j rows[src_rows[t * K + j]] in j order; 3 tokens, K = 2.
+  const int top_k = 2;
+  const std::vector<int64_t> src_rows{4, 1, 0, 6, 2, 2};
+  std::vector<float> combined(static_cast<size_t>(3 * dim), 5.0f);
+  backend_->combine_rows(src_rows, top_k, src, static_cast<int>(dim), combined);
+  std::vector<double> expected(combined.size());
+  for (int64_t t = 0; t < 3; ++t) {
+    for (int64_t i = 0; i < dim; ++i) {
+      double acc = 0.0;
+      for (int j = 0; j < top_k; ++j) acc += src[static_cast<size_t>(src_rows[static_cast<size_t>(t * top_k + j)] * dim + i)];
+      expected[static_cast<size_t>(t * dim + i)] = acc;
+    }
+  }
+  EXPECT_LT(relative_l2_error(combined.data(), expected.data(), static_cast<int64_t>(combined.size())), kTolerance);
+
+  // gated_add: x += sigmoid(gate) * y per row, and x += y without a gate.
+  const std::vector<float> y = random_floats(rows * dim), gate = random_floats(rows, 2.0f);
+  for (const bool gated : {true, false}) {
+    std::vector<float> x = random_floats(rows * dim);
+    std::vector<double> want(x.size());
+    for (int64_t t = 0; t < rows; ++t) {
+      const double g = gated ? 1.0 / (1.0 + std::exp(-static_cast<double>(gate[static_cast<size_t>(t)]))) : 1.0;
+      for (int64_t i = 0; i < dim; ++i) want[static_cast<size_t>(t * dim + i)] = x[static_cast<size_t>(t * dim + i)] + g * y[static_cast<size_t>(t * dim + i)];
+    }
+    backend_->gated_add(x.data(), y.data(), gated ? gate.data() : nullptr, rows, dim);
+    EXPECT_LT(relative_l2_error(x.data(), want.data(), static_cast<int64_t>(x.size())), kTolerance) << gated;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::ValuesIn(backend_names()));
 
 }  // namespace
