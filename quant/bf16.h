@@ -1,33 +1,19 @@
-// 16-bit float conversions used by every weight path. BF16 is the top half of an IEEE
-// binary32; F16 is IEEE binary16. Encoding rounds to nearest, ties to even; NaN stays NaN.
+// 16-bit weights widened to F32 (the conversions themselves: core/half.h).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
+#include "core/half.h"
 #include "core/tensor.h"
 
 namespace moert::quant {
 
-inline float bf16_to_f32(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &wide, sizeof(value));
-  return value;
-}
-
-inline uint16_t f32_to_bf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0) {
-    return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // quiet NaN, sign kept
-  }
-  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
-
-float f16_to_f32(uint16_t bits);
-uint16_t f32_to_f16(float value);
+// The scalar conversions live in core/half.h; they are part of this namespace too.
+using moert::bf16_to_f32;
+using moert::f16_to_f32;
+using moert::f32_to_bf16;
+using moert::f32_to_f16;
 
 // Writes the contiguous view's values as F32 into out[numel]; false (nothing written) for
 // dtypes other than F32, BF16 and F16.

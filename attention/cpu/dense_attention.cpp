@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "quant/cpu/linear.h"
+#include "core/cpu/dot.h"
 
 namespace moert::attention {
 
@@ -18,7 +18,7 @@ void causal_attention_one_token(const float* q, const float* keys, const float* 
     const int64_t kv_offset = static_cast<int64_t>(h / group) * head_dim;
     float max_score = -INFINITY;
     for (int64_t j = 0; j <= position; ++j) {
-      scores[static_cast<size_t>(j)] = quant::dot_f32(q_head, keys + j * kv_stride + kv_offset, head_dim) * scale;
+      scores[static_cast<size_t>(j)] = cpu::dot_f32(q_head, keys + j * kv_stride + kv_offset, head_dim) * scale;
       max_score = std::max(max_score, scores[static_cast<size_t>(j)]);
     }
     double denominator = 0.0;

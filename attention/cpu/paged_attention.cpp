@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "quant/bf16.h"
-#include "quant/cpu/isa.h"
+#include "core/cpu/dot.h"
+#include "core/cpu/isa.h"
 #include "quant/formats/minifloat.h"
-#include "quant/cpu/linear.h"
 #if defined(MOERT_X86_KERNELS)
 #include "attention/cpu/x86/accumulate_values_avx512.h"
 #endif
@@ -144,10 +144,10 @@ void accumulate_values(const float* v, int64_t v_stride, int64_t count, const fl
 }
 
 // The AVX-512 value accumulation (attention/cpu/x86/, x86-64 builds only) when the CPU
-// has it and MOERT_CPU_ISA does not cap it (quant/cpu/isa.h); same results either way.
+// has it and MOERT_CPU_ISA does not cap it (core/cpu/isa.h); same results either way.
 bool use_avx512() {
 #if defined(MOERT_X86_KERNELS)
-  return quant::active_cpu_isa() == quant::CpuIsa::kAvx512;
+  return cpu::active_cpu_isa() == cpu::CpuIsa::kAvx512;
 #else
   return false;
 #endif
@@ -183,7 +183,7 @@ void attend(const float* q, const PagedKvLayer& layer, const PagedAttentionPlan&
         page_rows(layer, layer.k_cache, layer.k_scales, item.pages[page], item.kv_head, offset, count, scratch.k_rows);
     for (int64_t r = 0; r < count; ++r, ++j) {
       float dots[kMaxGroup];
-      quant::dot_f32_rows(q_row, head_dim, group, k_page.rows + r * k_page.stride, head_dim, dots);
+      cpu::dot_f32_rows(q_row, head_dim, group, k_page.rows + r * k_page.stride, head_dim, dots);
       for (int g = 0; g < group; ++g) {
         float score = dots[g] * scale;
         if (soft_cap > 0.0f) score = soft_cap * std::tanh(score / soft_cap);

@@ -1,57 +1,14 @@
 #include "quant/cpu/linear.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
 
-#include "quant/cpu/isa.h"
-#include "quant/cpu/linear_lanes.h"
-#if defined(MOERT_X86_KERNELS)
-#include "quant/cpu/x86/linear_x86.h"
-#endif
 #include "core/check.h"
+#include "core/cpu/dot.h"
 
 namespace moert::quant {
 namespace {
 
-using namespace linear_detail;  // kLanes, kMaxRows, reduce_lanes, WeightKind, scalar_weight
-
-// ---- Portable ----------------------------------------------------------------------------
-template <typename WeightAt>
-void dot_rows_portable(const float* x, int64_t x_stride, int rows, int64_t k, WeightAt weight_at, float* out) {
-  float lanes[kMaxRows][kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= k; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) {
-      const float w = weight_at(i + l);
-      for (int r = 0; r < rows; ++r) lanes[r][l] = std::fma(x[r * x_stride + i + l], w, lanes[r][l]);
-    }
-  }
-  for (int l = 0; i < k; ++i, ++l) {
-    const float w = weight_at(i);
-    for (int r = 0; r < rows; ++r) lanes[r][l] = std::fma(x[r * x_stride + i], w, lanes[r][l]);
-  }
-  for (int r = 0; r < rows; ++r) out[r] = reduce_lanes(lanes[r]);
-}
-
-using Isa = CpuIsa;
-inline Isa active_isa() { return active_cpu_isa(); }
-
-template <WeightKind kind>
-void dot_rows(const float* x, int64_t x_stride, int rows, int64_t k, const void* w, float* out) {
-  switch (active_isa()) {
-#if defined(MOERT_X86_KERNELS)
-    case Isa::kAvx512: return x86::dot_rows_avx512(kind, x, x_stride, rows, k, w, out);
-    case Isa::kAvx2: return x86::dot_rows_avx2(kind, x, x_stride, rows, k, w, out);
-#else
-    case Isa::kAvx512:
-    case Isa::kAvx2:  // never selected without the x86 kernels (quant/cpu/isa.cpp)
-#endif
-    case Isa::kPortable:
-      return dot_rows_portable(x, x_stride, rows, k, [&](int64_t i) { return scalar_weight<kind>(w, i); }, out);
-  }
-}
+using cpu::WeightKind;
 
 template <WeightKind kind>
 void linear_rows(const float* x, int64_t num_rows, const void* w, int64_t n, int64_t k, int64_t elem_bytes,
@@ -59,13 +16,9 @@ void linear_rows(const float* x, int64_t num_rows, const void* w, int64_t n, int
   // Rows of x are taken in tiles so a tile stays in cache while the weights stream past it.
   constexpr int64_t kRowTile = 64;
   const int64_t grain = std::max<int64_t>(8, 8192 / std::max<int64_t>(1, k));
-  constexpr int kCols = 4;
-#if defined(MOERT_X86_KERNELS)
-  static_assert(kCols == x86::kBlockCols);
-  const bool blocked = active_isa() == Isa::kAvx512;
-#else
-  constexpr bool blocked = false;
-#endif
+  constexpr int kCols = cpu::kDotBlockCols;
+  constexpr int kMaxRows = cpu::kMaxDotRows;
+  const bool blocked = cpu::dot_block_preferred();
   pool.parallel_for(n, grain, [&](int64_t begin, int64_t end) {
     float dots[kMaxRows * kCols];
     for (int64_t t0 = 0; t0 < num_rows; t0 += kRowTile) {
@@ -77,9 +30,7 @@ void linear_rows(const float* x, int64_t num_rows, const void* w, int64_t n, int
         for (int c = 0; c < kCols; ++c) w_rows[c] = static_cast<const char*>(w) + (col + c) * k * elem_bytes;
         for (int64_t t = t0; t < t_end; t += kMaxRows) {
           const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, t_end - t));
-#if defined(MOERT_X86_KERNELS)
-          x86::dot_block_avx512(kind, x + t * k, k, rows, k, w_rows, dots);
-#endif
+          cpu::dot_block(kind, x + t * k, k, rows, k, w_rows, dots);
           for (int r = 0; r < rows; ++r) {
             for (int c = 0; c < kCols; ++c) {
               y[(t + r) * n + col + c] = dots[r * kCols + c] + (bias != nullptr ? bias[col + c] : 0.0f);
@@ -92,7 +43,7 @@ void linear_rows(const float* x, int64_t num_rows, const void* w, int64_t n, int
         const float b = bias != nullptr ? bias[col] : 0.0f;
         for (int64_t t = t0; t < t_end; t += kMaxRows) {
           const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, t_end - t));
-          dot_rows<kind>(x + t * k, k, rows, k, w_row, dots);
+          cpu::dot_rows(kind, x + t * k, k, rows, k, w_row, dots);
           for (int r = 0; r < rows; ++r) y[(t + r) * n + col] = dots[r] + b;
         }
       }
@@ -101,26 +52,6 @@ void linear_rows(const float* x, int64_t num_rows, const void* w, int64_t n, int
 }
 
 }  // namespace
-
-const char* cpu_isa_name() { return cpu_isa_label(active_isa()); }
-
-float dot_f32(const float* a, const float* b, int64_t k) {
-  float out;
-  dot_rows<WeightKind::kF32>(a, 0, 1, k, b, &out);
-  return out;
-}
-
-void dot_f32_rows(const float* x, int64_t x_stride, int rows, const float* w, int64_t k, float* out) {
-  for (int r = 0; r < rows; r += kMaxRows) {
-    dot_rows<WeightKind::kF32>(x + r * x_stride, x_stride, std::min(kMaxRows, rows - r), k, w, out + r);
-  }
-}
-
-float dot_f32_reference(const float* a, const float* b, int64_t k) {
-  float out;
-  dot_rows_portable(a, 0, 1, k, [&](int64_t i) { return b[i]; }, &out);
-  return out;
-}
 
 void linear_forward(const float* x, int64_t num_rows, const TensorView& weight, const float* bias, float* y,
                     ThreadPool& pool) {

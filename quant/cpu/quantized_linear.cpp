@@ -7,7 +7,7 @@
 #include <limits>
 #include <string>
 
-#include "quant/cpu/isa.h"
+#include "core/cpu/isa.h"
 #include "quant/cpu/quantized_linear_tiles.h"
 #if defined(MOERT_X86_KERNELS)
 #include "quant/cpu/x86/quantized_linear_x86.h"
@@ -61,8 +61,8 @@ struct PortableKernel {
 };
 
 // ---- Dispatch ----------------------------------------------------------------------------------
-using Isa = CpuIsa;
-inline Isa active_isa() { return active_cpu_isa(); }
+using Isa = cpu::CpuIsa;
+inline Isa active_isa() { return cpu::active_cpu_isa(); }
 
 void check_view(const QuantizedWeightView& w) {
   const Status status = validate_quantized_weight(w);
@@ -71,7 +71,7 @@ void check_view(const QuantizedWeightView& w) {
 
 }  // namespace
 
-const char* quantized_linear_isa_name() { return cpu_isa_label(active_isa()); }
+const char* quantized_linear_isa_name() { return cpu::cpu_isa_label(active_isa()); }
 
 void quantized_linear_forward(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias,
                               float* y, ThreadPool& pool) {
@@ -87,7 +87,7 @@ void quantized_linear_forward(const float* x, int64_t num_rows, const QuantizedW
     case Isa::kAvx2: return x86::quantized_linear_forward_avx2(x, num_rows, w, bias, y, pool);
 #else
     case Isa::kAvx512:
-    case Isa::kAvx2:  // never selected without the x86 kernels (quant/cpu/isa.cpp)
+    case Isa::kAvx2:  // never selected without the x86 kernels (core/cpu/isa.cpp)
 #endif
     case Isa::kPortable: return forward_kernel<PortableKernel>(x, num_rows, w, bias, y, pool);
   }

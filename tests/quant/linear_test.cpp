@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "quant/bf16.h"
+#include "core/cpu/dot.h"
+#include "core/cpu/isa.h"
 #include "quant/cpu/linear.h"
 
 namespace moert::quant {
@@ -107,13 +109,13 @@ namespace {
 TEST(Linear, DispatchedDotEqualsPortableBitForBit) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::printf("cpu path: %s\n", cpu_isa_name());
+  std::printf("cpu path: %s\n", cpu::cpu_isa_name());
   for (int64_t k : {1, 7, 16, 17, 64, 100, 1000, 1024}) {
     std::vector<float> a(static_cast<size_t>(k)), b(static_cast<size_t>(k));
     for (float& v : a) v = normal(rng);
     for (float& v : b) v = normal(rng);
-    const float fast = dot_f32(a.data(), b.data(), k);
-    const float slow = dot_f32_reference(a.data(), b.data(), k);
+    const float fast = cpu::dot_f32(a.data(), b.data(), k);
+    const float slow = cpu::dot_f32_reference(a.data(), b.data(), k);
     EXPECT_EQ(0, std::memcmp(&fast, &slow, sizeof(float))) << "k=" << k << ": " << fast << " vs " << slow;
   }
 }
@@ -136,7 +138,7 @@ TEST(Linear, EveryOutputIsTheCanonicalDot) {
     linear_forward(x.data(), rows, TensorView::contiguous(DType::kF32, {n, k}, w.data()), nullptr, y.data(), pool);
     for (int64_t t = 0; t < rows; ++t) {
       for (int64_t j = 0; j < n; ++j) {
-        const float expected = dot_f32_reference(x.data() + t * k, w.data() + j * k, k);
+        const float expected = cpu::dot_f32_reference(x.data() + t * k, w.data() + j * k, k);
         ASSERT_EQ(0, std::memcmp(&expected, &y[t * n + j], sizeof(float))) << t << "," << j << " k=" << k;
       }
     }

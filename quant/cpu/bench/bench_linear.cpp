@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "quant/bf16.h"
+#include "core/cpu/isa.h"
 #include "quant/cpu/linear.h"
 
 namespace {
@@ -29,7 +30,7 @@ double copy_bandwidth_gbs(size_t bytes) {
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
   moert::ThreadPool pool(threads);
-  std::printf("cpu path %s, %d threads, memcpy %.1f GB/s (read+write, 256 MiB)\n", moert::quant::cpu_isa_name(), threads,
+  std::printf("cpu path %s, %d threads, memcpy %.1f GB/s (read+write, 256 MiB)\n", moert::cpu::cpu_isa_name(), threads,
               copy_bandwidth_gbs(256u << 20));
   // 16 experts x [1024, 1024]: 32 MiB of BF16, larger than the caches.
   const int64_t n = 1024, k = 1024, experts = 16;

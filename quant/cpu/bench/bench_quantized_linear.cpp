@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "quant/bf16.h"
+#include "core/cpu/isa.h"
 #include "quant/cpu/linear.h"
 #include "quant/cpu/quantized_linear.h"
 #include "core/tensor.h"
@@ -123,7 +124,7 @@ int main(int argc, char** argv) {
 
   const size_t copy_bytes = 256u << 20;
   const CopyBandwidth copy = measure_copy(copy_bytes);
-  std::printf("cpu path: linear %s, quantized %s\n", moert::quant::cpu_isa_name(),
+  std::printf("cpu path: linear %s, quantized %s\n", moert::cpu::cpu_isa_name(),
               moert::quant::quantized_linear_isa_name());
   std::printf("memcpy 256 MiB, 1 thread: read %.1f GB/s (bytes/time), read+write %.1f GB/s; read-only sum %.1f GB/s\n",
               copy.read_gbs, copy.read_write_gbs, copy.read_only_gbs);

@@ -1,7 +1,7 @@
 // Fused quantized linear (quant/cpu/quantized_linear.h) against the codecs: the weight is
 // quantized and dequantized with quant/formats, then
 //   * a float64 matmul over the dequantized weight bounds the error (relative L2 < 1e-5);
-//   * dot_f32_reference (linear.cpp's portable canonical dot) over the dequantized rows must
+//   * cpu::dot_f32_reference (core/cpu/dot.h's portable canonical dot) over the dequantized rows must
 //     equal every output bit for bit, on whichever path this CPU (and MOERT_CPU_ISA) selects;
 //   * the explicit portable path, each row alone, other thread counts: bit-identical again.
 // CTest also runs this binary with MOERT_CPU_ISA=avx2 and =portable.
@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu/dot.h"
+#include "core/cpu/isa.h"
 #include "quant/cpu/linear.h"
 #include "quant/cpu/quantized_linear.h"
 #include "quant/formats/fp4.h"
@@ -159,7 +161,7 @@ std::vector<float> canonical_reference(const std::vector<float>& x, int64_t t, c
   for (int64_t r = 0; r < t; ++r) {
     for (int64_t c = 0; c < n; ++c) {
       y[static_cast<size_t>(r * n + c)] =
-          dot_f32_reference(x.data() + r * k, o.dequant.data() + c * k, k) + (bias != nullptr ? bias[c] : 0.0f);
+          cpu::dot_f32_reference(x.data() + r * k, o.dequant.data() + c * k, k) + (bias != nullptr ? bias[c] : 0.0f);
     }
   }
   return y;
@@ -231,7 +233,7 @@ void sweep(WeightFormat format, const std::vector<int64_t>& ks) {
   }
 }
 
-// The path the run-time selection must pick, worked out here without quant/cpu/isa.cpp:
+// The path the run-time selection must pick, worked out here without core/cpu/isa.cpp:
 // the best one this CPU supports (the SIMD paths exist only in x86-64 builds), capped by
 // MOERT_CPU_ISA (portable < avx2 < avx512; any other value caps nothing).
 std::string expected_cpu_path() {
@@ -261,7 +263,7 @@ TEST(QuantizedLinear, ReportsPathImpliedByCpuAndIsaCap) {
   std::printf("quantized_linear path: %s\n", path.c_str());
   EXPECT_TRUE(path == "avx512" || path == "avx2" || path == "portable") << path;
   EXPECT_EQ(path, expected_cpu_path());
-  EXPECT_EQ(std::string(cpu_isa_name()), path);
+  EXPECT_EQ(std::string(cpu::cpu_isa_name()), path);
 }
 
 TEST(QuantizedLinear, Nvfp4MatchesCodec) { sweep(WeightFormat::kNvfp4, {16, 48, 64, 96, 1024}); }

@@ -1,16 +1,16 @@
-#include "quant/cpu/isa.h"
+#include "core/cpu/isa.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
-namespace moert::quant {
+namespace moert::cpu {
 
 CpuIsa active_cpu_isa() {
   static const CpuIsa isa = [] {
     CpuIsa best = CpuIsa::kPortable;
 #if defined(MOERT_X86_KERNELS)
-    // x86-64 builds only (quant/cpu/x86/ holds the kernels); elsewhere the portable path runs.
+    // x86-64 builds only (the x86/ folders hold the kernels); elsewhere the portable path runs.
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
       best = CpuIsa::kAvx2;
@@ -40,4 +40,6 @@ const char* cpu_isa_label(CpuIsa isa) {
   return "?";
 }
 
-}  // namespace moert::quant
+const char* cpu_isa_name() { return cpu_isa_label(active_cpu_isa()); }
+
+}  // namespace moert::cpu

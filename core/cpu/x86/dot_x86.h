@@ -1,14 +1,14 @@
-// AVX-512 and AVX2 kernels of quant/cpu/linear.cpp (x86-64 builds only: see
-// quant/CMakeLists.txt). Call a path only when active_cpu_isa() selects it.
+// AVX-512 and AVX2 kernels of core/cpu/dot.cpp (x86-64 builds only: see
+// core/cpu/CMakeLists.txt). Call a path only when active_cpu_isa() selects it.
 #pragma once
 
 #include <cstdint>
 
-#include "quant/cpu/linear_lanes.h"
+#include "core/cpu/dot_lanes.h"
 
-namespace moert::quant::x86 {
+namespace moert::cpu::x86 {
 
-using linear_detail::WeightKind;
+using dot_detail::WeightKind;
 
 // out[r] = canonical dot(x row r, w) for r < rows (1..4); x row r at x + r * x_stride.
 void dot_rows_avx512(WeightKind kind, const float* x, int64_t x_stride, int rows, int64_t k, const void* w,
@@ -20,4 +20,4 @@ constexpr int kBlockCols = 4;
 void dot_block_avx512(WeightKind kind, const float* x, int64_t x_stride, int rows, int64_t k,
                       const void* const* w_rows, float* out);
 
-}  // namespace moert::quant::x86
+}  // namespace moert::cpu::x86

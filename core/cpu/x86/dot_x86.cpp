@@ -1,4 +1,4 @@
-#include "quant/cpu/x86/linear_x86.h"
+#include "core/cpu/x86/dot_x86.h"
 
 // GCC 12 reports _mm512_undefined_epi32() inside its own intrinsics as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -6,10 +6,10 @@
 
 #include <cmath>
 
-namespace moert::quant::x86 {
+namespace moert::cpu::x86 {
 namespace {
 
-using namespace linear_detail;
+using namespace dot_detail;
 
 // ---- AVX-512 -----------------------------------------------------------------------------
 template <WeightKind kind>
@@ -168,4 +168,4 @@ void dot_block_avx512(WeightKind kind, const float* x, int64_t x_stride, int row
   }
 }
 
-}  // namespace moert::quant::x86
+}  // namespace moert::cpu::x86

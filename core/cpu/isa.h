@@ -1,14 +1,17 @@
 // The CPU instruction-set path of the kernels, chosen once per process: AVX-512
 // (F+BW+VL), AVX2 with FMA and F16C, or portable C++. MOERT_CPU_ISA=portable|avx2|avx512
 // caps it (tests and benchmarks compare the paths; results are bit-identical by design).
-// The SIMD paths exist only in x86-64 builds (quant/cpu/x86/); elsewhere this is kPortable.
+// The SIMD paths exist only in x86-64 builds (core/cpu/x86, quant/cpu/x86, attention/cpu/x86);
+// elsewhere this is kPortable.
 #pragma once
 
-namespace moert::quant {
+namespace moert::cpu {
 
 enum class CpuIsa { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
 
 CpuIsa active_cpu_isa();
 const char* cpu_isa_label(CpuIsa isa);  // "portable", "avx2", "avx512"
+// cpu_isa_label(active_cpu_isa()): the path every CPU kernel takes in this process.
+const char* cpu_isa_name();
 
-}  // namespace moert::quant
+}  // namespace moert::cpu

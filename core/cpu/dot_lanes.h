@@ -1,4 +1,4 @@
-// Internal to quant/cpu/linear.cpp and quant/cpu/x86/linear_x86.cpp: the canonical lanes
+// Internal to core/cpu/dot.cpp and core/cpu/x86/dot_x86.cpp: the canonical lanes
 // and the scalar weight decode that every instruction-set path shares.
 //
 // The canonical dot product, which every instruction-set path reproduces bit for bit:
@@ -10,9 +10,9 @@
 
 #include <cstdint>
 
-#include "quant/bf16.h"
+#include "core/half.h"
 
-namespace moert::quant::linear_detail {
+namespace moert::cpu::dot_detail {
 
 constexpr int kLanes = 16;
 constexpr int kMaxRows = 4;  // x rows sharing one pass over a weight row
@@ -33,4 +33,4 @@ float scalar_weight(const void* w, int64_t i) {
   else return f16_to_f32(static_cast<const uint16_t*>(w)[i]);
 }
 
-}  // namespace moert::quant::linear_detail
+}  // namespace moert::cpu::dot_detail
