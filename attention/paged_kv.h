@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "attention/attention_variant.h"
 #include "core/dtype.h"
 
 namespace moert::attention {
@@ -35,23 +36,17 @@ struct PagedKvLayer {
 };
 
 // The plan for one step, plain data built by the CPU scheduler. The kernel only reads it.
-// Beyond the page tables it carries the attention variant of the layer:
-//   softmax_scale   logits = q . k * softmax_scale (0: 1 / sqrt(Dh));
-//   soft_cap        logits = soft_cap * tanh(logits / soft_cap) when > 0;
-//   sliding_window  W > 0: the query at position i sees keys j with i - W < j <= i only
-//                   (pages wholly before the window are never read and may be the null block);
-//   sinks           [H] learned logits, one per query head, that join each softmax's
-//                   denominator (exp(sink - max)) without a value row; null: none.
+// Beyond the page tables it carries the attention variant of the layer
+// (attention/attention_variant.h); with a sliding window, pages wholly before a row's window
+// are never read and may be the null block. Sinks join the denominator as exp(sink - max),
+// max taken over the scores and the sink, without a value row.
 struct PagedAttentionPlan {
   int num_seqs = 0;                          // B
   const int32_t* qo_indptr = nullptr;        // [B+1] rows of q/out of sequence b: [qo_indptr[b], qo_indptr[b+1])
   const int32_t* kv_page_indptr = nullptr;   // [B+1] range of kv_page_indices of sequence b
   const int32_t* kv_page_indices = nullptr;  // [kv_page_indptr[B]] block ids, in logical order
   const int32_t* kv_last_page_len = nullptr; // [B] tokens in the last page, in [1, BS]
-  float softmax_scale = 0.0f;
-  float soft_cap = 0.0f;
-  int sliding_window = 0;
-  const float* sinks = nullptr;
+  AttentionVariant variant;
 };
 
 // Bytes of one K/V element of a cache of `dtype` (F32 4, BF16 2, F8_E4M3 1).

@@ -1,18 +1,57 @@
 #include "attention/rope.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
 
 namespace moert::attention {
 
-RotaryEmbedding::RotaryEmbedding(int head_dim, int rotary_dim, double theta)
+double yarn_mscale(double factor, double c) { return factor <= 1.0 ? 1.0 : 0.1 * c * std::log(factor) + 1.0; }
+
+RopeTables rope_tables(int rotary_dim, double theta, const RopeScaling& scaling) {
+  const int half = rotary_dim / 2;
+  RopeTables tables;
+  tables.inv_freq.resize(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) tables.inv_freq[static_cast<size_t>(i)] = std::pow(theta, -2.0 * i / rotary_dim);
+  if (scaling.kind != RopeScaling::Kind::kYarn) return tables;
+  // docs/rope.md: the ramp between the dimensions that rotate beta_fast and beta_slow times
+  // over the original context keeps fast ones, divides slow ones by the factor.
+  const double d = rotary_dim;
+  auto correction_dim = [&](double rotations) {
+    return d * std::log(scaling.original_max_positions / (2.0 * M_PI * rotations)) / (2.0 * std::log(theta));
+  };
+  double low = correction_dim(scaling.beta_fast), high = correction_dim(scaling.beta_slow);
+  if (scaling.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, d - 1.0);
+  if (low == high) high += 0.001;
+  for (int j = 0; j < half; ++j) {
+    const double ramp = std::clamp((j - low) / (high - low), 0.0, 1.0);
+    double& inv = tables.inv_freq[static_cast<size_t>(j)];
+    inv = inv / scaling.factor * ramp + inv * (1.0 - ramp);
+  }
+  if (scaling.attention_factor > 0.0) {
+    tables.attention_factor = scaling.attention_factor;
+  } else if (scaling.mscale != 0.0 && scaling.mscale_all_dim != 0.0) {
+    tables.attention_factor =
+        yarn_mscale(scaling.factor, scaling.mscale) / yarn_mscale(scaling.factor, scaling.mscale_all_dim);
+  } else {
+    tables.attention_factor = yarn_mscale(scaling.factor, 1.0);
+  }
+  return tables;
+}
+
+RotaryEmbedding::RotaryEmbedding(int head_dim, int rotary_dim, double theta, const RopeScaling& scaling)
     : head_dim_(head_dim), rotary_dim_(rotary_dim) {
   MOERT_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= head_dim,
               "rotary_dim = " << rotary_dim << " must be even and in (0, " << head_dim << "]");
-  const int half = rotary_dim / 2;
-  inv_freq_.resize(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i) inv_freq_[static_cast<size_t>(i)] = std::pow(theta, -2.0 * i / rotary_dim);
+  RopeTables tables = rope_tables(rotary_dim, theta, scaling);
+  inv_freq_ = std::move(tables.inv_freq);
+  attention_factor_ = tables.attention_factor;
 }
 
 void RotaryEmbedding::apply(float* heads, int num_heads, int64_t position) const {
@@ -22,8 +61,8 @@ void RotaryEmbedding::apply(float* heads, int num_heads, int64_t position) const
   MOERT_CHECK(half <= 512, "rotary_dim = " << rotary_dim_ << " exceeds 1024");
   for (int i = 0; i < half; ++i) {
     const double angle = static_cast<double>(position) * inv_freq_[static_cast<size_t>(i)];
-    cos_table[i] = static_cast<float>(std::cos(angle));
-    sin_table[i] = static_cast<float>(std::sin(angle));
+    cos_table[i] = static_cast<float>(std::cos(angle) * attention_factor_);
+    sin_table[i] = static_cast<float>(std::sin(angle) * attention_factor_);
   }
   for (int h = 0; h < num_heads; ++h) {
     float* head = heads + static_cast<int64_t>(h) * head_dim_;

@@ -1,7 +1,8 @@
 // Rotary position embedding, rotate-half form (Hugging Face `rotate_half`), applied to the
 // first `rotary_dim` channels of each head; the remaining channels pass through unchanged
 // (partial rotary, GLM-4.5). Frequencies: inv_freq[i] = theta^(-2i / rotary_dim),
-// i < rotary_dim / 2; channel i pairs with channel i + rotary_dim / 2.
+// i < rotary_dim / 2; channel i pairs with channel i + rotary_dim / 2. YaRN scaling
+// (docs/rope.md) changes the frequencies and multiplies cos and sin by its attention factor.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +10,33 @@
 
 namespace moert::attention {
 
+// `rope_scaling` of a config.json. kNone: plain frequencies, factor 1.
+struct RopeScaling {
+  enum class Kind { kNone, kYarn };
+  Kind kind = Kind::kNone;
+  double factor = 1.0;                   // s
+  double original_max_positions = 0.0;   // L0
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  bool truncate = true;                  // floor / ceil the ramp ends
+  double mscale = 0.0;                   // with mscale_all_dim: a = m(s, mscale) / m(s, mscale_all_dim)
+  double mscale_all_dim = 0.0;
+  double attention_factor = 0.0;         // > 0: a as given
+  bool operator==(const RopeScaling&) const = default;
+};
+
+// The frequencies inv'_j (j < rotary_dim / 2) and the factor a that multiplies cos and sin.
+struct RopeTables {
+  std::vector<double> inv_freq;
+  double attention_factor = 1.0;
+};
+RopeTables rope_tables(int rotary_dim, double theta, const RopeScaling& scaling);
+// m(s, c) = 1 if s <= 1 else 0.1 * c * ln(s) + 1 (YaRN's magnitude correction).
+double yarn_mscale(double factor, double c);
+
 class RotaryEmbedding {
  public:
-  RotaryEmbedding(int head_dim, int rotary_dim, double theta);
+  RotaryEmbedding(int head_dim, int rotary_dim, double theta, const RopeScaling& scaling = {});
 
   int head_dim() const { return head_dim_; }
   int rotary_dim() const { return rotary_dim_; }
@@ -24,6 +49,7 @@ class RotaryEmbedding {
   int head_dim_;
   int rotary_dim_;
   std::vector<double> inv_freq_;  // [rotary_dim / 2]
+  double attention_factor_ = 1.0;
 };
 
 }  // namespace moert::attention

@@ -36,7 +36,7 @@ void check_layer(const PagedKvLayer& layer) {
 
 // The first key a query with `num_keys` visible positions attends under the plan's window.
 int64_t first_visible_key(const PagedAttentionPlan& plan, int64_t num_keys) {
-  return plan.sliding_window > 0 ? std::max<int64_t>(0, num_keys - plan.sliding_window) : 0;
+  return plan.variant.sliding_window > 0 ? std::max<int64_t>(0, num_keys - plan.variant.sliding_window) : 0;
 }
 
 // Validates the plan against the layer; returns the largest kv_len (0 if no sequence).
@@ -50,9 +50,10 @@ int64_t check_plan(const PagedKvLayer& layer, const PagedAttentionPlan& plan, in
               "paged attention plan has a null array");
   MOERT_CHECK(plan.qo_indptr[0] >= 0, "qo_indptr[0] = " << plan.qo_indptr[0] << " must be >= 0");
   MOERT_CHECK(plan.kv_page_indptr[0] >= 0, "kv_page_indptr[0] = " << plan.kv_page_indptr[0] << " must be >= 0");
-  MOERT_CHECK(plan.sliding_window >= 0, "sliding_window = " << plan.sliding_window << " must be >= 0");
-  MOERT_CHECK(plan.softmax_scale >= 0.0f && plan.soft_cap >= 0.0f,
-              "softmax_scale = " << plan.softmax_scale << ", soft_cap = " << plan.soft_cap << " must be >= 0");
+  const AttentionVariant& variant = plan.variant;
+  MOERT_CHECK(variant.sliding_window >= 0, "sliding_window = " << variant.sliding_window << " must be >= 0");
+  MOERT_CHECK(variant.softmax_scale >= 0.0f && variant.soft_cap >= 0.0f,
+              "softmax_scale = " << variant.softmax_scale << ", soft_cap = " << variant.soft_cap << " must be >= 0");
   int64_t max_kv_len = 0;
   for (int b = 0; b < plan.num_seqs; ++b) {
     const int32_t q_len = plan.qo_indptr[b + 1] - plan.qo_indptr[b];
@@ -166,8 +167,9 @@ void attend(const float* q, const PagedKvLayer& layer, const PagedAttentionPlan&
   const int group = num_heads / layer.num_kv_heads;
   const int64_t n = item.num_keys;
   const int64_t first_key = first_visible_key(plan, n);
-  const float scale = plan.softmax_scale > 0.0f ? plan.softmax_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const float soft_cap = plan.soft_cap;
+  const float scale = plan.variant.softmax_scale > 0.0f ? plan.variant.softmax_scale
+                                                       : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const float soft_cap = plan.variant.soft_cap;
   const int first_head = item.kv_head * group;
   const float* q_row = q + (item.row * num_heads + first_head) * static_cast<int64_t>(head_dim);
   float* scores = scratch.scores.data();
@@ -196,7 +198,7 @@ void attend(const float* q, const PagedKvLayer& layer, const PagedAttentionPlan&
   // head's sink (if any) joins it.
   for (int g = 0; g < group; ++g) {
     float* s = scores + g * n;
-    const float* sink = plan.sinks != nullptr ? plan.sinks + first_head + g : nullptr;
+    const float* sink = plan.variant.sinks != nullptr ? plan.variant.sinks + first_head + g : nullptr;
     const float m = sink != nullptr ? std::max(max_score[g], *sink) : max_score[g];
     double denominator = 0.0;
     for (int64_t j = first_key; j < n; ++j) {

@@ -58,12 +58,13 @@ class Backend {
   // q, out: [T, H, Dh].
   virtual void paged_attention(const float* q, const attention::PagedKvLayer& layer,
                                const attention::PagedAttentionPlan& plan, int num_heads, float* out) = 0;
-  // Causal attention of one sequence over a contiguous K/V history (the reference path):
+  // Causal attention of one sequence over a contiguous K/V history (the reference path),
+  // under the layer's variant (window, sinks, scale, soft-cap):
   // query row t sits at position first_position + t and attends to history rows
   // 0 .. first_position + t. q, out: [T, H, Dh]; keys, values: [>= first_position + T, KVH, Dh].
   virtual void contiguous_attention(const float* q, int64_t num_tokens, const float* keys, const float* values,
                                     int64_t first_position, int num_heads, int num_kv_heads, int head_dim,
-                                    float* out) = 0;
+                                    const attention::AttentionVariant& variant, float* out) = 0;
   // Copy-on-write of whole KV blocks, src[i] -> dst[i] in order.
   virtual void copy_kv_blocks(const attention::PagedKvLayer& layer, const int32_t* src, const int32_t* dst,
                               int64_t num_copies) = 0;

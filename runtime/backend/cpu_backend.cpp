@@ -52,11 +52,11 @@ void CpuBackend::paged_attention(const float* q, const attention::PagedKvLayer& 
 
 void CpuBackend::contiguous_attention(const float* q, int64_t num_tokens, const float* keys, const float* values,
                                       int64_t first_position, int num_heads, int num_kv_heads, int head_dim,
-                                      float* out) {
+                                      const attention::AttentionVariant& variant, float* out) {
   const int64_t width = static_cast<int64_t>(num_heads) * head_dim;
   for (int64_t t = 0; t < num_tokens; ++t) {
     attention::causal_attention_one_token(q + t * width, keys, values, first_position + t, num_heads, num_kv_heads,
-                                          head_dim, out + t * width);
+                                          head_dim, out + t * width, variant);
   }
 }
 

@@ -30,7 +30,7 @@ class CpuBackend : public Backend {
                        int num_heads, float* out) override;
   void contiguous_attention(const float* q, int64_t num_tokens, const float* keys, const float* values,
                             int64_t first_position, int num_heads, int num_kv_heads, int head_dim,
-                            float* out) override;
+                            const attention::AttentionVariant& variant, float* out) override;
   void copy_kv_blocks(const attention::PagedKvLayer& layer, const int32_t* src, const int32_t* dst,
                       int64_t num_copies) override;
   void swiglu_ffn(const float* x, int64_t num_rows, const quant::LinearWeight& gate, const quant::LinearWeight& up,

@@ -7,26 +7,25 @@ namespace moert::engine {
 namespace {
 
 // Attention over the paged cache for one step's batch (rows grouped by sequence): each
-// layer writes its K/V into the slots, then attends through the plan under its group's
-// window.
+// layer writes its K/V into the slots, then attends through the plan under the layer's
+// variant.
 class PagedAttentionContext : public AttentionContext {
  public:
-  PagedAttentionContext(const std::vector<attention::PagedKvLayer>& layers, const std::vector<int>& windows,
-                        const attention::PagedAttentionPlan& plan, const std::vector<int64_t>& slots, int num_heads)
-      : layers_(layers), windows_(windows), plan_(plan), slots_(slots), num_heads_(num_heads) {}
+  PagedAttentionContext(const std::vector<attention::PagedKvLayer>& layers, const attention::PagedAttentionPlan& plan,
+                        const std::vector<int64_t>& slots, int num_heads)
+      : layers_(layers), plan_(plan), slots_(slots), num_heads_(num_heads) {}
 
-  void attend(backend::Backend& backend, int layer, const float* q, const float* k, const float* v,
-              int64_t num_tokens, float* out) override {
+  void attend(backend::Backend& backend, int layer, const attention::AttentionVariant& variant, const float* q,
+              const float* k, const float* v, int64_t num_tokens, float* out) override {
     const attention::PagedKvLayer& kv = layers_[static_cast<size_t>(layer)];
     backend.write_kv(kv, k, v, slots_.data(), num_tokens);
     attention::PagedAttentionPlan plan = plan_;
-    plan.sliding_window = windows_[static_cast<size_t>(layer)];
+    plan.variant = variant;
     backend.paged_attention(q, kv, plan, num_heads_, out);
   }
 
  private:
   const std::vector<attention::PagedKvLayer>& layers_;
-  const std::vector<int>& windows_;
   const attention::PagedAttentionPlan& plan_;
   const std::vector<int64_t>& slots_;
   int num_heads_;
@@ -77,7 +76,6 @@ PagedModelRunner::PagedModelRunner(const TransformerForward& model, std::vector<
         view.k_scales = storage.key_scales.data<float>();
         view.v_scales = storage.value_scales.data<float>();
       }
-      storage.sliding_window = group.sliding_window;
     }
   }
 }
@@ -128,12 +126,8 @@ Result<std::vector<float>> PagedModelRunner::run(const RunnerBatch& batch) {
   plan.kv_page_indices = page_indices.data();
   plan.kv_last_page_len = last_page_len.data();
   std::vector<attention::PagedKvLayer> views;
-  std::vector<int> windows;
-  for (const LayerStorage& layer : layers_) {
-    views.push_back(layer.view);
-    windows.push_back(layer.sliding_window);
-  }
-  PagedAttentionContext context(views, windows, plan, slots, model_.config().num_heads);
+  for (const LayerStorage& layer : layers_) views.push_back(layer.view);
+  PagedAttentionContext context(views, plan, slots, model_.config().num_heads);
   return model_.forward(forward, context);
 }
 

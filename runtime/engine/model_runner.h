@@ -70,7 +70,6 @@ class PagedModelRunner final : public ModelRunner {
   struct LayerStorage {
     Buffer keys, values, key_scales, value_scales;
     attention::PagedKvLayer view;
-    int sliding_window = 0;
   };
   PagedModelRunner(const TransformerForward& model, std::vector<attention::KvCacheSpec> groups,
                    const KvCacheConfig& kv);

@@ -8,8 +8,8 @@ DenseKvCache::DenseKvCache(const ModelConfig& config)
       values_(static_cast<size_t>(config.num_layers)) {}
 
 // The new rows sit at positions length_ .. length_ + T - 1 of this one sequence.
-void DenseKvCache::attend(backend::Backend& backend, int layer, const float* q, const float* k, const float* v,
-                          int64_t num_tokens, float* out) {
+void DenseKvCache::attend(backend::Backend& backend, int layer, const attention::AttentionVariant& variant,
+                          const float* q, const float* k, const float* v, int64_t num_tokens, float* out) {
   const ModelConfig& c = config_;
   const int64_t kv_width = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
   std::vector<float>& keys = keys_[static_cast<size_t>(layer)];
@@ -17,7 +17,7 @@ void DenseKvCache::attend(backend::Backend& backend, int layer, const float* q, 
   keys.insert(keys.end(), k, k + num_tokens * kv_width);
   values.insert(values.end(), v, v + num_tokens * kv_width);
   backend.contiguous_attention(q, num_tokens, keys.data(), values.data(), length_, c.num_heads, c.num_kv_heads,
-                               c.head_dim, out);
+                               c.head_dim, variant, out);
 }
 
 ReferenceForward::ReferenceForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool)

@@ -14,8 +14,8 @@ namespace moert {
 class DenseKvCache : public AttentionContext {
  public:
   DenseKvCache(const ModelConfig& config);
-  void attend(backend::Backend& backend, int layer, const float* q, const float* k, const float* v,
-              int64_t num_tokens, float* out) override;
+  void attend(backend::Backend& backend, int layer, const attention::AttentionVariant& variant, const float* q,
+              const float* k, const float* v, int64_t num_tokens, float* out) override;
   // Positions already written; advanced by ReferenceForward::forward after all layers ran.
   int64_t length() const { return length_; }
   void advance(int64_t num_tokens) { length_ += num_tokens; }

@@ -27,7 +27,13 @@ TransformerForward::TransformerForward(const ModelConfig& config, const ModelWei
       owned_backend_(backend == nullptr ? std::make_unique<backend::CpuBackend>(pool) : nullptr),
       backend_(backend == nullptr ? *owned_backend_ : *backend),
       rope_(config.head_dim, config.rotary_dim, config.rope_theta),
-      local_experts_(config) {}
+      local_experts_(config) {
+  for (const LayerSpec& spec : build_layer_specs(*config.arch, config)) {
+    attention::AttentionVariant variant;
+    if (spec.attention == AttentionKind::kSlidingWindow) variant.sliding_window = spec.sliding_window;
+    layer_variants_.push_back(variant);
+  }
+}
 
 Result<std::vector<float>> TransformerForward::forward(const ForwardBatch& batch, AttentionContext& attention) const {
   const ModelConfig& c = config_;
@@ -103,7 +109,8 @@ void TransformerForward::attention_block(int layer, const ForwardBatch& batch, A
   backend_.rope(rope_, q.data<float>(), num_tokens, c.num_heads, batch.positions.data());
   backend_.rope(rope_, k.data<float>(), num_tokens, c.num_kv_heads, batch.positions.data());
   const Buffer attn = activations(num_tokens * q_width);  // [T, H, Dh]
-  attention.attend(backend_, layer, q.data<float>(), k.data<float>(), v.data<float>(), num_tokens, attn.data<float>());
+  attention.attend(backend_, layer, layer_variants_[static_cast<size_t>(layer)], q.data<float>(), k.data<float>(),
+                   v.data<float>(), num_tokens, attn.data<float>());
   const Buffer projected = activations(num_tokens * dim);
   backend_.linear(a.o.weight, attn.data<float>(), num_tokens, nullptr, projected.data<float>());
   backend_.add(x, projected.data<float>(), num_tokens * dim);

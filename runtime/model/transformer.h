@@ -30,9 +30,10 @@ class AttentionContext {
   // Stores this step's k/v of `layer` (already RoPE'd), then computes causal attention of
   // the step's queries over each row's sequence history including the new rows.
   // q: [T, H, Dh]; k, v: [T, KVH, Dh]; out: [T, H, Dh].
-  // Computes through `backend` (the model's).
-  virtual void attend(backend::Backend& backend, int layer, const float* q, const float* k, const float* v,
-                      int64_t num_tokens, float* out) = 0;
+  // Computes through `backend` (the model's), under the layer's `variant` (window, sinks,
+  // scale, soft-cap: the model's knowledge of the layer).
+  virtual void attend(backend::Backend& backend, int layer, const attention::AttentionVariant& variant,
+                      const float* q, const float* k, const float* v, int64_t num_tokens, float* out) = 0;
 };
 
 // Runs the routed experts of one MoE layer for this rank's tokens:
@@ -110,6 +111,7 @@ class TransformerForward {
   std::unique_ptr<backend::Backend> owned_backend_;
   backend::Backend& backend_;
   attention::RotaryEmbedding rope_;
+  std::vector<attention::AttentionVariant> layer_variants_;  // [num_layers], from the layer specs
   LocalRoutedExperts local_experts_;
   RoutedExperts* routed_experts_ = &local_experts_;
   const std::vector<std::vector<float>>* selection_bias_ = nullptr;

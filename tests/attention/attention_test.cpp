@@ -83,3 +83,50 @@ TEST(DenseAttention, GqaMatchesFloat64Reference) {
 
 }  // namespace
 }  // namespace moert::attention
+
+namespace moert::attention {
+namespace {
+
+// YaRN frequencies and attention factor against float64 values worked out from the
+// published formulas (docs/rope.md): a gpt-oss-like config (truncate false) and a
+// DeepSeek-V3-like one (truncate true, mscale = mscale_all_dim).
+TEST(Yarn, FrequenciesAndAttentionFactorMatchTheFormulas) {
+  RopeScaling oss;
+  oss.kind = RopeScaling::Kind::kYarn;
+  oss.factor = 32.0;
+  oss.original_max_positions = 256.0;
+  oss.truncate = false;
+  const RopeTables a = rope_tables(64, 150000.0, oss);
+  const double expected_oss[] = {1.0, 0.66383539754, 0.40798341532, 0.24706016391, 0.14676759378};
+  for (int j = 0; j < 5; ++j) EXPECT_NEAR(a.inv_freq[static_cast<size_t>(j)] / expected_oss[j], 1.0, 1e-10) << j;
+  EXPECT_NEAR(a.inv_freq[31] / 3.0235114281e-7, 1.0, 1e-9);
+  EXPECT_NEAR(a.attention_factor, 1.3465735903, 1e-9);
+  // truncate = true moves the ramp: the same config gives other frequencies.
+  RopeScaling truncated = oss;
+  truncated.truncate = true;
+  EXPECT_GT(std::fabs(rope_tables(64, 150000.0, truncated).inv_freq[1] - a.inv_freq[1]), 1e-3);
+
+  RopeScaling ds;
+  ds.kind = RopeScaling::Kind::kYarn;
+  ds.factor = 4.0;
+  ds.original_max_positions = 256.0;
+  ds.mscale = ds.mscale_all_dim = 1.0;
+  const RopeTables b = rope_tables(16, 10000.0, ds);
+  const double expected_ds[] = {1, 0.25693505989, 0.0625, 0.013834964763, 0.0025, 7.9056941504e-4, 2.5e-4,
+                                7.9056941504e-5};
+  for (int j = 0; j < 8; ++j) EXPECT_NEAR(b.inv_freq[static_cast<size_t>(j)] / expected_ds[j], 1.0, 1e-10) << j;
+  EXPECT_DOUBLE_EQ(b.attention_factor, 1.0);
+
+  // The factor multiplies cos and sin: a rotated vector's norm grows by a.
+  RotaryEmbedding rope(64, 64, 150000.0, oss);
+  std::vector<float> head(64);
+  for (int i = 0; i < 64; ++i) head[static_cast<size_t>(i)] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+  double before = 0, after = 0;
+  for (float v : head) before += static_cast<double>(v) * v;
+  rope.apply(head.data(), 1, 37);
+  for (float v : head) after += static_cast<double>(v) * v;
+  EXPECT_NEAR(std::sqrt(after / before), 1.3465735903, 1e-5);
+}
+
+}  // namespace
+}  // namespace moert::attention
