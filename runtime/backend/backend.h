@@ -21,6 +21,7 @@
 #include "attention/paged_kv.h"
 #include "attention/rope.h"
 #include "core/tensor.h"
+#include "experts/glu_activation.h"
 #include "experts/grouped/grouped_expert_ffn.h"
 #include "experts/router.h"
 #include "quant/weight.h"
@@ -72,11 +73,15 @@ class Backend {
   virtual void swiglu_ffn(const float* x, int64_t num_rows, const quant::LinearWeight& gate,
                           const quant::LinearWeight& up, const quant::LinearWeight& down, float* out) = 0;
   // Grouped expert FFN over a dispatch layout: contributions[N, D] (experts/grouped).
-  // expert_weights(e) gives routed expert e's SwiGLU weights.
+  // expert_weights(e) gives routed expert e's weights, biases and gated activation.
   struct ExpertWeights {
     const quant::LinearWeight* gate = nullptr;
     const quant::LinearWeight* up = nullptr;
     const quant::LinearWeight* down = nullptr;
+    const float* gate_bias = nullptr;  // [I] or null, likewise up_bias [I], down_bias [D]
+    const float* up_bias = nullptr;
+    const float* down_bias = nullptr;
+    experts::GluActivation activation;
   };
   virtual void grouped_expert_ffn(const experts::ExpertDispatchLayout& layout, std::span<const float> x,
                                   int hidden_size, const std::function<ExpertWeights(int expert)>& expert_weights,

@@ -77,7 +77,8 @@ void CpuBackend::grouped_expert_ffn(const experts::ExpertDispatchLayout& layout,
       layout, x, hidden_size,
       [&](int expert, const float* rows, int64_t num_rows, float* y) {
         const ExpertWeights w = expert_weights(expert);
-        experts::swiglu_ffn_forward(rows, num_rows, *w.gate, *w.up, *w.down, y, pool_);
+        experts::glu_ffn_forward(rows, num_rows, *w.gate, w.gate_bias, *w.up, w.up_bias, *w.down, w.down_bias,
+                                 w.activation, y, pool_);
       },
       contributions);
 }

@@ -21,6 +21,41 @@ int first_token_id(const json& j, const char* key) {
   return -1;
 }
 
+// rope_scaling (transformers v4) or rope_parameters (v5, which also holds rope_theta):
+// none / "default", or "yarn" (docs/rope.md). Other types are refused by name.
+Status parse_rope_scaling(const ConfigReader& r, ModelConfig* c) {
+  const char* key = r.is_set("rope_scaling") ? "rope_scaling" : r.is_set("rope_parameters") ? "rope_parameters" : nullptr;
+  if (key == nullptr) return Status::ok();
+  const json& scaling = r.raw(key);
+  if (!scaling.is_object()) return invalid_argument(std::string("config.json '") + key + "' must be an object");
+  const ConfigReader s(scaling);
+  if (scaling.contains("rope_theta")) {
+    MOERT_ASSIGN_OR_RETURN(c->rope_theta, s.optional_number("rope_theta", c->rope_theta));
+  }
+  const json type = scaling.contains("rope_type") ? scaling.at("rope_type") : scaling.contains("type") ? scaling.at("type") : json("default");
+  if (type == "default") return Status::ok();
+  if (type != "yarn") {
+    return unsupported(std::string("config.json '") + key + "' type " + type.dump() + " is not supported (default, yarn)");
+  }
+  attention::RopeScaling& y = c->rope_scaling;
+  y.kind = attention::RopeScaling::Kind::kYarn;
+  MOERT_ASSIGN_OR_RETURN(y.factor, s.optional_number("factor", 0.0));
+  if (!(y.factor >= 1.0)) return invalid_argument(std::string("config.json '") + key + "' factor must be >= 1");
+  MOERT_ASSIGN_OR_RETURN(y.original_max_positions,
+                         s.optional_number("original_max_position_embeddings", c->max_position_embeddings));
+  MOERT_ASSIGN_OR_RETURN(y.beta_fast, s.optional_number("beta_fast", 32.0));
+  MOERT_ASSIGN_OR_RETURN(y.beta_slow, s.optional_number("beta_slow", 1.0));
+  MOERT_ASSIGN_OR_RETURN(y.truncate, s.optional_bool("truncate", true));
+  MOERT_ASSIGN_OR_RETURN(y.mscale, s.optional_number("mscale", 0.0));
+  MOERT_ASSIGN_OR_RETURN(y.mscale_all_dim, s.optional_number("mscale_all_dim", 0.0));
+  MOERT_ASSIGN_OR_RETURN(y.attention_factor, s.optional_number("attention_factor", 0.0));
+  if (!(y.original_max_positions > 0.0) || !(y.beta_fast > 0.0) || !(y.beta_slow > 0.0)) {
+    return invalid_argument(std::string("config.json '") + key + "': original_max_position_embeddings, beta_fast and "
+                            "beta_slow must be > 0");
+  }
+  return Status::ok();
+}
+
 Status parse_common(const ConfigReader& r, ModelConfig* c) {
   MOERT_ASSIGN_OR_RETURN(c->vocab_size, r.required_int("vocab_size"));
   MOERT_ASSIGN_OR_RETURN(c->hidden_size, r.required_int("hidden_size"));
@@ -44,10 +79,7 @@ Status parse_common(const ConfigReader& r, ModelConfig* c) {
   c->rms_norm_eps = static_cast<float>(eps);
   MOERT_ASSIGN_OR_RETURN(c->max_position_embeddings, r.optional_int("max_position_embeddings", 4096));
   MOERT_ASSIGN_OR_RETURN(c->tie_word_embeddings, r.optional_bool("tie_word_embeddings", false));
-  if (r.is_set("rope_scaling")) {
-    return unsupported("config.json 'rope_scaling' = " + r.raw("rope_scaling").dump() +
-                       " is not supported yet (only plain RoPE)");
-  }
+  MOERT_RETURN_IF_ERROR(parse_rope_scaling(r, c));
   const char* hidden_act_key = "hidden_act";
   if (r.is_set(hidden_act_key) && r.raw(hidden_act_key) != "silu") {
     return unsupported("config.json 'hidden_act' = " + r.raw(hidden_act_key).dump() + " (only silu)");
@@ -109,7 +141,17 @@ json model_config_to_json(const ModelConfig& c) {
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["rope_theta"] = c.rope_theta;
-  j["rope_scaling"] = nullptr;
+  if (c.rope_scaling.kind == attention::RopeScaling::Kind::kYarn) {
+    const attention::RopeScaling& y = c.rope_scaling;
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", y.factor},
+                         {"original_max_position_embeddings", y.original_max_positions}, {"beta_fast", y.beta_fast},
+                         {"beta_slow", y.beta_slow}, {"truncate", y.truncate}};
+    if (y.mscale != 0.0) j["rope_scaling"]["mscale"] = y.mscale;
+    if (y.mscale_all_dim != 0.0) j["rope_scaling"]["mscale_all_dim"] = y.mscale_all_dim;
+    if (y.attention_factor > 0.0) j["rope_scaling"]["attention_factor"] = y.attention_factor;
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = "bfloat16";
   j["num_experts_per_tok"] = c.router.top_k;

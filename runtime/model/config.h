@@ -8,6 +8,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "attention/rope.h"
+#include "experts/glu_activation.h"
 #include "experts/router.h"
 #include "core/status.h"
 #include "runtime/model/arch/arch.h"
@@ -33,9 +35,12 @@ struct ModelConfig {
   int head_dim = 0;
   int rotary_dim = 0;            // channels of each head that RoPE rotates (even, <= head_dim)
   double rope_theta = 10000.0;
+  attention::RopeScaling rope_scaling;  // config.json rope_scaling (YaRN) or none
   float rms_norm_eps = 1e-6f;
   int max_position_embeddings = 4096;
   bool qkv_bias = false;         // q/k/v projections carry a bias
+  bool o_bias = false;           // the output projection carries a bias
+  bool attention_sinks = false;  // self_attn.sinks: one learned softmax-denominator logit per head
   bool qk_norm = false;          // per-head RMSNorm of q and k before RoPE
   bool tie_word_embeddings = false;
 
@@ -43,9 +48,17 @@ struct ModelConfig {
   int moe_intermediate_size = 0;    // width of each routed expert
   experts::RouterConfig router;     // E, K, scoring, renormalisation, groups, scale
   bool router_has_correction_bias = false;  // mlp.gate.e_score_correction_bias is read
+  bool router_bias = false;                 // the router linear carries a bias (added to the logits)
+  experts::GluActivation expert_activation; // routed experts' gated activation
+  bool expert_bias = false;                 // routed experts' gate/up/down carry biases
+  // Routed experts stored stacked (gpt-oss: experts.gate_up_proj [E, D, 2I] with interleaved
+  // gate/up columns and experts.down_proj [E, I, D], or their MXFP4 _blocks/_scales [E, out, in])
+  // instead of one tensor per expert and projection.
+  bool stacked_experts = false;
   SharedExpertKind shared_expert = SharedExpertKind::kNone;
   int shared_intermediate_size = 0;  // width of the shared expert (0 when kNone)
   std::vector<bool> layer_is_moe;    // [num_layers]
+  std::vector<int> sliding_windows;  // [num_layers]: W of sliding-window layers, 0 for full; empty: all full
   std::vector<LayerSpec> layers;     // [num_layers], filled by parsing (agrees with layer_is_moe)
 
   int bos_token_id = -1;

@@ -109,6 +109,9 @@ Result<ModelConfig> preset_model_config(const ArchSpec* arch, const std::string&
   c.dense_intermediate_size = 2 * c.moe_intermediate_size;
   c.bos_token_id = c.eos_token_id = c.vocab_size - 3;
   c.layer_is_moe.assign(static_cast<size_t>(std::max(0, c.num_layers)), true);
+  if (!arch->has_generator) {
+    return unsupported(std::string("make-model cannot write ") + arch->hf_class + " checkpoints yet");
+  }
   arch->apply_preset(&c);
   // Round-trip through the parser so a preset obeys exactly the rules a config.json does.
   return parse_model_config(model_config_to_json(c));

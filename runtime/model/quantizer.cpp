@@ -25,7 +25,7 @@ using nlohmann::json;
 std::vector<std::string> default_excludes() {
   std::vector<std::string> excludes = {"*embed_tokens", "lm_head"};
   for (const ArchSpec* arch : registered_architectures()) {
-    const std::string router = std::string("*.") + arch->moe_block + "gate";
+    const std::string router = std::string("*.") + arch->moe_block + arch->router_name;
     if (std::find(excludes.begin(), excludes.end(), router) == excludes.end()) excludes.push_back(router);
   }
   excludes.push_back("*shared_expert_gate");

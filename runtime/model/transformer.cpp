@@ -26,11 +26,14 @@ TransformerForward::TransformerForward(const ModelConfig& config, const ModelWei
       pool_(pool),
       owned_backend_(backend == nullptr ? std::make_unique<backend::CpuBackend>(pool) : nullptr),
       backend_(backend == nullptr ? *owned_backend_ : *backend),
-      rope_(config.head_dim, config.rotary_dim, config.rope_theta),
+      rope_(config.head_dim, config.rotary_dim, config.rope_theta, config.rope_scaling),
       local_experts_(config) {
-  for (const LayerSpec& spec : build_layer_specs(*config.arch, config)) {
+  const std::vector<LayerSpec> specs = build_layer_specs(*config.arch, config);
+  for (size_t layer = 0; layer < specs.size(); ++layer) {
     attention::AttentionVariant variant;
-    if (spec.attention == AttentionKind::kSlidingWindow) variant.sliding_window = spec.sliding_window;
+    if (specs[layer].attention == AttentionKind::kSlidingWindow) variant.sliding_window = specs[layer].sliding_window;
+    const std::vector<float>& sinks = weights.layers[layer].attention.sinks;
+    if (!sinks.empty()) variant.sinks = sinks.data();
     layer_variants_.push_back(variant);
   }
 }
@@ -112,7 +115,7 @@ void TransformerForward::attention_block(int layer, const ForwardBatch& batch, A
   attention.attend(backend_, layer, layer_variants_[static_cast<size_t>(layer)], q.data<float>(), k.data<float>(),
                    v.data<float>(), num_tokens, attn.data<float>());
   const Buffer projected = activations(num_tokens * dim);
-  backend_.linear(a.o.weight, attn.data<float>(), num_tokens, nullptr, projected.data<float>());
+  backend_.linear(a.o.weight, attn.data<float>(), num_tokens, bias_or_null(a.o), projected.data<float>());
   backend_.add(x, projected.data<float>(), num_tokens * dim);
 }
 
@@ -136,7 +139,9 @@ void TransformerForward::ffn_block(int layer, int64_t num_tokens, float* x) cons
 std::function<backend::Backend::ExpertWeights(int)> routed_expert_weights(const MoeWeights& moe) {
   return [&moe](int expert) {
     const GatedMlp& mlp = moe.experts[static_cast<size_t>(expert)];
-    return backend::Backend::ExpertWeights{&mlp.gate.weight, &mlp.up.weight, &mlp.down.weight};
+    auto bias = [](const Linear& linear) { return linear.bias.empty() ? nullptr : linear.bias.data(); };
+    return backend::Backend::ExpertWeights{&mlp.gate.weight, &mlp.up.weight, &mlp.down.weight, bias(mlp.gate),
+                                           bias(mlp.up),     bias(mlp.down),  moe.expert_activation};
   };
 }
 
@@ -170,7 +175,8 @@ void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, const float* 
   const int num_experts = c.num_experts();
   const int top_k = c.top_k();
   const Buffer router_logits = activations(num_tokens * num_experts);  // [T, E]
-  backend_.linear(quant::LinearWeight::from_dense(moe.router), h, num_tokens, nullptr, router_logits.data<float>());
+  backend_.linear(quant::LinearWeight::from_dense(moe.router), h, num_tokens,
+                  moe.router_bias.empty() ? nullptr : moe.router_bias.data(), router_logits.data<float>());
   std::vector<int32_t> expert_ids(static_cast<size_t>(num_tokens * top_k));  // [T, K]
   std::vector<float> gate_weights(static_cast<size_t>(num_tokens * top_k));  // [T, K]
   // Selection bias: the model's correction bias plus the balancer's, if any.

@@ -1,6 +1,7 @@
 #include "runtime/model/weights.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "quant/bf16.h"
 
@@ -116,7 +117,22 @@ class WeightBinder {
     return mlp;
   }
 
- private:
+  // A dense (F32/BF16/F16) tensor of exactly `shape`.
+  Result<TensorView> dense(const std::string& name, const Shape& shape) const {
+    MOERT_ASSIGN_OR_RETURN(TensorView view, checked(name, shape));
+    if (view.dtype != DType::kF32 && view.dtype != DType::kBF16 && view.dtype != DType::kF16) {
+      return unsupported("tensor '" + name + "' has dtype " + std::string(dtype_name(view.dtype)) +
+                         " (expected F32, BF16 or F16)");
+    }
+    return view;
+  }
+
+  // Any-rank tensor of `shape` widened to F32.
+  Result<std::vector<float>> vector_shaped(const std::string& name, const Shape& shape) const {
+    MOERT_ASSIGN_OR_RETURN(TensorView view, checked(name, shape));
+    return widen_to_f32(name, view);
+  }
+
   Result<TensorView> typed(const std::string& name, DType dtype, const Shape& expected) const {
     MOERT_ASSIGN_OR_RETURN(TensorView view, checked(name, expected));
     if (view.dtype != dtype) {
@@ -136,6 +152,7 @@ class WeightBinder {
     return view.as<const float>()[0];
   }
 
+ private:
   Result<TensorView> checked(const std::string& name, const Shape& expected) const {
     MOERT_ASSIGN_OR_RETURN(TensorView view, checkpoint_.get(name));
     if (view.shape != expected) {
@@ -148,6 +165,93 @@ class WeightBinder {
   const io::Checkpoint& checkpoint_;
 };
 
+// Element (r, c) of a row-major [rows, cols] matrix of `bytes`-wide elements copied to
+// (c, r) of `out` ([cols, rows]) for every r and the columns c = first, first + step, ...:
+// out row i = input column first + i * step. Exact (bytes are copied, not converted).
+void gather_columns_transposed(const uint8_t* in, int64_t rows, int64_t cols, int64_t bytes, int64_t first,
+                               int64_t step, uint8_t* out) {
+  const int64_t out_rows = (cols - first + step - 1) / step;
+  for (int64_t i = 0; i < out_rows; ++i) {
+    const int64_t c = first + i * step;
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(out + (i * rows + r) * bytes, in + (r * cols + c) * bytes, bytes);
+  }
+}
+
+// Rows first, first + step, ... of a [rows, row_bytes] byte matrix, in order.
+void gather_rows(const uint8_t* in, int64_t rows, int64_t row_bytes, int64_t first, int64_t step, uint8_t* out) {
+  for (int64_t r = first, i = 0; r < rows; r += step, ++i) std::memcpy(out + i * row_bytes, in + r * row_bytes, row_bytes);
+}
+
+// Stacked experts (ModelConfig::stacked_experts, docs/gpt-oss.md): split per expert into
+// gate [I, D], up [I, D] (de-interleaved: gate_up output 2j is gate j, 2j+1 is up j) and
+// down [D, I], with their biases. MXFP4 blocks are [E, out, in/32, 16] and only need their
+// rows split; dense ones are [E, in, out] and are transposed into owned [out, in] copies.
+Status bind_stacked_experts(const ModelConfig& c, const io::Checkpoint& checkpoint, const WeightBinder& w,
+                            const std::string& p, MoeWeights& moe, std::vector<Buffer>& owned) {
+  const int64_t num_experts = c.num_experts(), d = c.hidden_size, width = c.moe_intermediate_size;
+  const std::string gu = p + "experts.gate_up_proj", down = p + "experts.down_proj";
+  MOERT_ASSIGN_OR_RETURN(std::vector<float> gu_bias, w.vector_shaped(gu + "_bias", {num_experts, 2 * width}));
+  MOERT_ASSIGN_OR_RETURN(std::vector<float> down_bias, w.vector_shaped(down + "_bias", {num_experts, d}));
+  const bool mxfp4 = checkpoint.find(gu + "_blocks") != nullptr;
+  TensorView gu_data, gu_scales, down_data, down_scales;
+  if (mxfp4) {
+    if (d % 32 != 0 || width % 32 != 0) return invalid_argument("'" + gu + "_blocks': MXFP4 needs D and I multiples of 32");
+    MOERT_ASSIGN_OR_RETURN(gu_data, w.typed(gu + "_blocks", DType::kU8, {num_experts, 2 * width, d / 32, 16}));
+    MOERT_ASSIGN_OR_RETURN(gu_scales, w.typed(gu + "_scales", DType::kU8, {num_experts, 2 * width, d / 32}));
+    MOERT_ASSIGN_OR_RETURN(down_data, w.typed(down + "_blocks", DType::kU8, {num_experts, d, width / 32, 16}));
+    MOERT_ASSIGN_OR_RETURN(down_scales, w.typed(down + "_scales", DType::kU8, {num_experts, d, width / 32}));
+  } else {
+    MOERT_ASSIGN_OR_RETURN(gu_data, w.dense(gu, {num_experts, d, 2 * width}));
+    MOERT_ASSIGN_OR_RETURN(down_data, w.dense(down, {num_experts, width, d}));
+  }
+  moe.expert_activation = c.expert_activation;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    GatedMlp mlp;
+    for (int half = 0; half < 2; ++half) {  // 0: gate, 1: up
+      Linear& linear = half == 0 ? mlp.gate : mlp.up;
+      for (int64_t j = 0; j < width; ++j) linear.bias.push_back(gu_bias[static_cast<size_t>(e * 2 * width + 2 * j + half)]);
+      if (mxfp4) {
+        const int64_t row_bytes = d / 2, scale_row = d / 32;
+        uint8_t* blocks = owned.emplace_back(DType::kU8, Shape{width, row_bytes}).data<uint8_t>();
+        uint8_t* scales = owned.emplace_back(DType::kU8, Shape{width, scale_row}).data<uint8_t>();
+        gather_rows(gu_data.as<const uint8_t>() + e * 2 * width * row_bytes, 2 * width, row_bytes, half, 2, blocks);
+        gather_rows(gu_scales.as<const uint8_t>() + e * 2 * width * scale_row, 2 * width, scale_row, half, 2, scales);
+        quant::QuantizedWeightView q;
+        q.format = quant::WeightFormat::kMxfp4;
+        q.rows = width;
+        q.cols = d;
+        q.data = blocks;
+        q.scales = scales;
+        linear.weight = quant::LinearWeight::from_packed(q);
+      } else {
+        const int64_t bytes = dtype_bits(gu_data.dtype) / 8;
+        Buffer& matrix = owned.emplace_back(gu_data.dtype, Shape{width, d});
+        gather_columns_transposed(gu_data.as<const uint8_t>() + e * d * 2 * width * bytes, d, 2 * width, bytes, half, 2,
+                                  matrix.data<uint8_t>());
+        linear.weight = quant::LinearWeight::from_dense(matrix.view());
+      }
+    }
+    mlp.down.bias.assign(down_bias.begin() + e * d, down_bias.begin() + (e + 1) * d);
+    if (mxfp4) {
+      quant::QuantizedWeightView q;
+      q.format = quant::WeightFormat::kMxfp4;
+      q.rows = d;
+      q.cols = width;
+      q.data = down_data.as<const uint8_t>() + e * d * (width / 2);
+      q.scales = down_scales.as<const uint8_t>() + e * d * (width / 32);
+      mlp.down.weight = quant::LinearWeight::from_packed(q);
+    } else {
+      const int64_t bytes = dtype_bits(down_data.dtype) / 8;
+      Buffer& matrix = owned.emplace_back(down_data.dtype, Shape{d, width});
+      gather_columns_transposed(down_data.as<const uint8_t>() + e * width * d * bytes, width, d, bytes, 0, 1,
+                                matrix.data<uint8_t>());
+      mlp.down.weight = quant::LinearWeight::from_dense(matrix.view());
+    }
+    moe.experts.push_back(std::move(mlp));
+  }
+  return Status::ok();
+}
+
 Result<AttentionWeights> bind_attention(const ModelConfig& c, const WeightBinder& w, int layer) {
   const std::string p = layer_prefix(layer) + "self_attn.";
   const int64_t q_out = static_cast<int64_t>(c.num_heads) * c.head_dim;
@@ -156,7 +260,10 @@ Result<AttentionWeights> bind_attention(const ModelConfig& c, const WeightBinder
   MOERT_ASSIGN_OR_RETURN(a.q, w.linear(p + "q_proj", q_out, c.hidden_size, c.qkv_bias));
   MOERT_ASSIGN_OR_RETURN(a.k, w.linear(p + "k_proj", kv_out, c.hidden_size, c.qkv_bias));
   MOERT_ASSIGN_OR_RETURN(a.v, w.linear(p + "v_proj", kv_out, c.hidden_size, c.qkv_bias));
-  MOERT_ASSIGN_OR_RETURN(a.o, w.linear(p + "o_proj", c.hidden_size, q_out, false));
+  MOERT_ASSIGN_OR_RETURN(a.o, w.linear(p + "o_proj", c.hidden_size, q_out, c.o_bias));
+  if (c.attention_sinks) {
+    MOERT_ASSIGN_OR_RETURN(a.sinks, w.vector(p + "sinks", c.num_heads));
+  }
   if (c.qk_norm) {
     MOERT_ASSIGN_OR_RETURN(a.q_norm, w.vector(p + "q_norm.weight", c.head_dim));
     MOERT_ASSIGN_OR_RETURN(a.k_norm, w.vector(p + "k_norm.weight", c.head_dim));
@@ -164,14 +271,23 @@ Result<AttentionWeights> bind_attention(const ModelConfig& c, const WeightBinder
   return a;
 }
 
-Result<MoeWeights> bind_moe(const ModelConfig& c, const WeightBinder& w, int layer) {
+Result<MoeWeights> bind_moe(const ModelConfig& c, const io::Checkpoint& checkpoint, const WeightBinder& w, int layer,
+                            std::vector<Buffer>& owned) {
   MoeWeights moe;
   const std::string p = moe_block_prefix(c, layer);
-  MOERT_ASSIGN_OR_RETURN(moe.router, w.matrix(p + "gate.weight", c.num_experts(), c.hidden_size));
-  if (c.router_has_correction_bias) {
-    MOERT_ASSIGN_OR_RETURN(moe.correction_bias, w.vector(p + "gate.e_score_correction_bias", c.num_experts()));
+  const std::string router = p + c.arch->router_name;
+  MOERT_ASSIGN_OR_RETURN(moe.router, w.matrix(router + ".weight", c.num_experts(), c.hidden_size));
+  if (c.router_bias) {
+    MOERT_ASSIGN_OR_RETURN(moe.router_bias, w.vector(router + ".bias", c.num_experts()));
   }
-  for (int e = 0; e < c.num_experts(); ++e) {
+  if (c.router_has_correction_bias) {
+    MOERT_ASSIGN_OR_RETURN(moe.correction_bias, w.vector(router + ".e_score_correction_bias", c.num_experts()));
+  }
+  moe.expert_activation = c.expert_activation;
+  if (c.stacked_experts) {
+    MOERT_RETURN_IF_ERROR(bind_stacked_experts(c, checkpoint, w, p, moe, owned));
+  }
+  for (int e = 0; !c.stacked_experts && e < c.num_experts(); ++e) {
     MOERT_ASSIGN_OR_RETURN(GatedMlp expert,
                            w.mlp(expert_projection_prefix(c, layer, e, "gate"), expert_projection_prefix(c, layer, e, "up"),
                                  expert_projection_prefix(c, layer, e, "down"), c.hidden_size, c.moe_intermediate_size));
@@ -214,7 +330,7 @@ Result<ModelWeights> bind_model_weights(const ModelConfig& c, const io::Checkpoi
     MOERT_ASSIGN_OR_RETURN(l.attention, bind_attention(c, w, layer));
     l.is_moe = c.layer_is_moe[static_cast<size_t>(layer)];
     if (l.is_moe) {
-      MOERT_ASSIGN_OR_RETURN(l.moe, bind_moe(c, w, layer));
+      MOERT_ASSIGN_OR_RETURN(l.moe, bind_moe(c, checkpoint, w, layer, m.owned));
     } else {
       MOERT_ASSIGN_OR_RETURN(l.dense_mlp, w.mlp(p + "mlp.gate_proj", p + "mlp.up_proj", p + "mlp.down_proj",
                                                 c.hidden_size, c.dense_intermediate_size));

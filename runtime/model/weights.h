@@ -34,11 +34,14 @@ struct GatedMlp {
 struct AttentionWeights {
   Linear q, k, v, o;
   std::vector<float> q_norm, k_norm;  // [head_dim] each, empty without qk-norm
+  std::vector<float> sinks;           // [num_heads], empty without attention sinks
 };
 
 struct MoeWeights {
   TensorView router;                     // [E, D]
+  std::vector<float> router_bias;        // [E] or empty
   std::vector<float> correction_bias;    // [E] or empty
+  experts::GluActivation expert_activation;  // of the routed experts (their biases are in `experts`)
   std::vector<GatedMlp> experts;         // [E]
   std::optional<GatedMlp> shared_expert;
   TensorView shared_expert_gate;         // [1, D], sigmoid-gated shared expert only (data == nullptr otherwise)
@@ -54,6 +57,9 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
+  // Storage of weights rearranged at load (e.g. stacked experts split per expert); the views
+  // below point into it or into the checkpoint's mappings.
+  std::vector<Buffer> owned;
   TensorView embed_tokens;  // [V, D]
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;  // [D]

@@ -69,6 +69,10 @@ struct ArchSpec {
   // projection names for gate, up, down ("gate_proj", "up_proj", "down_proj").
   const char* moe_block;
   std::array<const char*, 3> expert_projections;
+  // The router's tensor name inside the MoE block ("gate" -> "mlp.gate.weight").
+  const char* router_name = "gate";
+  // False: make-model cannot write this architecture's checkpoints yet.
+  bool has_generator = true;
 };
 
 // Every registered architecture, in registry order (the first is the default).

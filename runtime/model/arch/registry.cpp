@@ -6,7 +6,7 @@
 
 namespace moert {
 namespace arch {
-extern const ArchSpec qwen3_moe, qwen2_moe, mixtral, glm4_moe;
+extern const ArchSpec qwen3_moe, qwen2_moe, mixtral, glm4_moe, gpt_oss;
 }  // namespace arch
 
 namespace {
@@ -18,6 +18,7 @@ constexpr const ArchSpec* kRegistry[] = {
     &arch::qwen2_moe,
     &arch::mixtral,
     &arch::glm4_moe,
+    &arch::gpt_oss,
 };
 
 Result<int> as_int(const char* key, const json& value) {
@@ -106,7 +107,10 @@ std::vector<LayerSpec> build_layer_specs(const ArchSpec& arch, const ModelConfig
   layers.reserve(c.layer_is_moe.size());
   for (bool moe : c.layer_is_moe) {
     LayerSpec spec;
-    spec.attention = arch.attention;
+    const size_t index = layers.size();
+    const int window = index < c.sliding_windows.size() ? c.sliding_windows[index] : 0;
+    spec.attention = window > 0 ? AttentionKind::kSlidingWindow : arch.attention;
+    spec.sliding_window = window;
     spec.router = arch.router;
     spec.mlp = !moe ? MlpKind::kDense
                : c.shared_expert != SharedExpertKind::kNone ? MlpKind::kMoeWithShared

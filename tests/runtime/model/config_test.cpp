@@ -1,4 +1,5 @@
 #include "runtime/model/config.h"
+#include "runtime/model/generator.h"
 
 #include <gtest/gtest.h>
 
@@ -122,6 +123,17 @@ TEST(ModelConfig, JsonRoundTripForEveryArchitecture) {
       base.dense_intermediate_size = base.moe_intermediate_size;
     }
     if (arch == find_architecture("glm4_moe")) base.qk_norm = true;
+    if (arch == find_architecture("gpt_oss")) {
+      base.qk_norm = false;
+      base.qkv_bias = true;
+      base.layer_is_moe.assign(4, true);
+      base.dense_intermediate_size = base.moe_intermediate_size;
+      base.sliding_windows = {16, 0, 16, 0};
+      base.rope_scaling.kind = attention::RopeScaling::Kind::kYarn;
+      base.rope_scaling.factor = 32.0;
+      base.rope_scaling.original_max_positions = 256.0;
+      base.rope_scaling.truncate = false;
+    }
     Result<ModelConfig> again = parse_model_config(model_config_to_json(base));
     ASSERT_TRUE(again.is_ok()) << architecture_name(arch) << ": " << again.status().to_string();
     EXPECT_EQ(model_config_to_json(again.value()), model_config_to_json(base)) << architecture_name(arch);
@@ -129,6 +141,48 @@ TEST(ModelConfig, JsonRoundTripForEveryArchitecture) {
     EXPECT_EQ(again->rotary_dim, base.rotary_dim);
     EXPECT_EQ(again->shared_expert, base.shared_expert);
   }
+}
+
+}  // namespace
+}  // namespace moert
+
+namespace moert {
+namespace {
+
+// gpt-oss: sliding layers and window, YaRN, the clamped SwiGLU and the stacked-expert flags
+// come from config.json; bad layer kinds are refused by name.
+TEST(ModelConfig, GptOssLayerKindsYarnAndExperts) {
+  nlohmann::json j = model_config_to_json(preset_model_config(find_architecture("qwen3_moe"), "tiny").value());
+  j["architectures"] = {"GptOssForCausalLM"};
+  j["model_type"] = "gpt_oss";
+  j["num_local_experts"] = 8;
+  j["intermediate_size"] = 64;
+  j["sliding_window"] = 16;
+  j["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention", "full_attention"};
+  j["num_hidden_layers"] = 4;
+  j["swiglu_limit"] = 5.0;
+  j["attention_bias"] = true;
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 32.0}, {"original_max_position_embeddings", 256},
+                       {"truncate", false}};
+  const ModelConfig c = parse_model_config(j).value();
+  EXPECT_EQ(c.sliding_windows, (std::vector<int>{16, 0, 16, 0}));
+  EXPECT_EQ(c.layers[0].attention, AttentionKind::kSlidingWindow);
+  EXPECT_EQ(c.layers[0].sliding_window, 16);
+  EXPECT_EQ(c.layers[1].attention, AttentionKind::kFull);
+  EXPECT_EQ(c.rope_scaling.kind, attention::RopeScaling::Kind::kYarn);
+  EXPECT_FALSE(c.rope_scaling.truncate);
+  EXPECT_EQ(c.expert_activation.kind, experts::GluActivation::Kind::kClampedSwiglu);
+  EXPECT_EQ(c.expert_activation.limit, 5.0f);
+  EXPECT_TRUE(c.attention_sinks && c.router_bias && c.expert_bias && c.stacked_experts && c.o_bias);
+  nlohmann::json bad = j;
+  bad["layer_types"][2] = "chunked_attention";
+  EXPECT_NE(parse_model_config(bad).status().message().find("\"chunked_attention\""), std::string::npos);
+  bad = j;
+  bad["rope_scaling"]["rope_type"] = "longrope";
+  EXPECT_EQ(parse_model_config(bad).status().code(), StatusCode::kUnsupported);
+  bad = j;
+  bad.erase("sliding_window");
+  EXPECT_FALSE(parse_model_config(bad).is_ok());
 }
 
 }  // namespace
