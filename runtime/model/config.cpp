@@ -179,6 +179,17 @@ std::string describe_model_config(const ModelConfig& c) {
   }
   if (c.qkv_bias) out << ", qkv bias";
   if (c.qk_norm) out << ", qk-norm";
+  int sliding = 0, window = 0;
+  for (int w : c.sliding_windows) {
+    sliding += w > 0 ? 1 : 0;
+    window = w > 0 ? w : window;
+  }
+  if (sliding > 0) out << ", sliding window " << window << " on " << sliding << " layers";
+  if (c.attention_sinks) out << ", attention sinks";
+  if (c.rope_scaling.kind == attention::RopeScaling::Kind::kYarn) out << ", YaRN x" << c.rope_scaling.factor;
+  if (c.expert_activation.kind == experts::GluActivation::Kind::kClampedSwiglu) {
+    out << ", clamped SwiGLU (limit " << c.expert_activation.limit << ")";
+  }
   return out.str();
 }
 

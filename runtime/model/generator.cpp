@@ -139,13 +139,14 @@ std::vector<TensorSpec> checkpoint_tensor_specs(const ModelConfig& c, const Weig
   const bool damp = shaping.faithful_layers > 0 && shaping.late_layer_scale != 1.0f;
   for (TensorSpec& spec : specs) {
     if (shaping.router_skew > 0.0f && spec.name == "model.embed_tokens.weight") spec.offset = 1.0f;
-    if (shaping.router_skew > 0.0f && spec.name.ends_with(".gate.weight")) {  // the router
+    if (shaping.router_skew > 0.0f && spec.name.ends_with(std::string(".") + c.arch->router_name + ".weight")) {
       spec.offset = shaping.router_skew / static_cast<float>(c.hidden_size);
       spec.offset_ramps = true;
     }
     if (!damp || !spec.name.starts_with("model.layers.")) continue;
     const int layer = std::stoi(spec.name.substr(13));
     const bool residual_write = spec.name.ends_with("o_proj.weight") || spec.name.ends_with("down_proj.weight") ||
+                                spec.name.ends_with("experts.down_proj") ||
                                 spec.name.ends_with(std::string(".") + c.arch->expert_projections[2] + ".weight");
     if (layer >= shaping.faithful_layers && residual_write) spec.a *= shaping.late_layer_scale;
   }
@@ -167,7 +168,8 @@ std::vector<TensorSpec> unshaped_tensor_specs(const ModelConfig& c) {
     add_linear(specs, p + "self_attn.q_proj", q_out, d, c.qkv_bias);
     add_linear(specs, p + "self_attn.k_proj", kv_out, d, c.qkv_bias);
     add_linear(specs, p + "self_attn.v_proj", kv_out, d, c.qkv_bias);
-    add_linear(specs, p + "self_attn.o_proj", d, q_out, false);
+    add_linear(specs, p + "self_attn.o_proj", d, q_out, c.o_bias);
+    if (c.attention_sinks) add(specs, p + "self_attn.sinks", {c.num_heads}, Init::kNormal, 1.0f);
     if (c.qk_norm) {
       add_norm(specs, p + "self_attn.q_norm.weight", c.head_dim);
       add_norm(specs, p + "self_attn.k_norm.weight", c.head_dim);
@@ -176,13 +178,21 @@ std::vector<TensorSpec> unshaped_tensor_specs(const ModelConfig& c) {
       add_mlp(specs, p + "mlp.gate_proj", p + "mlp.up_proj", p + "mlp.down_proj", d, c.dense_intermediate_size);
       continue;
     }
-    const std::string router = moe_block_prefix(c, layer) + "gate";
-    add_linear(specs, router, c.num_experts(), d, false);
+    const std::string router = moe_block_prefix(c, layer) + c.arch->router_name;
+    add_linear(specs, router, c.num_experts(), d, c.router_bias);
     if (c.router_has_correction_bias) {
       add(specs, router + ".e_score_correction_bias", {c.num_experts()}, Init::kUniform, 0.0f,
           0.1f, DType::kF32);
     }
-    for (int e = 0; e < c.num_experts(); ++e) {
+    if (c.stacked_experts) {  // [E, in, out] with interleaved gate/up outputs (docs/gpt-oss.md)
+      const std::string x = moe_block_prefix(c, layer) + "experts.";
+      const int64_t e = c.num_experts(), width = c.moe_intermediate_size;
+      add(specs, x + "gate_up_proj", {e, d, 2 * width}, Init::kNormal, static_cast<float>(1.0 / std::sqrt(d)));
+      add(specs, x + "gate_up_proj_bias", {e, 2 * width}, Init::kNormal, 0.1f);
+      add(specs, x + "down_proj", {e, width, d}, Init::kNormal, static_cast<float>(1.0 / std::sqrt(width)));
+      add(specs, x + "down_proj_bias", {e, d}, Init::kNormal, 0.1f);
+    }
+    for (int e = 0; !c.stacked_experts && e < c.num_experts(); ++e) {
       add_mlp(specs, expert_projection_prefix(c, layer, e, "gate"), expert_projection_prefix(c, layer, e, "up"),
               expert_projection_prefix(c, layer, e, "down"), d, c.moe_intermediate_size);
     }

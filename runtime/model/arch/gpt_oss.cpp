@@ -80,7 +80,21 @@ void to_json(const ModelConfig& c, nlohmann::json& j) {
   j["layer_types"] = types;
 }
 
-void apply_preset(ModelConfig*) {}
+// make-model: the shape of the shared gpt-oss-tiny case scaled by the size preset: sliding
+// windows of 16 on even layers, YaRN x32 over 256 original positions (truncate false).
+void apply_preset(ModelConfig* c) {
+  c->router.norm_topk_prob = true;
+  c->dense_intermediate_size = c->moe_intermediate_size;
+  c->qkv_bias = true;
+  c->sliding_windows.assign(static_cast<size_t>(c->num_layers), 0);
+  for (int i = 0; i < c->num_layers; i += 2) c->sliding_windows[static_cast<size_t>(i)] = 16;
+  c->rope_theta = 150000.0;
+  c->rope_scaling.kind = attention::RopeScaling::Kind::kYarn;
+  c->rope_scaling.factor = 32.0;
+  c->rope_scaling.original_max_positions = 256.0;
+  c->rope_scaling.truncate = false;
+  c->expert_activation.kind = experts::GluActivation::Kind::kClampedSwiglu;
+}
 
 }  // namespace
 
@@ -96,7 +110,6 @@ extern const ArchSpec gpt_oss = {
     .moe_block = "mlp.",
     .expert_projections = {"gate_up_proj", "gate_up_proj", "down_proj"},
     .router_name = "router",
-    .has_generator = false,
 };
 
 }  // namespace moert::arch

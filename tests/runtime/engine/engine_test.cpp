@@ -90,6 +90,45 @@ TEST_P(EngineOnReference, MixedBatchGreedyEqualsReferenceForward) {
   EXPECT_LT(stats.unused_slots_at_peak, stats.running_at_peak * config.block_size);
 }
 
+// A gpt-oss of another shape than the shared one (q heads x head_dim != hidden, one kv head,
+// odd expert count, three layers sliding / full / sliding with a window of 16, YaRN): the
+// paged engine under chunked prefill and preemption equals the contiguous reference forward.
+TEST(EngineOnGeneratedGptOss, WindowsSinksAndYarnEqualTheReferenceForward) {
+  testing::ScratchDir scratch("engine-gptoss");
+  ModelShapeOverrides shape;
+  shape.vocab_size = 300;
+  shape.hidden_size = 128;
+  shape.num_layers = 3;
+  shape.num_heads = 4;
+  shape.num_kv_heads = 1;
+  shape.head_dim = 48;
+  shape.num_experts = 6;
+  shape.top_k = 3;
+  shape.moe_intermediate_size = 96;
+  ThreadPool pool(2);
+  const ModelConfig config = preset_model_config(find_architecture("gpt_oss"), "tiny", shape).value();
+  EXPECT_EQ(config.sliding_windows, (std::vector<int>{16, 0, 16}));
+  ASSERT_TRUE(write_random_checkpoint(config, 17, scratch.path(), 1 << 30, pool).is_ok());
+  const std::unique_ptr<LoadedModel> model = load_model(scratch.path()).value();
+  TransformerForward transformer(model->config, model->weights, pool);
+  ReferenceForward reference(model->config, model->weights, pool);
+  const std::vector<MixedRequest> mixed = mixed_requests(10, config.vocab_size, 23);
+  for (const int blocks : {1024, 14}) {  // roomy, then tight enough to preempt
+    EngineConfig engine;
+    engine.block_size = 8;
+    engine.num_kv_blocks = blocks;
+    engine.scheduler.max_batched_tokens = 40;
+    EngineStats stats;
+    const auto outputs = run_all(transformer, engine, greedy_requests(mixed), &stats);
+    ASSERT_EQ(outputs.size(), mixed.size());
+    for (size_t r = 0; r < mixed.size(); ++r) {
+      const GreedyOutput expected = greedy_generate(reference, mixed[r].prompt, mixed[r].max_tokens).value();
+      EXPECT_EQ(outputs.at("r" + std::to_string(r)).outputs[0].token_ids, expected.gen_tokens) << r << " " << blocks;
+    }
+    if (blocks == 14) EXPECT_GT(stats.preemptions, 0);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllModels, EngineOnReference, ::testing::ValuesIn(testing::reference_model_params()),
                          [](const auto& info) { return testing::test_param_name(info.param); });
 
