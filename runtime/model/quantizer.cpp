@@ -109,6 +109,36 @@ json quantization_config(quant::WeightFormat format, const std::vector<std::stri
   return {};
 }
 
+// Stacked experts (docs/gpt-oss.md): `*.experts.gate_up_proj` / `*.experts.down_proj`,
+// [E, in, out] in the BF16 layout.
+bool is_stacked_experts(const std::string& name, const TensorView& view) {
+  return view.ndim() == 3 && (ends_with(name, ".experts.gate_up_proj") || ends_with(name, ".experts.down_proj"));
+}
+
+// The gpt-oss MXFP4 release layout of one stacked tensor: each expert transposed to
+// [out, in] and quantized, written as NAME_blocks [E, out, in/32, 16] and NAME_scales
+// [E, out, in/32]. Returns packed bytes.
+Result<int64_t> quantize_stacked_mxfp4(const std::string& name, const TensorView& view, OutputTensors& out) {
+  const int64_t experts = view.dim(0), in = view.dim(1), outs = view.dim(2);
+  if (in % 32 != 0) return invalid_argument("'" + name + "': in = " + std::to_string(in) + " is not a multiple of 32");
+  MOERT_ASSIGN_OR_RETURN(std::vector<float> values, widen_to_f32(name, view));
+  std::vector<uint8_t> blocks, scales;
+  std::vector<float> transposed(static_cast<size_t>(in * outs));
+  for (int64_t e = 0; e < experts; ++e) {
+    const float* src = values.data() + e * in * outs;
+    for (int64_t i = 0; i < in; ++i) {
+      for (int64_t o = 0; o < outs; ++o) transposed[static_cast<size_t>(o * in + i)] = src[i * outs + o];
+    }
+    MOERT_ASSIGN_OR_RETURN(quant::Mxfp4Tensor t,
+                           quant::mxfp4_quantize(transposed.data(), outs, in, quant::Mxfp4ScaleRule::kOcpFloor));
+    blocks.insert(blocks.end(), t.packed.begin(), t.packed.end());
+    scales.insert(scales.end(), t.scales.begin(), t.scales.end());
+  }
+  out.add_owned(name + "_blocks", DType::kU8, {experts, outs, in / 32, 16}, blocks);
+  out.add_owned(name + "_scales", DType::kU8, {experts, outs, in / 32}, scales);
+  return static_cast<int64_t>(blocks.size() + scales.size());
+}
+
 Status write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
@@ -149,8 +179,26 @@ Result<QuantizeReport> quantize_checkpoint(const std::string& in_dir, const std:
 
   QuantizeReport report;
   OutputTensors out;
+  // A checkpoint with stacked experts (gpt-oss) quantized to MXFP4 takes the release layout:
+  // only the experts are MXFP4; attention, router, embeddings and lm_head stay as they are.
+  bool stacked = false;
+  for (const std::string& name : checkpoint.tensor_names()) stacked = stacked || ends_with(name, ".experts.gate_up_proj");
+  const bool release_mxfp4 = stacked && options.format == quant::WeightFormat::kMxfp4;
   for (const std::string& name : checkpoint.tensor_names()) {
     MOERT_ASSIGN_OR_RETURN(TensorView view, checkpoint.get(name));
+    if (release_mxfp4 && is_stacked_experts(name, view)) {
+      Result<int64_t> bytes = quantize_stacked_mxfp4(name, view, out);
+      if (!bytes.is_ok()) return bytes.status().with_context("tensor '" + name + "'");
+      report.quantized_bytes += bytes.value();
+      report.quantized_weights += view.numel();
+      ++report.quantized_tensors;
+      continue;
+    }
+    if (release_mxfp4 || is_stacked_experts(name, view)) {  // kept: other formats have no stacked layout
+      out.add_copy(name, view);
+      ++report.kept_tensors;
+      continue;
+    }
     const bool is_matrix = ends_with(name, ".weight") && view.ndim() == 2;
     const std::string module = is_matrix ? name.substr(0, name.size() - 7) : name;
     bool excluded = !is_matrix;
@@ -171,6 +219,10 @@ Result<QuantizeReport> quantize_checkpoint(const std::string& in_dir, const std:
   }
   MOERT_RETURN_IF_ERROR(io::write_sharded_checkpoint(out_dir, out.named(), options.max_shard_bytes));
   config["quantization_config"] = quantization_config(options.format, report.excluded);
+  if (release_mxfp4) {
+    config["quantization_config"]["modules_to_not_convert"] = {"model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                               "model.embed_tokens", "lm_head"};
+  }
   MOERT_RETURN_IF_ERROR(write_text(out_dir + "/config.json", config.dump(2) + "\n"));
   if (options.format == quant::WeightFormat::kNvfp4 || options.format == quant::WeightFormat::kFp8Tensor) {
     const json hf_quant = {{"producer", {{"name", "modelopt"}, {"version", "moert-0.1"}}},

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/io/checkpoint.h"
 #include "runtime/io/npy.h"
 #include "tests/support/test_support.h"
 
@@ -282,3 +284,42 @@ TEST(CliQuantize, QuantizeScoreAndEval) {
 
 }  // namespace
 }  // namespace moert
+
+namespace moert {
+namespace {
+
+// `moert quantize --format mxfp4` of a BF16 gpt-oss checkpoint writes the release layout:
+// only the stacked experts become _blocks/_scales ([E, out, in/32, 16] / [E, out, in/32]),
+// byte for byte what the shared MXFP4 reference case holds, with the release's
+// modules_to_not_convert; and the result serves.
+TEST(CliQuantize, GptOssMxfp4IsTheReleaseLayout) {
+  const std::string ref = testing::shared_dir() + "/reference/";
+  if (testing::shared_dir().empty() || !fs::exists(ref + "gptoss-tiny-mxfp4/hf")) GTEST_SKIP() << "no shared gpt-oss cases";
+  testing::ScratchDir scratch("cli-quantize-gptoss");
+  const std::string out = scratch / "mxfp4";
+  const testing::CommandResult quantized =
+      run_command(moert() + " quantize --model " + ref + "gptoss-tiny/hf --format mxfp4 --out " + out);
+  ASSERT_EQ(quantized.exit_code, 0) << quantized.err;
+  const io::Checkpoint mine = io::Checkpoint::open(out).value();
+  const io::Checkpoint release = io::Checkpoint::open(ref + "gptoss-tiny-mxfp4/hf").value();
+  std::vector<std::string> names = mine.tensor_names(), release_names = release.tensor_names();
+  std::sort(names.begin(), names.end());
+  std::sort(release_names.begin(), release_names.end());
+  ASSERT_EQ(names, release_names);
+  for (const std::string& name : names) {
+    const TensorView a = mine.get(name).value(), b = release.get(name).value();
+    ASSERT_EQ(a.dtype, b.dtype) << name;
+    ASSERT_EQ(a.shape, b.shape) << name;
+    const size_t bytes = static_cast<size_t>(a.numel() * dtype_bits(a.dtype) / 8);
+    EXPECT_EQ(std::memcmp(a.data, b.data, bytes), 0) << name;
+  }
+  const nlohmann::json config = nlohmann::json::parse(testing::read_file(out + "/config.json"));
+  EXPECT_EQ(config["quantization_config"]["quant_method"], "mxfp4");
+  EXPECT_EQ(config["quantization_config"]["modules_to_not_convert"].size(), 4u);
+  const testing::CommandResult scored = run_command(moert() + " score --model " + out + " --tokens 3,1,4,1,5 -n 4");
+  EXPECT_EQ(scored.exit_code, 0) << scored.err;
+}
+
+}  // namespace
+}  // namespace moert
+
