@@ -106,6 +106,15 @@ int BlockPool::ref_count(BlockId block) const {
   return ref_count_[block];
 }
 
+bool BlockPool::has_cached(BlockHash hash, BlockHash parent, const int32_t* tokens, int num_tokens) const {
+  if (!enable_prefix_caching_) return false;
+  auto it = hash_to_block_.find(hash);
+  if (it == hash_to_block_.end()) return false;
+  const CachedKey& key = key_[it->second];
+  return key.parent == parent && key.tokens.size() == static_cast<size_t>(num_tokens) &&
+         std::equal(key.tokens.begin(), key.tokens.end(), tokens);
+}
+
 std::optional<BlockId> BlockPool::lookup_cached(BlockHash hash, BlockHash parent, const int32_t* tokens,
                                                 int num_tokens) {
   if (!enable_prefix_caching_) return std::nullopt;

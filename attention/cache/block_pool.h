@@ -68,6 +68,8 @@ class BlockPool {
   // Always nullopt when prefix caching is disabled.
   std::optional<BlockId> lookup_cached(BlockHash hash, BlockHash parent, const int32_t* tokens,
                                        int num_tokens);
+  // The same lookup without taking the block (no reference, queue unchanged).
+  bool has_cached(BlockHash hash, BlockHash parent, const int32_t* tokens, int num_tokens) const;
   // Registers a full, in-use block under `hash`. No-op if caching is disabled or `hash` is
   // already cached (by this or another block). Precondition: the block carries no other hash.
   void cache_full_block(BlockId block, BlockHash hash, BlockHash parent, const int32_t* tokens,
