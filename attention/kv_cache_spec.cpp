@@ -31,7 +31,19 @@ int64_t kv_cache_bytes_per_token(const std::vector<KvCacheSpec>& groups) {
   return bytes;
 }
 
+bool kv_groups_share_storage(const std::vector<KvCacheSpec>& groups) {
+  for (const KvCacheSpec& group : groups) {
+    const KvCacheSpec& first = groups.front();
+    if (group.layers.size() != first.layers.size() || group.num_kv_heads != first.num_kv_heads ||
+        group.head_dim != first.head_dim || group.dtype != first.dtype || group.kind == KvCacheKind::kLatent) {
+      return false;
+    }
+  }
+  return true;
+}
+
 int64_t kv_cache_bytes_per_block(const std::vector<KvCacheSpec>& groups, int block_size) {
+  if (!groups.empty() && kv_groups_share_storage(groups)) return groups.front().bytes_per_block(block_size);
   int64_t bytes = 0;
   for (const KvCacheSpec& group : groups) bytes += group.bytes_per_block(block_size);
   return bytes;

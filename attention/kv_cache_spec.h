@@ -43,7 +43,12 @@ struct KvCacheSpec {
 // Bytes one token takes in every layer of every group (what `kv_cache_bytes_per_token`
 // reports): sum of bytes_per_token() * layers.
 int64_t kv_cache_bytes_per_token(const std::vector<KvCacheSpec>& groups);
-// Bytes one block takes over all groups (the pool's unit when sizing from MiB).
+// True when the groups can share storage: the same number of layers, per-token shape and
+// dtype, none latent. A block id belongs to one group at a time, so layer j of every group
+// can then use the same storage (memory of one group's layers per block).
+bool kv_groups_share_storage(const std::vector<KvCacheSpec>& groups);
+// Bytes of storage behind one block id (the pool's unit when sizing from MiB): one group's
+// layers when the groups share storage, else every group's.
 int64_t kv_cache_bytes_per_block(const std::vector<KvCacheSpec>& groups, int block_size);
 
 // The `--kv-cache-dtype` values: "f32", "bf16", "fp8_e4m3" (and "auto", resolved by the

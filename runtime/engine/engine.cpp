@@ -34,7 +34,7 @@ Status validate_engine_config(const EngineConfig& c) {
 Engine::Engine(const TransformerForward& model, const EngineConfig& config)
     : model_(model),
       config_(config),
-      kv_(config.num_kv_blocks, config.block_size, config.enable_prefix_caching),
+      kv_(config.num_kv_blocks, config.block_size, config.enable_prefix_caching, kv_group_layouts(model.config())),
       scheduler_(
           [&] {
             SchedulerConfig scheduler = config.scheduler;
@@ -210,7 +210,7 @@ RunnerBatch Engine::runner_batch(const StepPlan& plan) {
     chunk.tokens.assign(first, first + (scheduled.num_tokens - scheduled.num_spec_tokens));
     chunk.tokens.insert(chunk.tokens.end(), state.spec_tokens.begin(), state.spec_tokens.end());
     chunk.num_logit_rows = scheduled.samples ? static_cast<int>(1 + scheduled.num_spec_tokens) : 0;
-    chunk.block_table = chunk_block_table(kv_, scheduled.seq, chunk.start + static_cast<int64_t>(chunk.tokens.size()));
+    chunk.block_tables = chunk_block_tables(kv_, scheduled.seq, chunk.start + static_cast<int64_t>(chunk.tokens.size()));
     batch.chunks.push_back(std::move(chunk));
   }
   return batch;

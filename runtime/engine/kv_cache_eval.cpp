@@ -13,10 +13,13 @@ Result<std::vector<float>> paged_logits(const TransformerForward& model, DType d
                                         const std::vector<int32_t>& tokens) {
   const int64_t length = static_cast<int64_t>(tokens.size());
   const int num_pages = static_cast<int>((length + block_size - 1) / block_size);
+  const int num_groups = static_cast<int>(kv_group_layouts(model.config()).size());
   MOERT_ASSIGN_OR_RETURN(std::unique_ptr<PagedModelRunner> runner,
-                         PagedModelRunner::create(model, {num_pages + 1, block_size, dtype}));
-  std::vector<int32_t> table(static_cast<size_t>(num_pages));
-  for (int i = 0; i < num_pages; ++i) table[static_cast<size_t>(i)] = i + 1;
+                         PagedModelRunner::create(model, {num_groups * num_pages + 1, block_size, dtype}));
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(num_groups));  // group g: its own blocks
+  for (int g = 0; g < num_groups; ++g) {
+    for (int i = 0; i < num_pages; ++i) tables[static_cast<size_t>(g)].push_back(g * num_pages + i + 1);
+  }
   const int64_t prefill = (length + 1) / 2;
   std::vector<float> logits;
   for (int64_t start = 0; start < length;) {
@@ -25,7 +28,9 @@ Result<std::vector<float>> paged_logits(const TransformerForward& model, DType d
     chunk.start = start;
     chunk.tokens.assign(tokens.begin() + start, tokens.begin() + start + size);
     chunk.num_logit_rows = static_cast<int>(size);
-    chunk.block_table.assign(table.begin(), table.begin() + (start + size + block_size - 1) / block_size);
+    for (const std::vector<int32_t>& table : tables) {
+      chunk.block_tables.emplace_back(table.begin(), table.begin() + (start + size + block_size - 1) / block_size);
+    }
     MOERT_ASSIGN_OR_RETURN(std::vector<float> rows, runner->run({{}, {std::move(chunk)}}));
     logits.insert(logits.end(), rows.begin(), rows.end());
     start += size;

@@ -19,14 +19,15 @@
 namespace moert::engine {
 
 // One sequence's rows in a step: tokens at positions [start, start + tokens.size()), whose
-// K/V go to (and whose attention reads from) the blocks of block_table, in logical order
-// (block i holds positions [i * BS, (i + 1) * BS); at least ceil((start + size) / BS) ids).
+// K/V go to (and whose attention reads from) the blocks of its block table in each KV cache
+// group, in logical order (block i holds positions [i * BS, (i + 1) * BS); at least
+// ceil((start + size) / BS) ids; a sliding group's blocks behind the window may be null).
 struct SequenceChunk {
   int64_t start = 0;
   std::vector<int32_t> tokens;
   // Logits wanted: the last `num_logit_rows` rows of the chunk (0: none).
   int num_logit_rows = 0;
-  std::vector<int32_t> block_table;
+  std::vector<std::vector<int32_t>> block_tables;  // [group]
 };
 
 struct RunnerBatch {
@@ -34,8 +35,15 @@ struct RunnerBatch {
   std::vector<SequenceChunk> chunks;                // run in order
 };
 
-// The block table of `seq` as a SequenceChunk wants it (the first ceil(end / BS) blocks).
-std::vector<int32_t> chunk_block_table(const attention::KvCacheManager& kv, attention::SeqId seq, int64_t end);
+// The block tables of `seq` as a SequenceChunk wants them (the first ceil(end / BS) blocks
+// of every group).
+std::vector<std::vector<int32_t>> chunk_block_tables(const attention::KvCacheManager& kv, attention::SeqId seq,
+                                                     int64_t end);
+// The cache manager's group layouts for `groups` (same order).
+std::vector<attention::KvGroupLayout> kv_group_layouts(const std::vector<attention::KvCacheSpec>& groups);
+// Those of `model` (any dtype has the same layouts); precondition: the model's groups are
+// supported (checked).
+std::vector<attention::KvGroupLayout> kv_group_layouts(const ModelConfig& model);
 
 struct KvCacheConfig {
   int num_blocks = 0;  // including the null block 0
@@ -66,7 +74,9 @@ class PagedModelRunner final : public ModelRunner {
   Result<std::vector<float>> run(const RunnerBatch& batch) override;
 
  private:
-  // One layer's storage, allocated by the backend; `view` points into the buffers.
+  // One storage slot, allocated by the backend; `view` points into the buffers. Groups of
+  // the same shape share slots (layer j of every group uses slot j: a block id belongs to
+  // one group at a time), else every layer has its own.
   struct LayerStorage {
     Buffer keys, values, key_scales, value_scales;
     attention::PagedKvLayer view;
@@ -77,7 +87,9 @@ class PagedModelRunner final : public ModelRunner {
   const TransformerForward& model_;
   std::vector<attention::KvCacheSpec> groups_;
   KvCacheConfig kv_;
-  std::vector<LayerStorage> layers_;  // [num_layers]
+  std::vector<LayerStorage> storage_;    // [slots]
+  std::vector<int> layer_slot_;          // [num_layers] -> storage_ index
+  std::vector<int> layer_group_;         // [num_layers] -> group index
 };
 
 // Bytes of one block over every layer of `model` at `dtype` (the pool's unit when its size

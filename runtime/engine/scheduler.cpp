@@ -39,8 +39,7 @@ void Scheduler::fork_sequence(SeqId parent, SeqId child) {
 }
 
 bool Scheduler::can_ever_fit(int64_t num_tokens) const {
-  const int64_t blocks = (num_tokens + kv_.block_size() - 1) / kv_.block_size();
-  return blocks <= kv_.num_blocks() - 1;  // block 0 is the reserved null block
+  return kv_.max_blocks_held(num_tokens) <= kv_.num_blocks() - 1;  // block 0 is the reserved null block
 }
 
 std::vector<attention::BlockHash> Scheduler::full_block_hashes(const std::vector<int32_t>& tokens) const {

@@ -10,7 +10,7 @@ namespace moert::spec {
 DraftModelProposer::DraftModelProposer(const TransformerForward& draft, const DraftModelConfig& config)
     : draft_(draft),
       config_(config),
-      kv_(config.num_kv_blocks, config.block_size, config.enable_prefix_caching) {
+      kv_(config.num_kv_blocks, config.block_size, config.enable_prefix_caching, engine::kv_group_layouts(draft.config())) {
   Result<std::unique_ptr<engine::PagedModelRunner>> runner =
       engine::PagedModelRunner::create(draft, {config.num_kv_blocks, config.block_size, config.kv_cache_dtype});
   MOERT_CHECK(runner.is_ok(), "draft model: " << runner.status().to_string());
@@ -89,8 +89,8 @@ Result<std::vector<Draft>> DraftModelProposer::propose(std::span<const DraftRequ
         chunk.start = length + round - 1;
         chunk.tokens.push_back(drafts[i].tokens.back());
       }
-      chunk.block_table =
-          engine::chunk_block_table(kv_, request.seq, chunk.start + static_cast<int64_t>(chunk.tokens.size()));
+      chunk.block_tables =
+          engine::chunk_block_tables(kv_, request.seq, chunk.start + static_cast<int64_t>(chunk.tokens.size()));
       chunks.push_back(std::move(chunk));
       members.push_back(i);
     }

@@ -113,7 +113,7 @@ TEST(EngineOnGeneratedGptOss, WindowsSinksAndYarnEqualTheReferenceForward) {
   TransformerForward transformer(model->config, model->weights, pool);
   ReferenceForward reference(model->config, model->weights, pool);
   const std::vector<MixedRequest> mixed = mixed_requests(10, config.vocab_size, 23);
-  for (const int blocks : {1024, 14}) {  // roomy, then tight enough to preempt
+  for (const int blocks : {1024, 26}) {  // roomy, then tight enough to preempt
     EngineConfig engine;
     engine.block_size = 8;
     engine.num_kv_blocks = blocks;
@@ -125,8 +125,27 @@ TEST(EngineOnGeneratedGptOss, WindowsSinksAndYarnEqualTheReferenceForward) {
       const GreedyOutput expected = greedy_generate(reference, mixed[r].prompt, mixed[r].max_tokens).value();
       EXPECT_EQ(outputs.at("r" + std::to_string(r)).outputs[0].token_ids, expected.gen_tokens) << r << " " << blocks;
     }
-    if (blocks == 14) EXPECT_GT(stats.preemptions, 0);
+    if (blocks == 26) EXPECT_GT(stats.preemptions, 0);
   }
+  // One long sequence: the full layers hold every block, the sliding layers only their
+  // window, so the pool holds far fewer than two tables' worth (the blocks behind the
+  // window go back to the pool as decode proceeds).
+  Request long_request;
+  long_request.id = "long";
+  long_request.prompt = mixed[0].prompt;
+  long_request.params.max_tokens = 150;
+  EngineConfig engine;
+  engine.block_size = 8;
+  engine.num_kv_blocks = 1024;
+  EngineStats stats;
+  const auto outputs = run_all(transformer, engine, {long_request}, &stats);
+  const int64_t length = static_cast<int64_t>(long_request.prompt.size()) + 150;
+  const int64_t full_blocks = (length + 7) / 8;
+  EXPECT_EQ(outputs.at("long").outputs[0].token_ids,
+            greedy_generate(reference, long_request.prompt, 150).value().gen_tokens);
+  EXPECT_GE(stats.peak_used_blocks, full_blocks);
+  EXPECT_LE(stats.peak_used_blocks, full_blocks + (static_cast<int64_t>(long_request.prompt.size()) + 7) / 8 + 3)
+      << "the sliding layers kept blocks behind their window";
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModels, EngineOnReference, ::testing::ValuesIn(testing::reference_model_params()),

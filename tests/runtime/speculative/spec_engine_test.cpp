@@ -333,7 +333,7 @@ TEST_F(SpecOnGeneratedModels, VerifyPassEqualsOneTokenStepsBitwise) {
                   std::vector<int32_t> tokens, int logit_rows) {
     engine::SequenceChunk c;
     c.start = start;
-    c.block_table = engine::chunk_block_table(kv, seq, start + static_cast<int64_t>(tokens.size()));
+    c.block_tables = engine::chunk_block_tables(kv, seq, start + static_cast<int64_t>(tokens.size()));
     c.tokens = std::move(tokens);
     c.num_logit_rows = logit_rows;
     return c;
