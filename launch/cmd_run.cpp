@@ -132,6 +132,9 @@ int run_serve_batch(const std::vector<std::string>& args) {
   std::unique_ptr<comm::MpiSession> mpi;
   std::unique_ptr<comm::Transport> transport;
   if (comm::launched_by_mpi()) {
+    if (!comm::mpi_built()) {
+      throw CommandError("started by an MPI launcher, but this moert was built without MPI (MOERT_WITH_MPI=OFF)");
+    }
     mpi = std::make_unique<comm::MpiSession>(nullptr, nullptr);
     transport = value_or_throw(comm::make_mpi_transport());
   } else {

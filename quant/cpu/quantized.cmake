@@ -4,8 +4,10 @@ add_library(moert_quantized_linear STATIC ${CMAKE_CURRENT_LIST_DIR}/quantized_li
             ${CMAKE_CURRENT_LIST_DIR}/../quantized_weight.cpp)
 target_link_libraries(moert_quantized_linear PUBLIC moert_formats moert_quant)
 set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/quantized_linear.cpp PROPERTIES COMPILE_OPTIONS "-O3")
-add_executable(bench_quantized_linear ${CMAKE_CURRENT_LIST_DIR}/bench/bench_quantized_linear.cpp)
-target_link_libraries(bench_quantized_linear PRIVATE moert_quantized_linear)
+if(MOERT_BUILD_BENCHMARKS)
+  add_executable(bench_quantized_linear ${CMAKE_CURRENT_LIST_DIR}/bench/bench_quantized_linear.cpp)
+  target_link_libraries(bench_quantized_linear PRIVATE moert_quantized_linear)
+endif()
 # x86-64 only: the AVX-512 / AVX2 tiles (x86/), picked at run time by isa.cpp; elsewhere only
 # the portable path is built (same bits by design).
 if(MOERT_X86_KERNELS)

@@ -44,6 +44,10 @@ class MpiSession {
 // gatherv, must fit in int (MOERT_CHECK); broadcast and all_reduce have no such limit.
 Result<std::unique_ptr<Transport>> make_mpi_transport();
 
+// True in builds with MPI (MOERT_WITH_MPI); without it MpiSession and make_mpi_transport
+// refuse with a message naming the build option (mpi_unavailable.cpp).
+bool mpi_built();
+
 // True when this process was started by an MPI launcher (mpirun/mpiexec of Open MPI, or
 // srun --mpi=pmix / PMI), judged from the environment the launcher sets
 // (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK). Reads no MPI state.

@@ -1,0 +1,15 @@
+// launched_by_mpi(): the launcher's environment, shared by builds with and without MPI.
+#include <cstdlib>
+
+#include "runtime/comm/mpi_transport.h"
+
+namespace moert::comm {
+
+bool launched_by_mpi() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+}  // namespace moert::comm
