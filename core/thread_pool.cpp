@@ -27,7 +27,7 @@ bool spin_until(int64_t spin_ns, Done done) {
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) : spin_ns_(default_spin_us() * 1000) {
-  const int extra = std::max(1, num_threads) - 1;
+  const int extra = std::min(std::max(1, num_threads), max_threads()) - 1;
   workers_.reserve(static_cast<size_t>(extra));
   for (int i = 0; i < extra; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
@@ -115,6 +115,14 @@ int64_t default_spin_us() {
     if (parsed >= 0) return parsed;
   }
   return 50;
+}
+
+int max_threads() {
+  if (const char* text = std::getenv("MOERT_MAX_THREADS")) {
+    const int parsed = std::atoi(text);
+    if (parsed > 0) return parsed;
+  }
+  return 1 << 20;
 }
 
 int default_num_threads() {

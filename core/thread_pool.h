@@ -55,5 +55,8 @@ int64_t default_spin_us();
 
 // Number of threads to use by default: MOERT_NUM_THREADS, else the hardware concurrency.
 int default_num_threads();
+// Cap on every pool's threads: MOERT_MAX_THREADS (e.g. 1 where extra threads cannot run, as
+// under the qemu-user of the aarch64 cross build: docs/environment.md), else no cap.
+int max_threads();
 
 }  // namespace moert

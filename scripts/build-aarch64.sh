@@ -25,6 +25,6 @@ fi
 
 cmake -S "$ROOT" -B "$BUILD_DIR" \
   -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/toolchains/aarch64-linux-gnu.cmake" \
-  -DCMAKE_BUILD_TYPE=Release -DMOERT_WITH_MPI=OFF -DMOERT_WITH_CUDA=OFF -DMOERT_BUILD_BENCHMARKS=OFF
+  -DCMAKE_BUILD_TYPE=Release -DMOERT_WITH_MPI=OFF -DMOERT_WITH_CUDA=OFF -DMOERT_BUILD_BENCHMARKS=OFF -DMOERT_PCH=OFF
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 echo "build-aarch64: built in $BUILD_DIR; run: (cd $BUILD_DIR && ctest -L cpu -LE mpi)"

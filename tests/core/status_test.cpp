@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/death_test.h"
+
 #include "core/dtype.h"
 #include "core/check.h"
 #include "core/log.h"
@@ -62,7 +64,7 @@ TEST(Log, LevelsParse) {
 
 TEST(CheckDeathTest, ReportsFileLineAndRank) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_DEATH(
+  MOERT_EXPECT_DEATH(
       {
         ProcessIdentity who;
         who.rank = 3;

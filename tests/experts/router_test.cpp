@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/death_test.h"
+
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -259,10 +261,10 @@ TEST(RouterDeathTest, RouteTokensChecksItsPreconditions) {
   std::vector<float> logits(8, 0.0f);
   std::vector<int32_t> ids(9);
   std::vector<float> weights(9);
-  EXPECT_DEATH(route_tokens(bad, logits.data(), 1, nullptr, ids.data(), weights.data()), "top_k = 9");
+  MOERT_EXPECT_DEATH(route_tokens(bad, logits.data(), 1, nullptr, ids.data(), weights.data()), "top_k = 9");
   const RouterConfig good = softmax_config(8, 2, false);
   logits[3] = NAN;
-  EXPECT_DEATH(route_tokens(good, logits.data(), 1, nullptr, ids.data(), weights.data()), "logits\\[0, 3\\]");
+  MOERT_EXPECT_DEATH(route_tokens(good, logits.data(), 1, nullptr, ids.data(), weights.data()), "logits\\[0, 3\\]");
 }
 
 TEST(Router, CountTokensPerExpert) {
@@ -274,7 +276,7 @@ TEST(Router, CountTokensPerExpert) {
 
 TEST(RouterDeathTest, CountTokensPerExpertChecksIds) {
   const std::vector<int32_t> bad = {0, 4};  // [T = 1, K = 2], E = 4
-  EXPECT_DEATH(count_tokens_per_expert(bad.data(), 1, 2, 4), "expert_ids\\[0, 1\\] = 4");
+  MOERT_EXPECT_DEATH(count_tokens_per_expert(bad.data(), 1, 2, 4), "expert_ids\\[0, 1\\] = 4");
 }
 
 TEST(Router, MaxViolation) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/death_test.h"
+
 #include <vector>
 
 namespace moert::attention {
@@ -196,10 +198,10 @@ TEST(BlockHashTest, ChainedHashDependsOnParentTokensOrderAndLength) {
 TEST(BlockPoolDeathTest, BrokenInvariantsAbort) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   BlockPool pool(4, true);
-  EXPECT_DEATH(pool.free_blocks({1}), "ref_count is 0");
-  EXPECT_DEATH(pool.free_blocks({kNullBlock}), "not a usable id");
-  EXPECT_DEATH(pool.add_ref(2), "add_ref of free block 2");
-  EXPECT_DEATH(pool.allocate(-1), "count = -1");
+  MOERT_EXPECT_DEATH(pool.free_blocks({1}), "ref_count is 0");
+  MOERT_EXPECT_DEATH(pool.free_blocks({kNullBlock}), "not a usable id");
+  MOERT_EXPECT_DEATH(pool.add_ref(2), "add_ref of free block 2");
+  MOERT_EXPECT_DEATH(pool.allocate(-1), "count = -1");
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/death_test.h"
+
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -424,13 +426,13 @@ TEST(KvCacheManagerDeathTest, BrokenPreconditionsAbort) {
   KvCacheManager m(11, 4, true);
   EXPECT_EQ(m.add_sequence(1, iota_tokens(4)), 0);
   EXPECT_TRUE(m.reserve(1, 0, 4));
-  EXPECT_DEATH(m.slot(1, 4), "outside capacity 4");
-  EXPECT_DEATH(m.slot(1, -1), "outside capacity");
-  EXPECT_DEATH(m.add_sequence(1, {}), "already exists");
-  EXPECT_DEATH(m.block_table(7), "unknown sequence 7");
-  EXPECT_DEATH(m.fork(1, 1), "already exists");
-  EXPECT_DEATH((void)m.reserve(1, 5, 4), "write_from = 5");
-  EXPECT_DEATH(m.commit_computed(1, iota_tokens(8), 8), "num_computed = 8");
+  MOERT_EXPECT_DEATH(m.slot(1, 4), "outside capacity 4");
+  MOERT_EXPECT_DEATH(m.slot(1, -1), "outside capacity");
+  MOERT_EXPECT_DEATH(m.add_sequence(1, {}), "already exists");
+  MOERT_EXPECT_DEATH(m.block_table(7), "unknown sequence 7");
+  MOERT_EXPECT_DEATH(m.fork(1, 1), "already exists");
+  MOERT_EXPECT_DEATH((void)m.reserve(1, 5, 4), "write_from = 5");
+  MOERT_EXPECT_DEATH(m.commit_computed(1, iota_tokens(8), 8), "num_computed = 8");
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 // positions a row may attend shows up as a NaN in its output.
 #include <gtest/gtest.h>
 
+#include "tests/support/death_test.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -449,22 +451,22 @@ TEST(PagedAttentionDeathTest, ValidatesPlan) {
     paged_attention_forward(q.data(), layer, plan, heads, out.data(), pool);
   };
   run({0, 1}, {0, 2}, {1, 3}, {4});  // valid
-  EXPECT_DEATH(run({0, 1}, {0, 1}, {1}, {0}), "kv_last_page_len\\[0\\] = 0");
-  EXPECT_DEATH(run({0, 1, 2}, {0, 1, 2}, {1, 2}, {1, 5}), "kv_last_page_len\\[1\\] = 5");
-  EXPECT_DEATH(run({0, 1}, {0, 2}, {1, 0}, {2}), "kv_page_indices\\[1\\] = 0");
-  EXPECT_DEATH(run({0, 1}, {0, 1}, {4}, {2}), "kv_page_indices\\[0\\] = 4");
-  EXPECT_DEATH(run({0, 6}, {0, 1}, {1}, {3}), "q_len = 6 must be <= kv_len = 3");
-  EXPECT_DEATH(run({0, 2, 1}, {0, 1, 2}, {1, 2}, {3, 3}), "qo_indptr\\[2\\] = 1");
-  EXPECT_DEATH(run({0, 1}, {0, 0}, {1}, {1}), "sequence 0 has 0 pages");
+  MOERT_EXPECT_DEATH(run({0, 1}, {0, 1}, {1}, {0}), "kv_last_page_len\\[0\\] = 0");
+  MOERT_EXPECT_DEATH(run({0, 1, 2}, {0, 1, 2}, {1, 2}, {1, 5}), "kv_last_page_len\\[1\\] = 5");
+  MOERT_EXPECT_DEATH(run({0, 1}, {0, 2}, {1, 0}, {2}), "kv_page_indices\\[1\\] = 0");
+  MOERT_EXPECT_DEATH(run({0, 1}, {0, 1}, {4}, {2}), "kv_page_indices\\[0\\] = 4");
+  MOERT_EXPECT_DEATH(run({0, 6}, {0, 1}, {1}, {3}), "q_len = 6 must be <= kv_len = 3");
+  MOERT_EXPECT_DEATH(run({0, 2, 1}, {0, 1, 2}, {1, 2}, {3, 3}), "qo_indptr\\[2\\] = 1");
+  MOERT_EXPECT_DEATH(run({0, 1}, {0, 0}, {1}, {1}), "sequence 0 has 0 pages");
   PagedAttentionPlan plan{1, nullptr, nullptr, nullptr, nullptr};
-  EXPECT_DEATH(paged_attention_forward(q.data(), layer, plan, 0, out.data(), pool), "num_heads = 0");
+  MOERT_EXPECT_DEATH(paged_attention_forward(q.data(), layer, plan, 0, out.data(), pool), "num_heads = 0");
 
   const float row[4] = {0, 0, 0, 0};
   const int64_t bad_slot = num_blocks * block_size;
-  EXPECT_DEATH(write_kv_slots(layer, row, row, &bad_slot, 1), "slots\\[0\\] = 16");
+  MOERT_EXPECT_DEATH(write_kv_slots(layer, row, row, &bad_slot, 1), "slots\\[0\\] = 16");
   const int32_t good = 1, bad = 4;
-  EXPECT_DEATH(copy_kv_blocks(layer, &good, &bad, 1), "dst\\[0\\] = 4");
-  EXPECT_DEATH(copy_kv_blocks(layer, &bad, &good, 1), "src\\[0\\] = 4");
+  MOERT_EXPECT_DEATH(copy_kv_blocks(layer, &good, &bad, 1), "dst\\[0\\] = 4");
+  MOERT_EXPECT_DEATH(copy_kv_blocks(layer, &bad, &good, 1), "src\\[0\\] = 4");
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/death_test.h"
+
 namespace moert::experts {
 namespace {
 
@@ -50,7 +52,7 @@ TEST(Balance, TrackerReportsBatchAndRunMaxVioOverLayersWithTokens) {
 
 TEST(BalanceDeathTest, TrackerChecksTheShape) {
   LoadTracker tracker(2, 2);
-  EXPECT_DEATH(tracker.add_step(std::vector<int64_t>{1, 2, 3}), "expected 4");
+  MOERT_EXPECT_DEATH(tracker.add_step(std::vector<int64_t>{1, 2, 3}), "expected 4");
 }
 
 }  // namespace

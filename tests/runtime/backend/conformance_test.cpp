@@ -262,7 +262,7 @@ double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, c
   std::vector<float> sinks = random_floats(heads);
   std::vector<float> out(q.size(), 0.0f);
   attention::PagedAttentionPlan plan{static_cast<int>(kv_lens.size()), qo_indptr.data(), page_indptr.data(),
-                                     pages.data(), last_len.data()};
+                                     pages.data(), last_len.data(), {}};
   plan.variant = {variant.softmax_scale, variant.soft_cap, variant.sliding_window,
                   variant.sinks ? sinks.data() : nullptr};
   backend.paged_attention(q.data(), layer, plan, heads, out.data());

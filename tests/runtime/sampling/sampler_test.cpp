@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/death_test.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -236,8 +238,8 @@ TEST(SampleToken, ExtremeUniformsStayInTheSupport) {
 }
 
 TEST(SampleTokenDeathTest, RejectsUniformOutsideUnitInterval) {
-  EXPECT_DEATH(sample_from_distribution({0.5, 0.5}, 1.0), "uniform = 1 must be in");
-  EXPECT_DEATH(sample_from_distribution({0.0, 0.0}, 0.5), "probabilities are 0");
+  MOERT_EXPECT_DEATH(sample_from_distribution({0.5, 0.5}, 1.0), "uniform = 1 must be in");
+  MOERT_EXPECT_DEATH(sample_from_distribution({0.0, 0.0}, 0.5), "probabilities are 0");
 }
 
 TEST(CounterUniform, DeterministicInRangeAndIndependent) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/death_test.h"
+
 #include <cmath>
 #include <vector>
 
@@ -148,9 +150,9 @@ TEST(AcceptanceStats, PerPositionCountsExactValues) {
 
 TEST(AcceptanceStatsDeathTest, AcceptedMustNotExceedProposed) {
   AcceptanceStats stats;
-  EXPECT_DEATH(stats.record(2, 3), "num_accepted = 3 must be in \\[0, num_proposed = 2\\]");
+  MOERT_EXPECT_DEATH(stats.record(2, 3), "num_accepted = 3 must be in \\[0, num_proposed = 2\\]");
   AcceptanceRateEstimator estimator;
-  EXPECT_DEATH(estimator.observe(1, -1), "num_accepted = -1");
+  MOERT_EXPECT_DEATH(estimator.observe(1, -1), "num_accepted = -1");
 }
 
 }  // namespace

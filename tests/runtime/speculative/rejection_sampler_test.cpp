@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/death_test.h"
+
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -258,12 +260,12 @@ TEST(RejectionSampleDeathTest, BrokenShapesAbort) {
   const std::vector<double> p = {0.5, 0.5, 0.5, 0.5};
   const std::vector<double> a = {0.5};
   const std::vector<double> r = {0.5, 0.5};
-  EXPECT_DEATH(rejection_sample(input_of(2, {0}, {}, {0.5, 0.5}), {a, r}, &scratch), "target_probs has 2 entries");
-  EXPECT_DEATH(rejection_sample(input_of(2, {0}, {1.0}, p), {a, r}, &scratch), "draft_probs has 1 entries");
-  EXPECT_DEATH(rejection_sample(input_of(2, {2}, {}, p), {a, r}, &scratch), "draft_tokens\\[0\\] = 2");
-  EXPECT_DEATH(rejection_sample(input_of(2, {0}, {}, p), {a, std::vector<double>{0.5}}, &scratch), "resample has 1");
-  EXPECT_DEATH(rejection_sample(input_of(2, {0}, {}, p), {std::vector<double>{1.0}, r}, &scratch), "accept\\[0\\] = 1");
-  EXPECT_DEATH(rejection_sample_greedy(input_of(0, {}, {}, {})), "vocab_size = 0");
+  MOERT_EXPECT_DEATH(rejection_sample(input_of(2, {0}, {}, {0.5, 0.5}), {a, r}, &scratch), "target_probs has 2 entries");
+  MOERT_EXPECT_DEATH(rejection_sample(input_of(2, {0}, {1.0}, p), {a, r}, &scratch), "draft_probs has 1 entries");
+  MOERT_EXPECT_DEATH(rejection_sample(input_of(2, {2}, {}, p), {a, r}, &scratch), "draft_tokens\\[0\\] = 2");
+  MOERT_EXPECT_DEATH(rejection_sample(input_of(2, {0}, {}, p), {a, std::vector<double>{0.5}}, &scratch), "resample has 1");
+  MOERT_EXPECT_DEATH(rejection_sample(input_of(2, {0}, {}, p), {std::vector<double>{1.0}, r}, &scratch), "accept\\[0\\] = 1");
+  MOERT_EXPECT_DEATH(rejection_sample_greedy(input_of(0, {}, {}, {})), "vocab_size = 0");
 }
 
 // ---- Uniforms -------------------------------------------------------------------------------
@@ -300,7 +302,7 @@ TEST(SpecUniforms, DependOnPositionNotOnPass) {
 }
 
 TEST(SpecUniformsDeathTest, PositionMustLeaveRoomForTheDomain) {
-  EXPECT_DEATH(spec_uniform(1, 0, UniformDomain::kAccept, uint64_t{1} << 62), "must be < 2\\^62");
+  MOERT_EXPECT_DEATH(spec_uniform(1, 0, UniformDomain::kAccept, uint64_t{1} << 62), "must be < 2\\^62");
 }
 
 }  // namespace
