@@ -3,8 +3,10 @@
 // replicas, on every shared reference model; setup errors on any rank end every rank.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -108,6 +110,56 @@ INSTANTIATE_TEST_SUITE_P(Models, CliParallelRun, ::testing::ValuesIn(testing::re
 // truncated draft of a draft-friendly target, the target's own NVFP4 copy as its draft
 // (self-speculation), the n-gram proposer, and adaptive depth. Sampled requests finish
 // (their tokens legitimately depend on the pass structure).
+// gpt-oss through `moert run`: prompts six or more windows long (W = 16), greedy, on 1 and 2
+// ranks with an F32 KV cache, from the BF16 and the MXFP4 release checkpoints, give the
+// reference forward's greedy tokens (`moert score`).
+TEST(CliParallelGptOss, LongPromptsGiveTheReferenceTokensOnOneAndTwoRanks) {
+  const std::string ref = testing::shared_dir() + "/reference/";
+  if (testing::shared_dir().empty() || !std::filesystem::exists(ref + "gptoss-tiny/hf")) {
+    GTEST_SKIP() << "no shared gpt-oss cases";
+  }
+  testing::ScratchDir scratch("cli-parallel-gptoss");
+  std::vector<std::vector<int>> prompts;
+  std::string text;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int> prompt;
+    for (int j = 0; j < 96 + 9 * i; ++j) prompt.push_back((i * 211 + j * 37 + 5) % 1000);
+    prompts.push_back(prompt);
+    text += nlohmann::json({{"id", "g" + std::to_string(i)}, {"prompt_token_ids", prompt}, {"max_tokens", 12}}).dump() + "\n";
+  }
+  const std::string input = scratch / "in.jsonl";
+  testing::write_file(input, text);
+  for (const std::string name : {"gptoss-tiny", "gptoss-tiny-mxfp4"}) {
+    const std::string model = ref + name + "/hf";
+    std::map<std::string, nlohmann::json> expected;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      std::string tokens;
+      for (int t : prompts[i]) tokens += (tokens.empty() ? "" : ",") + std::to_string(t);
+      const testing::CommandResult scored =
+          run_command(testing::moert_binary() + " score --model " + model + " --tokens " + tokens + " -n 12");
+      ASSERT_EQ(scored.exit_code, 0) << scored.err;
+      const size_t at = scored.out.find("generated: ");
+      ASSERT_NE(at, std::string::npos) << scored.out;
+      std::istringstream generated(scored.out.substr(at + 11));
+      std::vector<int> ids;
+      for (int id; ids.size() < 12 && generated >> id;) ids.push_back(id);
+      expected["g" + std::to_string(i)] = nlohmann::json::array({{{"token_ids", ids}, {"finish_reason", "length"}}});
+    }
+    for (const std::string launcher : {std::string(), mpirun(2)}) {
+      const std::string output = scratch / (name + (launcher.empty() ? "-single" : "-np2") + ".jsonl");
+      const testing::CommandResult result =
+          run_command(launcher + testing::moert_binary() + " run --model " + model + " --input " + input + " --output " +
+                      output + " --threads 1 --max-batched-tokens 48 --block-size 8 --kv-cache-dtype f32");
+      ASSERT_EQ(result.exit_code, 0) << name << ": " << result.err;
+      const std::map<std::string, nlohmann::json> got = outputs_by_id(output);
+      ASSERT_EQ(got.size(), expected.size()) << name;
+      for (const auto& [id, outputs] : expected) {
+        EXPECT_EQ(got.at(id)[0]["token_ids"], outputs[0]["token_ids"]) << name << " " << id << " " << launcher;
+      }
+    }
+  }
+}
+
 TEST(CliParallelSpec, GreedyOutputsEqualPlainDecodingOnOneAndFourRanks) {
   testing::ScratchDir scratch("cli-parallel-spec");
   const std::string moert = testing::moert_binary();
