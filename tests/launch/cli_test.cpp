@@ -323,3 +323,40 @@ TEST(CliQuantize, GptOssMxfp4IsTheReleaseLayout) {
 }  // namespace
 }  // namespace moert
 
+namespace moert {
+namespace {
+
+// Speculative decoding on gpt-oss (sliding windows in the target's and the draft's caches,
+// rollback after rejected drafts): the model drafting for itself accepts everything and the
+// outputs equal plain decoding.
+TEST(CliRun, GptOssSelfDraftEqualsPlainDecoding) {
+  const std::string model = testing::shared_dir() + "/reference/gptoss-tiny/hf";
+  if (testing::shared_dir().empty() || !fs::exists(model)) GTEST_SKIP() << "no shared gpt-oss case";
+  testing::ScratchDir scratch("cli-gptoss-spec");
+  std::string text;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int> prompt;
+    for (int j = 0; j < 30 + 11 * i; ++j) prompt.push_back((i * 97 + j * 13 + 1) % 1000);
+    text += nlohmann::json({{"id", "s" + std::to_string(i)}, {"prompt_token_ids", prompt}, {"max_tokens", 20}}).dump() + "\n";
+  }
+  testing::write_file(scratch / "in.jsonl", text);
+  auto run = [&](const std::string& name, const std::string& extra) {
+    const testing::CommandResult result =
+        run_command(moert() + " run --model " + model + " --input " + (scratch / "in.jsonl") + " --output " +
+                    (scratch / name) + " --threads 1 --block-size 8 " + extra);
+    EXPECT_EQ(result.exit_code, 0) << result.err;
+    return result;
+  };
+  run("plain.jsonl", "");
+  const testing::CommandResult spec = run("draft.jsonl", "--spec draft --draft-model " + model + " --spec-k 3");
+  EXPECT_NE(spec.err.find("accepted (rate 1.000)"), std::string::npos) << spec.err;
+  EXPECT_EQ(read_jsonl(scratch / "draft.jsonl").size(), 4u);
+  std::map<std::string, nlohmann::json> plain, draft;
+  for (const auto& line : read_jsonl(scratch / "plain.jsonl")) plain[line["id"]] = line["outputs"];
+  for (const auto& line : read_jsonl(scratch / "draft.jsonl")) draft[line["id"]] = line["outputs"];
+  EXPECT_EQ(draft, plain);
+}
+
+}  // namespace
+}  // namespace moert
+
