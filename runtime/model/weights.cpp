@@ -7,23 +7,9 @@
 
 namespace moert {
 
-bool widen_into_f32(const TensorView& view, float* out) {
-  const int64_t n = view.numel();
-  switch (view.dtype) {
-    case DType::kF32: std::copy_n(view.as<const float>(), n, out); return true;
-    case DType::kBF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = quant::bf16_to_f32(view.as<const uint16_t>()[i]);
-      return true;
-    case DType::kF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = quant::f16_to_f32(view.as<const uint16_t>()[i]);
-      return true;
-    default: return false;
-  }
-}
-
 Result<std::vector<float>> widen_to_f32(const std::string& name, const TensorView& view) {
   std::vector<float> out(static_cast<size_t>(view.numel()));
-  if (!widen_into_f32(view, out.data())) {
+  if (!quant::widen_into_f32(view, out.data())) {
     return unsupported("tensor '" + name + "' has dtype " + std::string(dtype_name(view.dtype)) +
                        " (expected F32, BF16 or F16)");
   }

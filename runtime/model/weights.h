@@ -76,9 +76,6 @@ struct LoadedModel {
 
 // Errors name the tensor and the expected shape:
 // "tensor 'model.layers.1.mlp.gate.weight' has shape [8, 255], expected [8, 256]".
-// Writes the contiguous view's values as F32 into out[numel]; false for dtypes other than
-// F32, BF16 and F16.
-bool widen_into_f32(const TensorView& view, float* out);
 // A tensor widened to F32 (from F32, BF16 or F16); other dtypes are an error naming `name`.
 Result<std::vector<float>> widen_to_f32(const std::string& name, const TensorView& view);
 
