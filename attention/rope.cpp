@@ -45,10 +45,12 @@ RopeTables rope_tables(int rotary_dim, double theta, const RopeScaling& scaling)
   return tables;
 }
 
-RotaryEmbedding::RotaryEmbedding(int head_dim, int rotary_dim, double theta, const RopeScaling& scaling)
-    : head_dim_(head_dim), rotary_dim_(rotary_dim) {
-  MOERT_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= head_dim,
-              "rotary_dim = " << rotary_dim << " must be even and in (0, " << head_dim << "]");
+RotaryEmbedding::RotaryEmbedding(int head_dim, int rotary_dim, double theta, const RopeScaling& scaling,
+                                 RopePairing pairing, int first_channel)
+    : head_dim_(head_dim), rotary_dim_(rotary_dim), pairing_(pairing), first_channel_(first_channel) {
+  MOERT_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0 && first_channel >= 0 && first_channel + rotary_dim <= head_dim,
+              "rotary channels [" << first_channel << ", " << first_channel + rotary_dim
+                                  << ") must be an even count inside the head of " << head_dim);
   RopeTables tables = rope_tables(rotary_dim, theta, scaling);
   inv_freq_ = std::move(tables.inv_freq);
   attention_factor_ = tables.attention_factor;
@@ -64,13 +66,18 @@ void RotaryEmbedding::apply(float* heads, int num_heads, int64_t position) const
     cos_table[i] = static_cast<float>(std::cos(angle) * attention_factor_);
     sin_table[i] = static_cast<float>(std::sin(angle) * attention_factor_);
   }
+  // Channel pair j: (j, j + half) rotate-half, (2j, 2j + 1) interleaved.
+  const int second_offset = pairing_ == RopePairing::kRotateHalf ? half : 1;
+  const int stride = pairing_ == RopePairing::kRotateHalf ? 1 : 2;
   for (int h = 0; h < num_heads; ++h) {
-    float* head = heads + static_cast<int64_t>(h) * head_dim_;
+    float* rotated = heads + static_cast<int64_t>(h) * head_dim_ + first_channel_;
     for (int i = 0; i < half; ++i) {
-      const float x1 = head[i];
-      const float x2 = head[i + half];
-      head[i] = x1 * cos_table[i] - x2 * sin_table[i];
-      head[i + half] = x2 * cos_table[i] + x1 * sin_table[i];
+      float* first = rotated + i * stride;
+      float* second = first + second_offset;
+      const float x1 = *first;
+      const float x2 = *second;
+      *first = x1 * cos_table[i] - x2 * sin_table[i];
+      *second = x2 * cos_table[i] + x1 * sin_table[i];
     }
   }
 }

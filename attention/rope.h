@@ -1,8 +1,10 @@
-// Rotary position embedding, rotate-half form (Hugging Face `rotate_half`), applied to the
-// first `rotary_dim` channels of each head; the remaining channels pass through unchanged
-// (partial rotary, GLM-4.5). Frequencies: inv_freq[i] = theta^(-2i / rotary_dim),
-// i < rotary_dim / 2; channel i pairs with channel i + rotary_dim / 2. YaRN scaling
-// (docs/rope.md) changes the frequencies and multiplies cos and sin by its attention factor.
+// Rotary position embedding over `rotary_dim` channels of each head starting at
+// `first_channel` (0 unless the rotated part follows a pass-through part, as in MLA's
+// [latent | rope] rows); the other channels pass through unchanged (partial rotary,
+// GLM-4.5). Frequencies: inv_freq[j] = theta^(-2j / rotary_dim), j < rotary_dim / 2.
+// Pairing (docs/rope.md): rotate-half (Hugging Face `rotate_half`, Llama/Qwen) rotates
+// channels (j, j + rotary_dim / 2); interleaved (DeepSeek-V3) rotates (2j, 2j + 1). YaRN
+// scaling changes the frequencies and multiplies cos and sin by its attention factor.
 #pragma once
 
 #include <cstdint>
@@ -34,12 +36,17 @@ RopeTables rope_tables(int rotary_dim, double theta, const RopeScaling& scaling)
 // m(s, c) = 1 if s <= 1 else 0.1 * c * ln(s) + 1 (YaRN's magnitude correction).
 double yarn_mscale(double factor, double c);
 
+enum class RopePairing { kRotateHalf, kInterleaved };
+
 class RotaryEmbedding {
  public:
-  RotaryEmbedding(int head_dim, int rotary_dim, double theta, const RopeScaling& scaling = {});
+  RotaryEmbedding(int head_dim, int rotary_dim, double theta, const RopeScaling& scaling = {},
+                  RopePairing pairing = RopePairing::kRotateHalf, int first_channel = 0);
 
   int head_dim() const { return head_dim_; }
   int rotary_dim() const { return rotary_dim_; }
+  RopePairing pairing() const { return pairing_; }
+  int first_channel() const { return first_channel_; }
 
   // Rotates `num_heads` heads laid out contiguously ([num_heads, head_dim]) in place for
   // token position `position`. Angles are computed in float64 and rounded once to float.
@@ -48,6 +55,8 @@ class RotaryEmbedding {
  private:
   int head_dim_;
   int rotary_dim_;
+  RopePairing pairing_;
+  int first_channel_;  // rotated channels: [first_channel, first_channel + rotary_dim)
   std::vector<double> inv_freq_;  // [rotary_dim / 2]
   double attention_factor_ = 1.0;
 };

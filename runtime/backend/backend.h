@@ -100,6 +100,17 @@ class Backend {
   virtual void gated_add(float* x, const float* y, const float* gate_logits, int64_t num_rows, int64_t dim) = 0;
   // dst[i] = src[i] for i < count (device memory on both sides).
   virtual void copy(float* dst, const float* src, int64_t count) = 0;
+  // Strided 2-D copy: dst[r * dst_stride + i] = src[r * src_stride + i] for r < R, i < width.
+  virtual void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t num_rows,
+                         int64_t width) = 0;
+  // One matrix per head (MLA's absorbed up-projections, docs/mla.md):
+  // y[t, h, o] = sum over i < in of W[h, o, i] * x[t, h, i], for t < T, h < H, o < out.
+  // weights: [H, out, in] F32 on this device. Head h of token t is read at
+  // x + (t * H + h) * x_head_stride (its first `in` values) and written at
+  // y + (t * H + h) * y_head_stride (its first `out` values; the rest are left untouched).
+  virtual void per_head_linear(const float* weights, int num_heads, int64_t out_features, int64_t in_features,
+                               const float* x, int64_t x_head_stride, int64_t num_tokens, float* y,
+                               int64_t y_head_stride) = 0;
   // host_dst[i] = src[i] for i < count: results leave the device (logits for sampling).
   virtual void to_host(const float* src, int64_t count, float* host_dst) = 0;
   // dst[r, :] = src[rows[r], :] for r < num_rows; rows is host data. src: [*, dim]; dst: [R, dim].

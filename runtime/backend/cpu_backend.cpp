@@ -7,6 +7,7 @@
 #include "attention/cpu/dense_attention.h"
 #include "attention/cpu/paged_attention.h"
 #include "core/check.h"
+#include "core/cpu/dot.h"
 #include "experts/cpu/expert_ffn.h"
 #include "experts/grouped/dispatch_layout.h"
 #include "quant/cpu/apply_linear.h"
@@ -106,6 +107,32 @@ void CpuBackend::gated_add(float* x, const float* y, const float* gate_logits, i
 
 void CpuBackend::copy(float* dst, const float* src, int64_t count) {
   if (count > 0) std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(count));
+}
+
+void CpuBackend::copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t num_rows,
+                           int64_t width) {
+  for (int64_t r = 0; r < num_rows; ++r) std::copy_n(src + r * src_stride, width, dst + r * dst_stride);
+}
+
+// Work items are (head, output row) pairs; each computes that output for every token with
+// the canonical dot product (core/cpu/dot.h), so a result depends only on its own inputs.
+void CpuBackend::per_head_linear(const float* weights, int num_heads, int64_t out_features, int64_t in_features,
+                                 const float* x, int64_t x_head_stride, int64_t num_tokens, float* y,
+                                 int64_t y_head_stride) {
+  if (num_tokens == 0) return;
+  const int64_t token_stride_x = num_heads * x_head_stride, token_stride_y = num_heads * y_head_stride;
+  pool_.parallel_for(num_heads * out_features, 8, [&](int64_t begin, int64_t end) {
+    float dots[cpu::kMaxDotRows];
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t head = item / out_features, o = item % out_features;
+      const float* w = weights + (head * out_features + o) * in_features;
+      for (int64_t t0 = 0; t0 < num_tokens; t0 += cpu::kMaxDotRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(cpu::kMaxDotRows, num_tokens - t0));
+        cpu::dot_f32_rows(x + t0 * token_stride_x + head * x_head_stride, token_stride_x, rows, w, in_features, dots);
+        for (int r = 0; r < rows; ++r) y[(t0 + r) * token_stride_y + head * y_head_stride + o] = dots[r];
+      }
+    }
+  });
 }
 
 void CpuBackend::gather_rows(const float* src, int64_t dim, const int64_t* rows, int64_t num_rows, float* dst) {

@@ -45,6 +45,10 @@ class CpuBackend : public Backend {
   void add(float* x, const float* y, int64_t count) override;
   void gated_add(float* x, const float* y, const float* gate_logits, int64_t num_rows, int64_t dim) override;
   void copy(float* dst, const float* src, int64_t count) override;
+  void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t num_rows,
+                 int64_t width) override;
+  void per_head_linear(const float* weights, int num_heads, int64_t out_features, int64_t in_features, const float* x,
+                       int64_t x_head_stride, int64_t num_tokens, float* y, int64_t y_head_stride) override;
   void to_host(const float* src, int64_t count, float* host_dst) override { copy(host_dst, src, count); }
   void gather_rows(const float* src, int64_t dim, const int64_t* rows, int64_t num_rows, float* dst) override;
   void argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, int32_t* out) override;

@@ -153,23 +153,35 @@ TEST_P(Conformance, LinearMatchesFloat64ForF32AndBf16WeightsWithAndWithoutBias) 
   }
 }
 
-TEST_P(Conformance, RopeRotatesHalvesAtEachPositionAsFloat64) {
-  for (auto [head_dim, rotary_dim] : {std::pair{8, 8}, {64, 32}, {6, 2}}) {
-    const attention::RotaryEmbedding rope(head_dim, rotary_dim, 10000.0);
-    const int heads = 3;
+TEST_P(Conformance, RopeRotatesChannelPairsAtEachPositionAsFloat64) {
+  using attention::RopePairing;
+  struct Case {
+    int head_dim, rotary_dim, first_channel;
+    RopePairing pairing;
+  };
+  // Full, partial, a rotated tail after pass-through channels (MLA's [latent | rope]).
+  for (const Case& test : {Case{8, 8, 0, RopePairing::kRotateHalf}, Case{64, 32, 0, RopePairing::kRotateHalf},
+                           Case{6, 2, 0, RopePairing::kRotateHalf}, Case{8, 8, 0, RopePairing::kInterleaved},
+                           Case{40, 16, 24, RopePairing::kInterleaved}, Case{12, 4, 6, RopePairing::kRotateHalf}}) {
+    const attention::RotaryEmbedding rope(test.head_dim, test.rotary_dim, 10000.0, {}, test.pairing,
+                                          test.first_channel);
+    const int heads = 3, head_dim = test.head_dim, half = test.rotary_dim / 2;
     const std::vector<int64_t> positions{0, 1, 17, 4095, 5};
     const auto tokens = static_cast<int64_t>(positions.size());
     std::vector<float> x = random_floats(tokens * heads * head_dim);
     std::vector<double> expected(x.begin(), x.end());
-    const int half = rotary_dim / 2;
     for (int64_t t = 0; t < tokens; ++t) {
       for (int h = 0; h < heads; ++h) {
-        const size_t base = static_cast<size_t>((t * heads + h) * head_dim);
+        const size_t base = static_cast<size_t>((t * heads + h) * head_dim + test.first_channel);
         for (int i = 0; i < half; ++i) {
-          const double angle = static_cast<double>(positions[static_cast<size_t>(t)]) * std::pow(10000.0, -2.0 * i / rotary_dim);
-          const double a = x[base + static_cast<size_t>(i)], b = x[base + static_cast<size_t>(i + half)];
-          expected[base + static_cast<size_t>(i)] = a * std::cos(angle) - b * std::sin(angle);
-          expected[base + static_cast<size_t>(i + half)] = b * std::cos(angle) + a * std::sin(angle);
+          const double angle =
+              static_cast<double>(positions[static_cast<size_t>(t)]) * std::pow(10000.0, -2.0 * i / test.rotary_dim);
+          const bool interleaved = test.pairing == RopePairing::kInterleaved;
+          const size_t first = base + static_cast<size_t>(interleaved ? 2 * i : i);
+          const size_t second = base + static_cast<size_t>(interleaved ? 2 * i + 1 : i + half);
+          const double a = x[first], b = x[second];
+          expected[first] = a * std::cos(angle) - b * std::sin(angle);
+          expected[second] = b * std::cos(angle) + a * std::sin(angle);
         }
       }
     }
@@ -504,6 +516,64 @@ TEST_P(Conformance, CopyGatherToHostCombineAndGatedAddMatchFloat64) {
     }
     backend_->gated_add(x.data(), y.data(), gated ? gate.data() : nullptr, rows, dim);
     EXPECT_LT(relative_l2_error(x.data(), want.data(), static_cast<int64_t>(x.size())), kTolerance) << gated;
+  }
+}
+
+// Strided copies and per-head matrices (MLA's absorbed projections): heads read from and
+// written into wider head slots, the channels outside them untouched.
+TEST_P(Conformance, CopyRowsAndPerHeadLinearMatchFloat64) {
+  const int64_t rows = 5, src_stride = 11, dst_stride = 9, width = 6;
+  const std::vector<float> src = random_floats(rows * src_stride);
+  Buffer src_device = backend_->allocate(DType::kF32, {rows, src_stride});
+  Buffer dst_device = backend_->allocate(DType::kF32, {rows, dst_stride});
+  backend_->copy(src_device.data<float>(), src.data(), rows * src_stride);
+  const std::vector<float> before = random_floats(rows * dst_stride);
+  backend_->copy(dst_device.data<float>(), before.data(), rows * dst_stride);
+  backend_->copy_rows(dst_device.data<float>() + 2, dst_stride, src_device.data<float>() + 3, src_stride, rows, width);
+  std::vector<float> dst(before.size());
+  backend_->to_host(dst_device.data<float>(), rows * dst_stride, dst.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < dst_stride; ++i) {
+      const bool copied = i >= 2 && i < 2 + width;
+      ASSERT_EQ(dst[static_cast<size_t>(r * dst_stride + i)],
+                copied ? src[static_cast<size_t>(r * src_stride + 3 + i - 2)] : before[static_cast<size_t>(r * dst_stride + i)]);
+    }
+  }
+  backend_->copy_rows(nullptr, dst_stride, nullptr, src_stride, 0, width);  // empty
+
+  for (const int64_t tokens : {int64_t{1}, int64_t{7}, int64_t{19}}) {
+    const int heads = 3;
+    const int64_t out = 13, in = 37, x_stride = 41, y_stride = 15;
+    const std::vector<float> w = random_floats(heads * out * in), x = random_floats(tokens * heads * x_stride);
+    const std::vector<float> y_before = random_floats(tokens * heads * y_stride);
+    Buffer w_device = backend_->allocate(DType::kF32, {heads, out, in});
+    Buffer x_device = backend_->allocate(DType::kF32, {tokens, heads, x_stride});
+    Buffer y_device = backend_->allocate(DType::kF32, {tokens, heads, y_stride});
+    backend_->copy(w_device.data<float>(), w.data(), heads * out * in);
+    backend_->copy(x_device.data<float>(), x.data(), tokens * heads * x_stride);
+    backend_->copy(y_device.data<float>(), y_before.data(), tokens * heads * y_stride);
+    backend_->per_head_linear(w_device.data<float>(), heads, out, in, x_device.data<float>(), x_stride, tokens,
+                              y_device.data<float>(), y_stride);
+    std::vector<float> y(y_before.size());
+    backend_->to_host(y_device.data<float>(), tokens * heads * y_stride, y.data());
+    std::vector<float> got;
+    std::vector<double> want;
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int h = 0; h < heads; ++h) {
+        const size_t y_head = static_cast<size_t>((t * heads + h) * y_stride);
+        for (int64_t o = 0; o < out; ++o) {
+          double acc = 0.0;
+          for (int64_t i = 0; i < in; ++i) {
+            acc += static_cast<double>(w[static_cast<size_t>((h * out + o) * in + i)]) *
+                   x[static_cast<size_t>((t * heads + h) * x_stride + i)];
+          }
+          got.push_back(y[y_head + static_cast<size_t>(o)]);
+          want.push_back(acc);
+        }
+        for (int64_t o = out; o < y_stride; ++o) ASSERT_EQ(y[y_head + static_cast<size_t>(o)], y_before[y_head + static_cast<size_t>(o)]);
+      }
+    }
+    EXPECT_LT(relative_l2_error(got.data(), want.data(), static_cast<int64_t>(got.size())), kTolerance) << tokens;
   }
 }
 
