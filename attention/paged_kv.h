@@ -23,9 +23,13 @@ namespace moert::attention {
 // block's offset 0 (the first position a sequence writes into it) to amax / 448 of that
 // head's row, rounded up to a power of two, and only grows afterwards (the head's earlier rows in the block are then
 // re-encoded), so no element ever saturates.
+//
+// A latent cache (MLA, docs/mla.md) stores one row per token that is both key and value:
+// v_cache == k_cache (and v_scales == k_scales), KVH = 1, Dh = the row width. Writers and
+// block copies then touch the storage once; readers read the same row twice.
 struct PagedKvLayer {
   void* k_cache = nullptr;   // [NB, BS, KVH, Dh] of dtype
-  void* v_cache = nullptr;   // [NB, BS, KVH, Dh] of dtype
+  void* v_cache = nullptr;   // [NB, BS, KVH, Dh] of dtype (== k_cache for a latent cache)
   int num_blocks = 0;        // NB
   int block_size = 0;        // BS
   int num_kv_heads = 0;      // KVH

@@ -25,6 +25,11 @@ struct LinearWeight {
   int64_t storage_bytes() const;
 };
 
+// W as F32 [N, K] into `out`, exactly what every kernel computes with (the codecs'
+// dequantizers, quant/formats): for load-time transforms of small matrices (MLA's kv_b_proj,
+// docs/mla.md), never for the forward.
+void dequantize_to_f32(const LinearWeight& weight, float* out);
+
 // Computed by a backend: quant/cpu/apply_linear.h on the CPU.
 
 }  // namespace moert::quant

@@ -277,6 +277,7 @@ void write_kv_slots(const PagedKvLayer& layer, const float* k, const float* v, c
   check_layer(layer);
   const int64_t stride = slot_stride(layer);
   const int64_t num_slots = static_cast<int64_t>(layer.num_blocks) * layer.block_size;
+  const bool latent = layer.v_cache == layer.k_cache;  // one row is key and value: write it once
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int64_t slot = slots[t];
     if (slot == -1) continue;
@@ -287,18 +288,20 @@ void write_kv_slots(const PagedKvLayer& layer, const float* k, const float* v, c
       case DType::kF32:
         std::memcpy(static_cast<float*>(layer.k_cache) + slot * stride, k + t * stride,
                     sizeof(float) * static_cast<size_t>(stride));
-        std::memcpy(static_cast<float*>(layer.v_cache) + slot * stride, v + t * stride,
-                    sizeof(float) * static_cast<size_t>(stride));
+        if (!latent) {
+          std::memcpy(static_cast<float*>(layer.v_cache) + slot * stride, v + t * stride,
+                      sizeof(float) * static_cast<size_t>(stride));
+        }
         break;
       case DType::kBF16:
         for (int64_t i = 0; i < stride; ++i) {
           static_cast<uint16_t*>(layer.k_cache)[slot * stride + i] = quant::f32_to_bf16(k[t * stride + i]);
-          static_cast<uint16_t*>(layer.v_cache)[slot * stride + i] = quant::f32_to_bf16(v[t * stride + i]);
+          if (!latent) static_cast<uint16_t*>(layer.v_cache)[slot * stride + i] = quant::f32_to_bf16(v[t * stride + i]);
         }
         break;
       default:
         write_fp8_row(layer, static_cast<uint8_t*>(layer.k_cache), layer.k_scales, slot, k + t * stride);
-        write_fp8_row(layer, static_cast<uint8_t*>(layer.v_cache), layer.v_scales, slot, v + t * stride);
+        if (!latent) write_fp8_row(layer, static_cast<uint8_t*>(layer.v_cache), layer.v_scales, slot, v + t * stride);
         break;
     }
   }
@@ -313,7 +316,10 @@ void copy_kv_blocks(const PagedKvLayer& layer, const int32_t* src, const int32_t
     MOERT_CHECK(dst[i] >= 0 && dst[i] < layer.num_blocks,
                 "dst[" << i << "] = " << dst[i] << " must be in [0, num_blocks = " << layer.num_blocks << ")");
     if (src[i] == dst[i]) continue;
-    for (void* cache : {layer.k_cache, layer.v_cache}) {
+    // A latent cache's value storage is its key storage: copied once.
+    void* const caches[] = {layer.k_cache, layer.v_cache == layer.k_cache ? nullptr : layer.v_cache};
+    for (void* cache : caches) {
+      if (cache == nullptr) continue;
       char* bytes = static_cast<char*>(cache);
       std::memcpy(bytes + dst[i] * block_bytes, bytes + src[i] * block_bytes, static_cast<size_t>(block_bytes));
     }

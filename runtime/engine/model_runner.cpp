@@ -74,9 +74,10 @@ Result<std::unique_ptr<PagedModelRunner>> PagedModelRunner::create(const Transfo
   }
   MOERT_ASSIGN_OR_RETURN(std::vector<attention::KvCacheSpec> groups, moert::kv_cache_groups(model.config(), kv.dtype));
   for (const attention::KvCacheSpec& group : groups) {
-    if (group.kind == attention::KvCacheKind::kLatent) {
-      return unsupported(std::string("the paged runner cannot store a ") + attention::kv_cache_kind_name(group.kind) +
-                         " cache yet");
+    if (group.kind == attention::KvCacheKind::kLatent && (group.num_kv_heads != 1 || group.head_dim != group.latent_width)) {
+      return invalid_argument("latent KV cache rows of " + std::to_string(group.latent_width) + " values must be one kv "
+                              "head of that width (got " + std::to_string(group.num_kv_heads) + " x " +
+                              std::to_string(group.head_dim) + ")");
     }
   }
   return std::unique_ptr<PagedModelRunner>(new PagedModelRunner(model, std::move(groups), kv));
@@ -103,16 +104,19 @@ PagedModelRunner::PagedModelRunner(const TransformerForward& model, std::vector<
       }
       layer_slot_[static_cast<size_t>(layer)] = static_cast<int>(storage_.size());
       LayerStorage& storage = storage_.emplace_back();
+      // A latent row is key and value at once: one storage, aliased (attention/paged_kv.h).
+      const bool latent = group.kind == attention::KvCacheKind::kLatent;
       storage.keys = backend.allocate(group.dtype, shape);
-      storage.values = backend.allocate(group.dtype, shape);
+      if (!latent) storage.values = backend.allocate(group.dtype, shape);
+      const Buffer& values = latent ? storage.keys : storage.values;
       attention::PagedKvLayer& view = storage.view;
-      view = {storage.keys.view().data, storage.values.view().data, kv.num_blocks, kv.block_size,
+      view = {storage.keys.view().data, values.view().data, kv.num_blocks, kv.block_size,
               group.num_kv_heads, group.head_dim, group.dtype};
       if (group.dtype == DType::kF8E4M3) {
         storage.key_scales = backend.allocate(DType::kF32, {kv.num_blocks, group.num_kv_heads});
-        storage.value_scales = backend.allocate(DType::kF32, {kv.num_blocks, group.num_kv_heads});
+        if (!latent) storage.value_scales = backend.allocate(DType::kF32, {kv.num_blocks, group.num_kv_heads});
         view.k_scales = storage.key_scales.data<float>();
-        view.v_scales = storage.value_scales.data<float>();
+        view.v_scales = (latent ? storage.key_scales : storage.value_scales).data<float>();
       }
     }
   }

@@ -117,6 +117,12 @@ Result<ModelConfig> parse_model_config(const json& j) {
   return c;
 }
 
+attention::RotaryEmbedding model_rotary_embedding(const ModelConfig& c) {
+  const int first_channel = c.mla.enabled() ? c.head_dim - c.rotary_dim : 0;
+  return attention::RotaryEmbedding(c.head_dim, c.rotary_dim, c.rope_theta, c.rope_scaling, c.rope_pairing,
+                                    first_channel);
+}
+
 Result<ModelConfig> load_model_config(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
   std::ifstream in(path);
@@ -176,6 +182,10 @@ std::string describe_model_config(const ModelConfig& c) {
   if (c.shared_expert != SharedExpertKind::kNone) {
     out << ", shared expert width " << c.shared_intermediate_size
         << (c.shared_expert == SharedExpertKind::kSigmoidGated ? " (sigmoid-gated)" : "");
+  }
+  if (c.mla.enabled()) {
+    out << ", latent attention (q_lora " << c.mla.q_lora_rank << ", kv_lora " << c.mla.kv_lora_rank << ", nope "
+        << c.mla.qk_nope_head_dim << ", rope " << c.mla.qk_rope_head_dim << ", v " << c.mla.v_head_dim << ")";
   }
   if (c.qkv_bias) out << ", qkv bias";
   if (c.qk_norm) out << ", qk-norm";

@@ -25,15 +25,33 @@ enum class SharedExpertKind {
   kUngated,       // out += shared_experts(x)
 };
 
+// Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2; docs/mla.md): all zero for other
+// attention. Per token, kv_a_proj_with_mqa gives [latent c (dc) | rope key (dr)]; kv_b_proj
+// expands c into per-head [k_nope (dn) | v (dv)]; queries are [q_nope (dn) | q_pe (dr)] per head.
+struct LatentAttentionDims {
+  int q_lora_rank = 0;       // 0: q_proj reads the hidden state directly (no q_a_proj / q_b_proj)
+  int kv_lora_rank = 0;      // dc
+  int qk_nope_head_dim = 0;  // dn
+  int qk_rope_head_dim = 0;  // dr
+  int v_head_dim = 0;        // dv
+  bool enabled() const { return kv_lora_rank > 0; }
+};
+
 struct ModelConfig {
   const ArchSpec* arch = default_architecture();  // never null
   int vocab_size = 0;
   int hidden_size = 0;           // D
   int num_layers = 0;
   int num_heads = 0;             // query heads
+  // The geometry the attention kernels and the KV cache see. With MLA it is the absorbed
+  // form's: one kv head (the latent row) of head_dim = dc + dr, rotary_dim = dr rotated in the
+  // row's last channels (docs/mla.md).
   int num_kv_heads = 0;          // divides num_heads (GQA)
   int head_dim = 0;
   int rotary_dim = 0;            // channels of each head that RoPE rotates (even, <= head_dim)
+  attention::RopePairing rope_pairing = attention::RopePairing::kRotateHalf;
+  float attention_softmax_scale = 0.0f;  // scores = q.k * scale; 0: 1 / sqrt(head_dim)
+  LatentAttentionDims mla;
   double rope_theta = 10000.0;
   attention::RopeScaling rope_scaling;  // config.json rope_scaling (YaRN) or none
   float rms_norm_eps = 1e-6f;
@@ -67,6 +85,10 @@ struct ModelConfig {
   int num_experts() const { return router.num_experts; }
   int top_k() const { return router.top_k; }
 };
+
+// The rotary embedding of `config`'s attention heads (rotated channels at the tail of each
+// head with MLA, at the start otherwise).
+attention::RotaryEmbedding model_rotary_embedding(const ModelConfig& config);
 
 // Parses and validates; errors name the key and the value ("num_key_value_heads = 3 must divide num_attention_heads = 4").
 Result<ModelConfig> parse_model_config(const nlohmann::json& json);

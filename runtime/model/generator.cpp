@@ -70,6 +70,24 @@ void add_mlp(std::vector<TensorSpec>& specs, const std::string& gate, const std:
   add_linear(specs, down, hidden, width, false);
 }
 
+// Multi-head latent attention's tensors (docs/mla.md; weights.h names them).
+void add_latent_attention(std::vector<TensorSpec>& specs, const ModelConfig& c, const std::string& p) {
+  const LatentAttentionDims& m = c.mla;
+  const int64_t d = c.hidden_size, heads = c.num_heads;
+  const int64_t q_out = heads * (m.qk_nope_head_dim + m.qk_rope_head_dim);
+  if (m.q_lora_rank > 0) {
+    add_linear(specs, p + "q_a_proj", m.q_lora_rank, d, c.qkv_bias);
+    add_norm(specs, p + "q_a_layernorm.weight", m.q_lora_rank);
+    add_linear(specs, p + "q_b_proj", q_out, m.q_lora_rank, false);
+  } else {
+    add_linear(specs, p + "q_proj", q_out, d, false);
+  }
+  add_linear(specs, p + "kv_a_proj_with_mqa", m.kv_lora_rank + m.qk_rope_head_dim, d, c.qkv_bias);
+  add_norm(specs, p + "kv_a_layernorm.weight", m.kv_lora_rank);
+  add_linear(specs, p + "kv_b_proj", heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, false);
+  add_linear(specs, p + "o_proj", d, heads * m.v_head_dim, c.o_bias);
+}
+
 Status write_json(const std::string& path, const nlohmann::json& j) {
   std::ofstream out(path);
   out << j.dump(2) << "\n";
@@ -163,12 +181,16 @@ std::vector<TensorSpec> unshaped_tensor_specs(const ModelConfig& c) {
     const std::string p = "model.layers." + std::to_string(layer) + ".";
     add_norm(specs, p + "input_layernorm.weight", d);
     add_norm(specs, p + "post_attention_layernorm.weight", d);
-    const int64_t q_out = static_cast<int64_t>(c.num_heads) * c.head_dim;
-    const int64_t kv_out = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
-    add_linear(specs, p + "self_attn.q_proj", q_out, d, c.qkv_bias);
-    add_linear(specs, p + "self_attn.k_proj", kv_out, d, c.qkv_bias);
-    add_linear(specs, p + "self_attn.v_proj", kv_out, d, c.qkv_bias);
-    add_linear(specs, p + "self_attn.o_proj", d, q_out, c.o_bias);
+    if (c.mla.enabled()) {
+      add_latent_attention(specs, c, p + "self_attn.");
+    } else {
+      const int64_t q_out = static_cast<int64_t>(c.num_heads) * c.head_dim;
+      const int64_t kv_out = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
+      add_linear(specs, p + "self_attn.q_proj", q_out, d, c.qkv_bias);
+      add_linear(specs, p + "self_attn.k_proj", kv_out, d, c.qkv_bias);
+      add_linear(specs, p + "self_attn.v_proj", kv_out, d, c.qkv_bias);
+      add_linear(specs, p + "self_attn.o_proj", d, q_out, c.o_bias);
+    }
     if (c.attention_sinks) add(specs, p + "self_attn.sinks", {c.num_heads}, Init::kNormal, 1.0f);
     if (c.qk_norm) {
       add_norm(specs, p + "self_attn.q_norm.weight", c.head_dim);

@@ -27,9 +27,10 @@ Result<std::vector<attention::KvCacheSpec>> kv_cache_groups(const ModelConfig& c
         wanted.kind = attention::KvCacheKind::kSlidingWindow;
         wanted.sliding_window = spec.sliding_window;
         break;
-      case AttentionKind::kMla:
-        return unsupported("layer " + std::to_string(layer) + " uses latent (MLA) attention, whose paged cache is not "
-                           "implemented yet");
+      case AttentionKind::kMla:  // one row [c | k_pe] of head_dim values (config.h, docs/mla.md)
+        wanted.kind = attention::KvCacheKind::kLatent;
+        wanted.latent_width = config.head_dim;
+        break;
     }
     attention::KvCacheSpec* group = nullptr;
     for (attention::KvCacheSpec& existing : groups) {

@@ -26,11 +26,12 @@ TransformerForward::TransformerForward(const ModelConfig& config, const ModelWei
       pool_(pool),
       owned_backend_(backend == nullptr ? std::make_unique<backend::CpuBackend>(pool) : nullptr),
       backend_(backend == nullptr ? *owned_backend_ : *backend),
-      rope_(config.head_dim, config.rotary_dim, config.rope_theta, config.rope_scaling),
+      rope_(model_rotary_embedding(config)),
       local_experts_(config) {
   const std::vector<LayerSpec> specs = build_layer_specs(*config.arch, config);
   for (size_t layer = 0; layer < specs.size(); ++layer) {
     attention::AttentionVariant variant;
+    variant.softmax_scale = config.attention_softmax_scale;
     if (specs[layer].attention == AttentionKind::kSlidingWindow) variant.sliding_window = specs[layer].sliding_window;
     const std::vector<float>& sinks = weights.layers[layer].attention.sinks;
     if (!sinks.empty()) variant.sinks = sinks.data();
@@ -68,7 +69,11 @@ Result<std::vector<float>> TransformerForward::forward(const ForwardBatch& batch
   // The embedding's dtype was checked when the weights were bound; the ids just above.
   backend_.embedding_gather(weights_.embed_tokens, batch.tokens.data(), num_tokens, x.data<float>());
   for (int layer = 0; layer < c.num_layers; ++layer) {
-    attention_block(layer, batch, attention, x.data<float>());
+    if (c.layers[static_cast<size_t>(layer)].attention == AttentionKind::kMla) {
+      latent_attention_block(layer, batch, attention, x.data<float>());
+    } else {
+      attention_block(layer, batch, attention, x.data<float>());
+    }
     ffn_block(layer, num_tokens, x.data<float>());
   }
   // Final norm and LM head only for the rows that need logits.
@@ -116,6 +121,60 @@ void TransformerForward::attention_block(int layer, const ForwardBatch& batch, A
                    v.data<float>(), num_tokens, attn.data<float>());
   const Buffer projected = activations(num_tokens * dim);
   backend_.linear(a.o.weight, attn.data<float>(), num_tokens, bias_or_null(a.o), projected.data<float>());
+  backend_.add(x, projected.data<float>(), num_tokens * dim);
+}
+
+// Multi-head latent attention in the absorbed form (docs/mla.md). Every head attends over
+// the same latent rows [c | k_pe] (R = dc + dr values per token, what the KV cache stores):
+// the query's nope part is absorbed through W_UK (q_lat = W_UK^T q_nope), the attention
+// output over the latents is expanded per head through W_UV.
+void TransformerForward::latent_attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention,
+                                                float* x) const {
+  const ModelConfig& c = config_;
+  const LatentAttentionDims& m = c.mla;
+  const LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
+  const AttentionWeights& a = l.attention;
+  const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
+  const int64_t dim = c.hidden_size, heads = c.num_heads;
+  const int64_t dn = m.qk_nope_head_dim, dr = m.qk_rope_head_dim, dc = m.kv_lora_rank, dv = m.v_head_dim;
+  const int64_t q_head = dn + dr, row = c.head_dim;  // row == dc + dr
+  auto bias_or_null = [](const Linear& linear) { return linear.bias.empty() ? nullptr : linear.bias.data(); };
+
+  const Buffer h = activations(num_tokens * dim);  // [T, D]
+  backend_.copy(h.data<float>(), x, num_tokens * dim);
+  backend_.rms_norm(h.data<float>(), num_tokens, dim, l.input_norm.data(), c.rms_norm_eps);
+  const Buffer q = activations(num_tokens * heads * q_head);  // [T, H, dn + dr]
+  if (m.q_lora_rank > 0) {
+    const Buffer compressed = activations(num_tokens * m.q_lora_rank);  // [T, qr]
+    backend_.linear(a.q_a.weight, h.data<float>(), num_tokens, bias_or_null(a.q_a), compressed.data<float>());
+    backend_.rms_norm(compressed.data<float>(), num_tokens, m.q_lora_rank, a.q_a_norm.data(), c.rms_norm_eps);
+    backend_.linear(a.q.weight, compressed.data<float>(), num_tokens, nullptr, q.data<float>());
+  } else {
+    backend_.linear(a.q.weight, h.data<float>(), num_tokens, nullptr, q.data<float>());
+  }
+  // latent: [T, R] = [c | k_pe]; the norm applies to c only.
+  const Buffer latent = activations(num_tokens * row);
+  backend_.linear(a.kv_a.weight, h.data<float>(), num_tokens, bias_or_null(a.kv_a), latent.data<float>());
+  const Buffer compressed_kv = activations(num_tokens * dc);  // [T, dc]
+  backend_.copy_rows(compressed_kv.data<float>(), dc, latent.data<float>(), row, num_tokens, dc);
+  backend_.rms_norm(compressed_kv.data<float>(), num_tokens, dc, a.kv_a_norm.data(), c.rms_norm_eps);
+  backend_.copy_rows(latent.data<float>(), row, compressed_kv.data<float>(), dc, num_tokens, dc);
+  // absorbed: [T, H, R] = [W_UK[h]^T q_nope | q_pe] per head.
+  const Buffer absorbed = activations(num_tokens * heads * row);
+  backend_.per_head_linear(a.key_absorb.as<const float>(), static_cast<int>(heads), dc, dn, q.data<float>(), q_head,
+                           num_tokens, absorbed.data<float>(), row);
+  backend_.copy_rows(absorbed.data<float>() + dc, row, q.data<float>() + dn, q_head, num_tokens * heads, dr);
+  backend_.rope(rope_, absorbed.data<float>(), num_tokens, static_cast<int>(heads), batch.positions.data());
+  backend_.rope(rope_, latent.data<float>(), num_tokens, 1, batch.positions.data());
+  // The latent row is both the key and the value (only its first dc values matter as a value).
+  const Buffer attended = activations(num_tokens * heads * row);  // [T, H, R]
+  attention.attend(backend_, layer, layer_variants_[static_cast<size_t>(layer)], absorbed.data<float>(),
+                   latent.data<float>(), latent.data<float>(), num_tokens, attended.data<float>());
+  const Buffer values = activations(num_tokens * heads * dv);  // [T, H, dv]
+  backend_.per_head_linear(a.value_up.as<const float>(), static_cast<int>(heads), dv, dc, attended.data<float>(), row,
+                           num_tokens, values.data<float>(), dv);
+  const Buffer projected = activations(num_tokens * dim);
+  backend_.linear(a.o.weight, values.data<float>(), num_tokens, bias_or_null(a.o), projected.data<float>());
   backend_.add(x, projected.data<float>(), num_tokens * dim);
 }
 

@@ -100,6 +100,7 @@ class TransformerForward {
  private:
   // x: [T, D] residual stream on the backend's device, updated in place.
   void attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
+  void latent_attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
   void ffn_block(int layer, int64_t num_tokens, float* x) const;
   // Scratch F32 storage of `count` values allocated by the backend.
   Buffer activations(int64_t count) const;

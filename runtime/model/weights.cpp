@@ -238,6 +238,52 @@ Status bind_stacked_experts(const ModelConfig& c, const io::Checkpoint& checkpoi
   return Status::ok();
 }
 
+// kv_b_proj [H * (dn + dv), dc] (head-major, each head [k_nope rows | v rows]) split into
+// key_absorb [H, dc, dn] (the k_nope rows transposed) and value_up [H, dv, dc], F32.
+Status split_kv_b_proj(const ModelConfig& c, const quant::LinearWeight& kv_b, AttentionWeights& a,
+                       std::vector<Buffer>& owned) {
+  const LatentAttentionDims& m = c.mla;
+  const int64_t heads = c.num_heads, dn = m.qk_nope_head_dim, dv = m.v_head_dim, dc = m.kv_lora_rank;
+  std::vector<float> full(static_cast<size_t>(heads * (dn + dv) * dc));
+  quant::dequantize_to_f32(kv_b, full.data());
+  // Views taken right after each emplace_back: a later one may move the vector's elements
+  // (the Buffers' storage itself never moves).
+  a.key_absorb = owned.emplace_back(DType::kF32, Shape{heads, dc, dn}).view();
+  a.value_up = owned.emplace_back(DType::kF32, Shape{heads, dv, dc}).view();
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* head = full.data() + h * (dn + dv) * dc;  // [dn + dv, dc]
+    float* absorb_head = a.key_absorb.as<float>() + h * dc * dn;
+    for (int64_t n = 0; n < dn; ++n) {
+      for (int64_t i = 0; i < dc; ++i) absorb_head[i * dn + n] = head[n * dc + i];
+    }
+    std::copy_n(head + dn * dc, dv * dc, a.value_up.as<float>() + h * dv * dc);
+  }
+  return Status::ok();
+}
+
+Result<AttentionWeights> bind_latent_attention(const ModelConfig& c, const WeightBinder& w, int layer,
+                                               std::vector<Buffer>& owned) {
+  const std::string p = layer_prefix(layer) + "self_attn.";
+  const LatentAttentionDims& m = c.mla;
+  const int64_t heads = c.num_heads, q_head = m.qk_nope_head_dim + m.qk_rope_head_dim;
+  AttentionWeights a;
+  if (m.q_lora_rank > 0) {
+    MOERT_ASSIGN_OR_RETURN(a.q_a, w.linear(p + "q_a_proj", m.q_lora_rank, c.hidden_size, c.qkv_bias));
+    MOERT_ASSIGN_OR_RETURN(a.q_a_norm, w.vector(p + "q_a_layernorm.weight", m.q_lora_rank));
+    MOERT_ASSIGN_OR_RETURN(a.q, w.linear(p + "q_b_proj", heads * q_head, m.q_lora_rank, false));
+  } else {
+    MOERT_ASSIGN_OR_RETURN(a.q, w.linear(p + "q_proj", heads * q_head, c.hidden_size, false));
+  }
+  MOERT_ASSIGN_OR_RETURN(a.kv_a, w.linear(p + "kv_a_proj_with_mqa", m.kv_lora_rank + m.qk_rope_head_dim,
+                                          c.hidden_size, c.qkv_bias));
+  MOERT_ASSIGN_OR_RETURN(a.kv_a_norm, w.vector(p + "kv_a_layernorm.weight", m.kv_lora_rank));
+  MOERT_ASSIGN_OR_RETURN(Linear kv_b, w.linear(p + "kv_b_proj", heads * (m.qk_nope_head_dim + m.v_head_dim),
+                                               m.kv_lora_rank, false));
+  MOERT_RETURN_IF_ERROR(split_kv_b_proj(c, kv_b.weight, a, owned));
+  MOERT_ASSIGN_OR_RETURN(a.o, w.linear(p + "o_proj", c.hidden_size, heads * m.v_head_dim, c.o_bias));
+  return a;
+}
+
 Result<AttentionWeights> bind_attention(const ModelConfig& c, const WeightBinder& w, int layer) {
   const std::string p = layer_prefix(layer) + "self_attn.";
   const int64_t q_out = static_cast<int64_t>(c.num_heads) * c.head_dim;
@@ -313,7 +359,11 @@ Result<ModelWeights> bind_model_weights(const ModelConfig& c, const io::Checkpoi
     const std::string p = layer_prefix(layer);
     MOERT_ASSIGN_OR_RETURN(l.input_norm, w.vector(p + "input_layernorm.weight", c.hidden_size));
     MOERT_ASSIGN_OR_RETURN(l.post_attention_norm, w.vector(p + "post_attention_layernorm.weight", c.hidden_size));
-    MOERT_ASSIGN_OR_RETURN(l.attention, bind_attention(c, w, layer));
+    if (c.mla.enabled()) {
+      MOERT_ASSIGN_OR_RETURN(l.attention, bind_latent_attention(c, w, layer, m.owned));
+    } else {
+      MOERT_ASSIGN_OR_RETURN(l.attention, bind_attention(c, w, layer));
+    }
     l.is_moe = c.layer_is_moe[static_cast<size_t>(layer)];
     if (l.is_moe) {
       MOERT_ASSIGN_OR_RETURN(l.moe, bind_moe(c, checkpoint, w, layer, m.owned));

@@ -35,6 +35,15 @@ struct AttentionWeights {
   Linear q, k, v, o;
   std::vector<float> q_norm, k_norm;  // [head_dim] each, empty without qk-norm
   std::vector<float> sinks;           // [num_heads], empty without attention sinks
+  // Latent attention only (docs/mla.md; H heads, D hidden, dims of LatentAttentionDims).
+  // q is q_b_proj [H * (dn + dr), qr] after q_a [qr, D] and q_a_norm [qr], or q_proj
+  // [H * (dn + dr), D] without q LoRA; k and v are unused. kv_a = kv_a_proj_with_mqa
+  // [dc + dr, D], kv_a_norm [dc]. kv_b_proj is kept only as its two per-head halves in F32:
+  // key_absorb [H, dc, dn] (W_UK[h] transposed, folded into the query) and value_up
+  // [H, dv, dc] (W_UV[h], applied after attention over the latents).
+  Linear q_a, kv_a;
+  std::vector<float> q_a_norm, kv_a_norm;
+  TensorView key_absorb, value_up;
 };
 
 struct MoeWeights {

@@ -38,7 +38,7 @@ class ConfigReader {
 Status check_positive(const char* key, int value);
 
 // What one decoder layer is made of.
-enum class AttentionKind { kFull, kSlidingWindow, kMla };  // only kFull is used today
+enum class AttentionKind { kFull, kSlidingWindow, kMla };  // kMla: latent attention (docs/mla.md)
 enum class MlpKind { kDense, kMoe, kMoeWithShared };
 enum class RouterKind { kSoftmaxTopk, kSigmoidGroupLimited };
 

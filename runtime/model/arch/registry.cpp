@@ -6,7 +6,7 @@
 
 namespace moert {
 namespace arch {
-extern const ArchSpec qwen3_moe, qwen2_moe, mixtral, glm4_moe, gpt_oss;
+extern const ArchSpec qwen3_moe, qwen2_moe, mixtral, glm4_moe, gpt_oss, deepseek_v3;
 }  // namespace arch
 
 namespace {
@@ -19,6 +19,7 @@ constexpr const ArchSpec* kRegistry[] = {
     &arch::mixtral,
     &arch::glm4_moe,
     &arch::gpt_oss,
+    &arch::deepseek_v3,
 };
 
 Result<int> as_int(const char* key, const json& value) {

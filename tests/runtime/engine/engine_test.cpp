@@ -90,6 +90,59 @@ TEST_P(EngineOnReference, MixedBatchGreedyEqualsReferenceForward) {
   EXPECT_LT(stats.unused_slots_at_peak, stats.running_at_peak * config.block_size);
 }
 
+// A DeepSeek-V3 of another shape than the shared one (no q LoRA, v_head_dim != nope dim,
+// odd widths, three heads): the paged engine over its latent cache under chunked prefill and
+// preemption equals the contiguous reference forward; the cache holds one latent row of
+// kv_lora_rank + qk_rope_head_dim values per token and layer.
+TEST(EngineOnGeneratedDeepseekV3, LatentCacheUnderPreemptionEqualsTheReferenceForward) {
+  testing::ScratchDir scratch("engine-deepseek");
+  ModelShapeOverrides shape;
+  shape.vocab_size = 300;
+  shape.hidden_size = 96;
+  shape.num_layers = 3;
+  shape.num_heads = 3;
+  shape.head_dim = 40;
+  shape.num_experts = 8;
+  shape.top_k = 3;
+  shape.moe_intermediate_size = 48;
+  ThreadPool pool(2);
+  ModelConfig config = preset_model_config(find_architecture("deepseek_v3"), "tiny", shape).value();
+  config.mla.q_lora_rank = 0;
+  config.mla.v_head_dim = 12;
+  ASSERT_EQ(config.mla.kv_lora_rank + config.mla.qk_rope_head_dim, config.head_dim);
+  EXPECT_EQ(config.router.n_group, 4);
+  ASSERT_TRUE(write_random_checkpoint(config, 29, scratch.path(), 1 << 30, pool).is_ok());
+  const std::unique_ptr<LoadedModel> model = load_model(scratch.path()).value();
+  EXPECT_EQ(model->config.mla.q_lora_rank, 0);
+  EXPECT_EQ(model->config.mla.v_head_dim, 12);
+  for (const auto& [dtype, element] : {std::pair{DType::kF32, 4}, {DType::kBF16, 2}, {DType::kF8E4M3, 1}}) {
+    const std::vector<attention::KvCacheSpec> groups = kv_cache_groups(model->config, dtype).value();
+    ASSERT_EQ(groups.size(), 1u);
+    EXPECT_EQ(groups[0].kind, attention::KvCacheKind::kLatent);
+    const int64_t row = config.mla.kv_lora_rank + config.mla.qk_rope_head_dim;
+    EXPECT_EQ(kv_cache_bytes_per_token(model->config, dtype).value(), 3 * row * element);
+    const int64_t scales = dtype == DType::kF8E4M3 ? 3 * 4 : 0;  // one F32 per block and layer
+    EXPECT_EQ(kv_cache_bytes_per_block(model->config, 16, dtype).value(), 16 * 3 * row * element + scales);
+  }
+  TransformerForward transformer(model->config, model->weights, pool);
+  ReferenceForward reference(model->config, model->weights, pool);
+  const std::vector<MixedRequest> mixed = mixed_requests(10, config.vocab_size, 31);
+  for (const int blocks : {1024, 26}) {  // roomy, then tight enough to preempt
+    EngineConfig engine;
+    engine.block_size = 8;
+    engine.num_kv_blocks = blocks;
+    engine.scheduler.max_batched_tokens = 40;
+    EngineStats stats;
+    const auto outputs = run_all(transformer, engine, greedy_requests(mixed), &stats);
+    ASSERT_EQ(outputs.size(), mixed.size());
+    for (size_t r = 0; r < mixed.size(); ++r) {
+      const GreedyOutput expected = greedy_generate(reference, mixed[r].prompt, mixed[r].max_tokens).value();
+      EXPECT_EQ(outputs.at("r" + std::to_string(r)).outputs[0].token_ids, expected.gen_tokens) << r << " " << blocks;
+    }
+    if (blocks == 26) EXPECT_GT(stats.preemptions, 0);
+  }
+}
+
 // A gpt-oss of another shape than the shared one (q heads x head_dim != hidden, one kv head,
 // odd expert count, three layers sliding / full / sliding with a window of 16, YaRN): the
 // paged engine under chunked prefill and preemption equals the contiguous reference forward.

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/support/test_support.h"
@@ -134,6 +136,7 @@ TEST(ModelConfig, JsonRoundTripForEveryArchitecture) {
       base.rope_scaling.original_max_positions = 256.0;
       base.rope_scaling.truncate = false;
     }
+    if (arch == find_architecture("deepseek_v3")) base = preset_model_config(arch, "tiny").value();
     Result<ModelConfig> again = parse_model_config(model_config_to_json(base));
     ASSERT_TRUE(again.is_ok()) << architecture_name(arch) << ": " << again.status().to_string();
     EXPECT_EQ(model_config_to_json(again.value()), model_config_to_json(base)) << architecture_name(arch);
@@ -183,6 +186,78 @@ TEST(ModelConfig, GptOssLayerKindsYarnAndExperts) {
   bad = j;
   bad.erase("sliding_window");
   EXPECT_FALSE(parse_model_config(bad).is_ok());
+}
+
+}  // namespace
+}  // namespace moert
+
+namespace moert {
+namespace {
+
+// DeepSeek-V3 as released (docs/mla.md): latent attention dims, the absorbed geometry the
+// kernels see, interleaved RoPE, the softmax scale with YaRN's mscale squared, the router
+// and dense layers; q LoRA may be null; other routers are refused by name.
+nlohmann::json deepseek_v3_release_json() {
+  return {{"architectures", {"DeepseekV3ForCausalLM"}}, {"model_type", "deepseek_v3"}, {"vocab_size", 129280},
+          {"hidden_size", 7168}, {"intermediate_size", 18432}, {"moe_intermediate_size", 2048},
+          {"num_hidden_layers", 61}, {"num_attention_heads", 128}, {"num_key_value_heads", 128},
+          {"n_shared_experts", 1}, {"n_routed_experts", 256}, {"routed_scaling_factor", 2.5}, {"kv_lora_rank", 512},
+          {"q_lora_rank", 1536}, {"qk_rope_head_dim", 64}, {"v_head_dim", 128}, {"qk_nope_head_dim", 128},
+          {"n_group", 8}, {"topk_group", 4}, {"num_experts_per_tok", 8}, {"first_k_dense_replace", 3},
+          {"norm_topk_prob", true}, {"scoring_func", "sigmoid"}, {"topk_method", "noaux_tc"},
+          {"max_position_embeddings", 163840}, {"rms_norm_eps", 1e-6}, {"rope_theta", 10000},
+          {"rope_scaling", {{"beta_fast", 32}, {"beta_slow", 1}, {"factor", 40}, {"mscale", 1.0},
+                            {"mscale_all_dim", 1.0}, {"original_max_position_embeddings", 4096}, {"type", "yarn"}}},
+          {"num_nextn_predict_layers", 1}, {"tie_word_embeddings", false}};
+}
+
+TEST(ModelConfig, DeepseekV3ReleaseConfig) {
+  const ModelConfig c = parse_model_config(deepseek_v3_release_json()).value();
+  EXPECT_EQ(c.mla.q_lora_rank, 1536);
+  EXPECT_EQ(c.mla.kv_lora_rank, 512);
+  EXPECT_EQ(c.mla.qk_nope_head_dim, 128);
+  EXPECT_EQ(c.mla.qk_rope_head_dim, 64);
+  EXPECT_EQ(c.mla.v_head_dim, 128);
+  EXPECT_EQ(c.num_kv_heads, 1);
+  EXPECT_EQ(c.head_dim, 576);
+  EXPECT_EQ(c.rotary_dim, 64);
+  EXPECT_EQ(c.rope_pairing, attention::RopePairing::kInterleaved);
+  EXPECT_NEAR(c.attention_softmax_scale, 0.1352338, 1e-6);  // 192^-0.5 * (0.1 ln 40 + 1)^2
+  EXPECT_EQ(c.router.n_group, 8);
+  EXPECT_EQ(c.router.topk_group, 4);
+  EXPECT_EQ(c.router.score_func, experts::ScoreFunc::kSigmoid);
+  EXPECT_TRUE(c.router_has_correction_bias);
+  EXPECT_EQ(c.shared_expert, SharedExpertKind::kUngated);
+  EXPECT_EQ(c.shared_intermediate_size, 2048);
+  for (int layer = 0; layer < 61; ++layer) {
+    EXPECT_EQ(c.layer_is_moe[static_cast<size_t>(layer)], layer >= 3) << layer;
+    EXPECT_EQ(c.layers[static_cast<size_t>(layer)].attention, AttentionKind::kMla);
+  }
+  // Round trip writes what Hugging Face writes.
+  const nlohmann::json again = model_config_to_json(c);
+  EXPECT_EQ(again.at("num_key_value_heads"), 128);
+  EXPECT_EQ(again.at("head_dim"), 64);
+  EXPECT_EQ(model_config_to_json(parse_model_config(again).value()), again);
+
+  nlohmann::json lite = deepseek_v3_release_json();  // DeepSeek-V2-Lite-style: no q LoRA, no YaRN
+  lite["q_lora_rank"] = nullptr;
+  lite["rope_scaling"] = nullptr;
+  lite["rope_interleave"] = false;
+  const ModelConfig plain = parse_model_config(lite).value();
+  EXPECT_EQ(plain.mla.q_lora_rank, 0);
+  EXPECT_EQ(plain.rope_pairing, attention::RopePairing::kRotateHalf);
+  EXPECT_NEAR(plain.attention_softmax_scale, 1.0 / std::sqrt(192.0), 1e-7);
+
+  for (auto [key, value] : {std::pair{"scoring_func", "softmax"}, {"topk_method", "greedy"}}) {
+    nlohmann::json bad = deepseek_v3_release_json();
+    bad[key] = value;
+    const Status status = parse_model_config(bad).status();
+    EXPECT_EQ(status.code(), StatusCode::kUnsupported) << key;
+    EXPECT_NE(status.message().find(key), std::string::npos) << status.message();
+  }
+  nlohmann::json missing = deepseek_v3_release_json();
+  missing.erase("kv_lora_rank");
+  EXPECT_NE(parse_model_config(missing).status().message().find("lacks 'kv_lora_rank'"), std::string::npos);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The reference forward against the shared float64 references: logits within 1e-4
-// relative L2 per row and identical greedy tokens, for every model in shared/reference.
+// relative L2 per row and identical greedy tokens, for every model in shared/reference;
+// and against llama.cpp's logits and greedy tokens where the case has them (llama.*).
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -56,6 +57,15 @@ TEST_P(SharedReference, LogitsAndGreedyTokensMatchFloat64Reference) {
                                          static_cast<int64_t>(expected_tokens.size()), vocab);
   std::printf("%s: max relative L2 error per row: prompt %.3g, generated %.3g\n", GetParam().c_str(), prompt_error,
               gen_error);
+  if (!std::ifstream(dir + "/llama.json")) return;
+  const nlohmann::json llama = nlohmann::json::parse(testing::read_file(dir + "/llama.json"));
+  ASSERT_EQ(llama.at("prompt_tokens").get<std::vector<int32_t>>(), prompt);
+  EXPECT_EQ(output->gen_tokens, llama.at("gen_tokens").get<std::vector<int32_t>>()) << "llama.cpp's greedy tokens";
+  const double llama_prompt = max_row_error(output->prompt_logits, dir + "/llama.prompt_logits.npy",
+                                            static_cast<int64_t>(prompt.size()), vocab);
+  const double llama_gen = max_row_error(output->gen_logits, dir + "/llama.gen_logits.npy",
+                                         static_cast<int64_t>(expected_tokens.size()), vocab);
+  std::printf("%s: against llama.cpp: prompt %.3g, generated %.3g\n", GetParam().c_str(), llama_prompt, llama_gen);
 }
 
 TEST_P(SharedReference, ChunkedPrefillEqualsTokenByTokenBitForBit) {
