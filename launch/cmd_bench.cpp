@@ -66,7 +66,7 @@ int run_bench(const std::vector<std::string>& args) {
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const engine::EngineStats& s = engine.stats();
-  std::cout << engine_summary(s, config, wall) << "\n";
+  std::cout << engine_summary(s, config, model.config, wall) << "\n";
   if (spec_setup.enabled()) std::cout << spec_setup.summary(s) << "\n";
   std::printf("bench: requests=%d input_len=%d output_len=%d max_seqs=%d threads=%d spec=%s spec_k=%s wall_s=%.3f "
               "input_tok_s=%.1f output_tok_s=%.1f total_tok_s=%.1f acceptance=%.3f tokens_per_pass=%.3f\n",

@@ -163,6 +163,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
     loaded = value_or_throw(load_model(model_dir));
     config = resolve_engine_config(engine_options, loaded->config);
     config->forward_when_idle = true;
+    job.kv_cache_bytes_per_token = value_or_throw(engine::kv_cache_bytes_per_token(loaded->config, config->kv_cache_dtype));
     spec_setup = std::make_unique<SpecSetup>(spec_options, loaded->config, &*config);
     threads = resolve_threads(engine_options);
     const int num_experts = loaded->config.num_experts();
@@ -226,7 +227,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   if (!report.is_ok()) throw CommandError(report.status().message());
   if (root) {
     const engine::EngineStats totals = sum_engine_stats(report->rank_engine_stats);
-    std::cerr << engine_summary(totals, *config, report->wall_s) << "\n";
+    std::cerr << engine_summary(totals, *config, model.config, report->wall_s) << "\n";
     std::cerr << parallel::format_job_summary(*report, job) << "\n";
     if (spec_setup->enabled()) std::cerr << spec_setup->summary(totals) << "\n";
     int64_t finished = 0;

@@ -4,6 +4,7 @@
 
 #include "launch/commands.h"
 #include "core/thread_pool.h"
+#include "runtime/engine/model_runner.h"
 
 namespace po = boost::program_options;
 
@@ -60,7 +61,9 @@ std::string describe_engine_config(const engine::EngineConfig& c, int threads) {
   return line;
 }
 
-std::string engine_summary(const engine::EngineStats& s, const engine::EngineConfig& c, double wall_s) {
+std::string engine_summary(const engine::EngineStats& s, const engine::EngineConfig& c, const ModelConfig& model,
+                           double wall_s) {
+  const Result<int64_t> kv_bytes = engine::kv_cache_bytes_per_token(model, c.kv_cache_dtype);
   const double wall = wall_s > 0 ? wall_s : 1e-9;
   const double hit_rate = s.prefix_query_tokens > 0 ? static_cast<double>(s.prefix_hit_tokens) / s.prefix_query_tokens : 0.0;
   char text[1024];
@@ -69,14 +72,16 @@ std::string engine_summary(const engine::EngineStats& s, const engine::EngineCon
                 "computed %lld tokens (forward %.2f s, sampling %.2f s)\n"
                 "kv: peak %d of %d blocks used (%d usable), %lld unused reserved slots over %lld running sequences at "
                 "the peak, prefix-cache hit rate %.3f (%lld of %lld prompt tokens), %lld copy-on-write copies, "
-                "%lld preemptions",
+                "%lld preemptions; %lld KV cache bytes per token (all layers, %s)",
                 wall_s, static_cast<long long>(s.steps), s.prompt_tokens / wall, static_cast<long long>(s.prompt_tokens),
                 s.output_tokens / wall, static_cast<long long>(s.output_tokens),
                 static_cast<long long>(s.computed_tokens), s.forward_s, s.sample_s, s.peak_used_blocks,
                 c.num_kv_blocks, c.num_kv_blocks - 1, static_cast<long long>(s.unused_slots_at_peak),
                 static_cast<long long>(s.running_at_peak), hit_rate, static_cast<long long>(s.prefix_hit_tokens),
                 static_cast<long long>(s.prefix_query_tokens), static_cast<long long>(s.cow_copies),
-                static_cast<long long>(s.preemptions));
+                static_cast<long long>(s.preemptions),
+                static_cast<long long>(kv_bytes.is_ok() ? *kv_bytes : -1),
+                attention::kv_cache_dtype_name(c.kv_cache_dtype));
   return text;
 }
 

@@ -30,6 +30,8 @@ int resolve_threads(const EngineOptions& values);
 // One line with the effective configuration (printed at start-up).
 std::string describe_engine_config(const engine::EngineConfig& config, int threads);
 // The end-of-run summary lines.
-std::string engine_summary(const engine::EngineStats& stats, const engine::EngineConfig& config, double wall_s);
+// `model` gives the KV cache bytes per token at the engine's KV dtype.
+std::string engine_summary(const engine::EngineStats& stats, const engine::EngineConfig& config,
+                           const ModelConfig& model, double wall_s);
 
 }  // namespace moert::launch

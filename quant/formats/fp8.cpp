@@ -20,11 +20,21 @@ void accumulate_finite_amax(float v, float& amax) {
   if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
 }
 
-// e4m3 code of v / scale. scale == 0 only when the block has no finite nonzero value; its
-// finite elements are then +-0 (sign kept), Inf saturates and NaN stays NaN.
+// e4m3 code of v / scale, rounded once (nearest, ties to even) from the float64 quotient:
+// a float32 quotient can itself round onto a tie between two E4M3 values (168.0000070 ->
+// 168.0, halfway between 160 and 176) and then go the wrong way. scale == 0 only when the
+// block has no finite nonzero value; its finite elements are then +-0 (sign kept), Inf
+// saturates and NaN stays NaN.
 uint8_t e4m3_scaled(float v, float scale) {
-  if (scale > 0.0f) return e4m3_encode(v / scale);
-  return e4m3_encode(std::isfinite(v) ? 0.0f * v : v);
+  if (!(scale > 0.0f)) return e4m3_encode(std::isfinite(v) ? 0.0f * v : v);
+  if (!std::isfinite(v)) return e4m3_encode(v / scale);
+  // Saturate first (satfinite), then round on the E4M3 grid of the magnitude's binade:
+  // 3 fraction bits, subnormal below 2^-6 (docs/quant-formats.md §3a).
+  const double magnitude = std::min(std::fabs(static_cast<double>(v) / scale), static_cast<double>(kE4m3Max));
+  if (magnitude == 0.0) return e4m3_encode(0.0f * v);
+  const double quantum = std::ldexp(1.0, std::max(std::ilogb(magnitude), -6) - 3);
+  const double rounded = std::nearbyint(magnitude / quantum) * quantum;  // exact on the grid
+  return e4m3_encode(std::copysign(static_cast<float>(rounded), v));
 }
 
 Status check_blocks(const char* fn, int64_t block_rows, int64_t block_cols) {

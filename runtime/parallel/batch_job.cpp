@@ -60,18 +60,18 @@ void add_into(StepMetrics& total, const StepMetrics& step) {
   total.draft_s += step.draft_s;
 }
 
-std::string metrics_json(int64_t step, int rank, const StepMetrics& m) {
-  char text[512];
+std::string metrics_json(int64_t step, int rank, const StepMetrics& m, int64_t kv_cache_bytes_per_token) {
+  char text[640];
   std::snprintf(text, sizeof(text),
                 "{\"step\": %lld, \"rank\": %d, \"tokens\": %lld, \"output_tokens\": %lld, \"finished\": %lld, "
                 "\"dispatch_bytes\": %lld, \"combine_bytes\": %lld, \"step_s\": %.6f, \"all_to_all_s\": %.6f, "
                 "\"expert_s\": %.6f, \"shared_s\": %.6f, \"spec_drafts\": %lld, \"spec_accepted\": %lld, "
-                "\"draft_s\": %.6f}",
+                "\"draft_s\": %.6f, \"kv_cache_bytes_per_token\": %lld}",
                 static_cast<long long>(step), rank, static_cast<long long>(m.scheduled_tokens),
                 static_cast<long long>(m.output_tokens), static_cast<long long>(m.finished_requests),
                 static_cast<long long>(m.dispatch_bytes), static_cast<long long>(m.combine_bytes), m.step_s,
                 m.all_to_all_s, m.expert_s, m.shared_s, static_cast<long long>(m.spec_drafts),
-                static_cast<long long>(m.spec_accepted), m.draft_s);
+                static_cast<long long>(m.spec_accepted), m.draft_s, static_cast<long long>(kv_cache_bytes_per_token));
   return text;
 }
 
@@ -271,6 +271,7 @@ struct JobProgress {
 // in which the rank finished them).
 Status collect_step_at_root(comm::Transport& transport, const StepMetrics& mine,
                             const std::vector<engine::RequestOutput>& outputs, std::ofstream* metrics,
+                            int64_t kv_cache_bytes_per_token,
                             const std::function<Status(const std::string&)>& write_line, BatchJobReport& report,
                             JobProgress& progress) {
   std::vector<uint8_t> blob;
@@ -292,7 +293,7 @@ Status collect_step_at_root(comm::Transport& transport, const StepMetrics& mine,
     add_into(report.rank_totals[static_cast<size_t>(r)], theirs);
     progress.finished_requests += theirs.finished_requests;
     progress.output_tokens += theirs.output_tokens;
-    if (metrics) *metrics << metrics_json(report.steps, r, theirs) << "\n";
+    if (metrics) *metrics << metrics_json(report.steps, r, theirs, kv_cache_bytes_per_token) << "\n";
     const std::string text(reinterpret_cast<const char*>(from.data() + offset), from.size() - offset);
     std::istringstream lines(text);
     for (std::string line; std::getline(lines, line);) MOERT_RETURN_IF_ERROR(write_line(line));
@@ -461,7 +462,8 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
     if (!outputs.is_ok()) return fail(outputs.status());
 
     // 2. Results and metrics to the coordinator.
-    const Status collected = collect_step_at_root(transport, mine, *outputs, metrics.get(), write_line, report, progress);
+    const Status collected = collect_step_at_root(transport, mine, *outputs, metrics.get(), config.kv_cache_bytes_per_token,
+                                                   write_line, report, progress);
     if (!collected.is_ok()) return fail(collected);
     ++report.steps;
 

@@ -39,6 +39,7 @@ struct BatchJobConfig {
   int balance_interval = 16;         // steps between replica plans (--balance=replicate)
   int redundant_slots_per_rank = 1;  // extra expert slots per rank (--balance=replicate)
   std::string metrics_path;          // per-step JSONL written by rank 0; empty: none
+  int64_t kv_cache_bytes_per_token = 0;  // reported in every metrics line (all layers, one token)
 };
 // invalid_argument naming the option for gamma < 0, interval < 1, redundant slots < 0.
 Status validate_batch_job_config(const BatchJobConfig& config);

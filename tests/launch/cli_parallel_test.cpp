@@ -106,60 +106,120 @@ TEST_P(CliParallelRun, OutputsEqualOneRankForEveryRankCountAndReplicas) {
 INSTANTIATE_TEST_SUITE_P(Models, CliParallelRun, ::testing::ValuesIn(testing::reference_model_params()),
                          [](const auto& info) { return testing::test_param_name(info.param); });
 
-// Greedy outputs of speculative decoding equal plain decoding on 1, 2 and 4 ranks, with a
-// truncated draft of a draft-friendly target, the target's own NVFP4 copy as its draft
-// (self-speculation), the n-gram proposer, and adaptive depth. Sampled requests finish
-// (their tokens legitimately depend on the pass structure).
-// gpt-oss through `moert run`: prompts six or more windows long (W = 16), greedy, on 1 and 2
-// ranks with an F32 KV cache, from the BF16 and the MXFP4 release checkpoints, give the
-// reference forward's greedy tokens (`moert score`).
-TEST(CliParallelGptOss, LongPromptsGiveTheReferenceTokensOnOneAndTwoRanks) {
+// `moert score`'s greedy tokens (the reference forward) for `prompt`.
+std::vector<int> scored_greedy_tokens(const std::string& model, const std::vector<int>& prompt, int count) {
+  std::string tokens;
+  for (int t : prompt) tokens += (tokens.empty() ? "" : ",") + std::to_string(t);
+  const testing::CommandResult scored = run_command(testing::moert_binary() + " score --model " + model + " --tokens " +
+                                                    tokens + " -n " + std::to_string(count));
+  EXPECT_EQ(scored.exit_code, 0) << scored.err;
+  const size_t at = scored.out.find("generated: ");
+  EXPECT_NE(at, std::string::npos) << scored.out;
+  std::vector<int> ids;
+  if (at == std::string::npos) return ids;
+  std::istringstream generated(scored.out.substr(at + 11));
+  for (int id; static_cast<int>(ids.size()) < count && generated >> id;) ids.push_back(id);
+  return ids;
+}
+
+// Greedy requests (prompt i, max_tokens[i]) through `moert run` on 1 and 2 ranks with an F32
+// KV cache give the reference forward's tokens for each shared checkpoint of `names`.
+// Returns the stderr of every run.
+std::vector<std::string> expect_run_matches_score(const std::string& scratch_name, const std::vector<std::string>& names,
+                                                  const std::vector<std::vector<int>>& prompts,
+                                                  const std::vector<int>& max_tokens, const std::string& extra) {
+  testing::ScratchDir scratch(scratch_name);
   const std::string ref = testing::shared_dir() + "/reference/";
-  if (testing::shared_dir().empty() || !std::filesystem::exists(ref + "gptoss-tiny/hf")) {
-    GTEST_SKIP() << "no shared gpt-oss cases";
-  }
-  testing::ScratchDir scratch("cli-parallel-gptoss");
-  std::vector<std::vector<int>> prompts;
   std::string text;
-  for (int i = 0; i < 4; ++i) {
-    std::vector<int> prompt;
-    for (int j = 0; j < 96 + 9 * i; ++j) prompt.push_back((i * 211 + j * 37 + 5) % 1000);
-    prompts.push_back(prompt);
-    text += nlohmann::json({{"id", "g" + std::to_string(i)}, {"prompt_token_ids", prompt}, {"max_tokens", 12}}).dump() + "\n";
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    text += nlohmann::json({{"id", "g" + std::to_string(i)}, {"prompt_token_ids", prompts[i]},
+                            {"max_tokens", max_tokens[i]}}).dump() + "\n";
   }
   const std::string input = scratch / "in.jsonl";
   testing::write_file(input, text);
-  for (const std::string name : {"gptoss-tiny", "gptoss-tiny-mxfp4"}) {
+  std::vector<std::string> logs;
+  for (const std::string& name : names) {
     const std::string model = ref + name + "/hf";
-    std::map<std::string, nlohmann::json> expected;
+    std::map<std::string, std::vector<int>> expected;
     for (size_t i = 0; i < prompts.size(); ++i) {
-      std::string tokens;
-      for (int t : prompts[i]) tokens += (tokens.empty() ? "" : ",") + std::to_string(t);
-      const testing::CommandResult scored =
-          run_command(testing::moert_binary() + " score --model " + model + " --tokens " + tokens + " -n 12");
-      ASSERT_EQ(scored.exit_code, 0) << scored.err;
-      const size_t at = scored.out.find("generated: ");
-      ASSERT_NE(at, std::string::npos) << scored.out;
-      std::istringstream generated(scored.out.substr(at + 11));
-      std::vector<int> ids;
-      for (int id; ids.size() < 12 && generated >> id;) ids.push_back(id);
-      expected["g" + std::to_string(i)] = nlohmann::json::array({{{"token_ids", ids}, {"finish_reason", "length"}}});
+      expected["g" + std::to_string(i)] = scored_greedy_tokens(model, prompts[i], max_tokens[i]);
     }
     for (const std::string launcher : {std::string(), mpirun(2)}) {
       const std::string output = scratch / (name + (launcher.empty() ? "-single" : "-np2") + ".jsonl");
       const testing::CommandResult result =
           run_command(launcher + testing::moert_binary() + " run --model " + model + " --input " + input + " --output " +
-                      output + " --threads 1 --max-batched-tokens 48 --block-size 8 --kv-cache-dtype f32");
-      ASSERT_EQ(result.exit_code, 0) << name << ": " << result.err;
+                      output + " --threads 1 --max-batched-tokens 48 --block-size 8 --kv-cache-dtype f32" + extra);
+      EXPECT_EQ(result.exit_code, 0) << name << ": " << result.err;
+      logs.push_back(result.err);
       const std::map<std::string, nlohmann::json> got = outputs_by_id(output);
-      ASSERT_EQ(got.size(), expected.size()) << name;
-      for (const auto& [id, outputs] : expected) {
-        EXPECT_EQ(got.at(id)[0]["token_ids"], outputs[0]["token_ids"]) << name << " " << id << " " << launcher;
+      EXPECT_EQ(got.size(), expected.size()) << name;
+      for (const auto& [id, tokens] : expected) {
+        EXPECT_EQ(got.count(id), 1u) << name << " " << id;
+        if (got.count(id) == 1) EXPECT_EQ(got.at(id)[0]["token_ids"], nlohmann::json(tokens)) << name << " " << id << " " << launcher;
       }
     }
   }
+  return logs;
 }
 
+// gpt-oss through `moert run`: prompts six or more windows long (W = 16), greedy, on 1 and 2
+// ranks with an F32 KV cache, from the BF16 and the MXFP4 release checkpoints, give the
+// reference forward's greedy tokens (`moert score`).
+TEST(CliParallelGptOss, LongPromptsGiveTheReferenceTokensOnOneAndTwoRanks) {
+  if (testing::shared_dir().empty() || !std::filesystem::exists(testing::shared_dir() + "/reference/gptoss-tiny/hf")) {
+    GTEST_SKIP() << "no shared gpt-oss cases";
+  }
+  std::vector<std::vector<int>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int> prompt;
+    for (int j = 0; j < 96 + 9 * i; ++j) prompt.push_back((i * 211 + j * 37 + 5) % 1000);
+    prompts.push_back(prompt);
+  }
+  expect_run_matches_score("cli-parallel-gptoss", {"gptoss-tiny", "gptoss-tiny-mxfp4"}, prompts, {12, 12, 12, 12}, "");
+}
+
+// DeepSeek-V3 through `moert run`: a mixed batch (prompts of 1 to 70 tokens, 1 to 20 new
+// tokens, two sharing a prefix) on 1 and 2 ranks with an F32 latent cache gives the
+// reference forward's tokens from the BF16 and the FP8 release checkpoints; the summary and
+// every metrics line report the latent cache's size, layers x (kv_lora_rank +
+// qk_rope_head_dim) x 4 bytes per token.
+TEST(CliParallelDeepseekV3, MixedBatchGivesTheReferenceTokensOnOneAndTwoRanks) {
+  if (testing::shared_dir().empty() || !std::filesystem::exists(testing::shared_dir() + "/reference/deepseekv3-tiny/hf")) {
+    GTEST_SKIP() << "no shared DeepSeek-V3 cases";
+  }
+  std::vector<std::vector<int>> prompts;
+  std::vector<int> max_tokens;
+  for (int i = 0; i < 7; ++i) {
+    std::vector<int> prompt;
+    const int length = i == 0 ? 1 : 3 + (i * 23) % 68;
+    for (int j = 0; j < length; ++j) prompt.push_back((i * 131 + j * 29 + 7) % 1000);
+    prompts.push_back(prompt);
+    max_tokens.push_back(1 + (i * 7) % 20);
+  }
+  prompts.push_back(prompts[3]);  // a prefix-cache hit on the latent blocks
+  prompts.back().push_back(5);
+  max_tokens.push_back(9);
+  testing::ScratchDir metrics_dir("cli-parallel-deepseek-metrics");
+  const std::string metrics = metrics_dir / "metrics.jsonl";
+  const int64_t bytes_per_token = 4 * (64 + 16) * 4;  // 4 layers, kv_lora_rank 64, rope 16, F32
+  const std::vector<std::string> logs = expect_run_matches_score(
+      "cli-parallel-deepseek", {"deepseekv3-tiny", "deepseekv3-tiny-fp8"}, prompts, max_tokens, " --metrics " + metrics);
+  for (const std::string& log : logs) {
+    EXPECT_NE(log.find(std::to_string(bytes_per_token) + " KV cache bytes per token (all layers, f32)"),
+              std::string::npos) << log;
+  }
+  std::istringstream lines(testing::read_file(metrics));
+  int count = 0;
+  for (std::string line; std::getline(lines, line); ++count) {
+    EXPECT_EQ(nlohmann::json::parse(line).at("kv_cache_bytes_per_token"), bytes_per_token) << line;
+  }
+  EXPECT_GT(count, 0);
+}
+
+// Greedy outputs of speculative decoding equal plain decoding on 1, 2 and 4 ranks, with a
+// truncated draft of a draft-friendly target, the target's own NVFP4 copy as its draft
+// (self-speculation), the n-gram proposer, and adaptive depth. Sampled requests finish
+// (their tokens legitimately depend on the pass structure).
 TEST(CliParallelSpec, GreedyOutputsEqualPlainDecodingOnOneAndFourRanks) {
   testing::ScratchDir scratch("cli-parallel-spec");
   const std::string moert = testing::moert_binary();

@@ -326,17 +326,21 @@ TEST(CliQuantize, GptOssMxfp4IsTheReleaseLayout) {
 namespace moert {
 namespace {
 
-// Speculative decoding on gpt-oss (sliding windows in the target's and the draft's caches,
-// rollback after rejected drafts): the model drafting for itself accepts everything and the
-// outputs equal plain decoding.
-TEST(CliRun, GptOssSelfDraftEqualsPlainDecoding) {
-  const std::string model = testing::shared_dir() + "/reference/gptoss-tiny/hf";
-  if (testing::shared_dir().empty() || !fs::exists(model)) GTEST_SKIP() << "no shared gpt-oss case";
-  testing::ScratchDir scratch("cli-gptoss-spec");
+// Speculative decoding (rollback after rejected drafts) on the release-shaped architectures:
+// gpt-oss (sliding windows in the target's and the draft's caches) and DeepSeek-V3 (latent
+// caches). The model drafting for itself accepts everything, and both it and the n-gram
+// proposer give the outputs of plain decoding.
+class CliRunSelfDraft : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CliRunSelfDraft, EqualsPlainDecoding) {
+  const std::string model = testing::shared_dir() + "/reference/" + GetParam() + "/hf";
+  if (testing::shared_dir().empty() || !fs::exists(model)) GTEST_SKIP() << "no shared " << GetParam() << " case";
+  testing::ScratchDir scratch("cli-self-draft-" + GetParam());
   std::string text;
   for (int i = 0; i < 4; ++i) {
     std::vector<int> prompt;
-    for (int j = 0; j < 30 + 11 * i; ++j) prompt.push_back((i * 97 + j * 13 + 1) % 1000);
+    const int phrase = 3 + i;  // repeats give the n-gram proposer something to propose
+    for (int j = 0; j < 30 + 11 * i; ++j) prompt.push_back(i % 2 == 0 ? (i * 97 + j * 13 + 1) % 1000 : (i * 31 + (j % phrase) * 7) % 1000);
     text += nlohmann::json({{"id", "s" + std::to_string(i)}, {"prompt_token_ids", prompt}, {"max_tokens", 20}}).dump() + "\n";
   }
   testing::write_file(scratch / "in.jsonl", text);
@@ -347,14 +351,67 @@ TEST(CliRun, GptOssSelfDraftEqualsPlainDecoding) {
     EXPECT_EQ(result.exit_code, 0) << result.err;
     return result;
   };
+  auto outputs = [&](const std::string& name) {
+    std::map<std::string, nlohmann::json> by_id;
+    for (const auto& line : read_jsonl(scratch / name)) by_id[line["id"]] = line["outputs"];
+    return by_id;
+  };
   run("plain.jsonl", "");
   const testing::CommandResult spec = run("draft.jsonl", "--spec draft --draft-model " + model + " --spec-k 3");
   EXPECT_NE(spec.err.find("accepted (rate 1.000)"), std::string::npos) << spec.err;
   EXPECT_EQ(read_jsonl(scratch / "draft.jsonl").size(), 4u);
-  std::map<std::string, nlohmann::json> plain, draft;
-  for (const auto& line : read_jsonl(scratch / "plain.jsonl")) plain[line["id"]] = line["outputs"];
-  for (const auto& line : read_jsonl(scratch / "draft.jsonl")) draft[line["id"]] = line["outputs"];
-  EXPECT_EQ(draft, plain);
+  EXPECT_EQ(outputs("draft.jsonl"), outputs("plain.jsonl"));
+  run("ngram.jsonl", "--spec ngram --spec-k 4");
+  EXPECT_EQ(outputs("ngram.jsonl"), outputs("plain.jsonl"));
+}
+
+INSTANTIATE_TEST_SUITE_P(ReleaseShapes, CliRunSelfDraft, ::testing::Values("gptoss-tiny", "deepseekv3-tiny"),
+                         [](const auto& info) { return testing::test_param_name(info.param); });
+
+// `moert quantize --format fp8` of the BF16 DeepSeek-V3 checkpoint writes the DeepSeek
+// release layout (F8_E4M3 weight + F32 weight_scale_inv per 128x128 tile, ragged edges):
+// the same tensors, dtypes and shapes as the shared FP8 case, and it serves with the
+// greedy tokens of that case.
+TEST(CliQuantize, DeepseekFp8IsTheReleaseLayout) {
+  const std::string ref = testing::shared_dir() + "/reference/";
+  if (testing::shared_dir().empty() || !fs::exists(ref + "deepseekv3-tiny-fp8/hf")) GTEST_SKIP() << "no shared DeepSeek cases";
+  testing::ScratchDir scratch("cli-quantize-deepseek");
+  const std::string out = scratch / "fp8";
+  const testing::CommandResult quantized =
+      run_command(moert() + " quantize --model " + ref + "deepseekv3-tiny/hf --format fp8 --out " + out);
+  ASSERT_EQ(quantized.exit_code, 0) << quantized.err;
+  const io::Checkpoint mine = io::Checkpoint::open(out).value();
+  const io::Checkpoint release = io::Checkpoint::open(ref + "deepseekv3-tiny-fp8/hf").value();
+  std::vector<std::string> names = mine.tensor_names(), release_names = release.tensor_names();
+  std::sort(names.begin(), names.end());
+  std::sort(release_names.begin(), release_names.end());
+  ASSERT_EQ(names, release_names);
+  int differing = 0;
+  for (const std::string& name : names) {
+    const TensorView a = mine.get(name).value(), b = release.get(name).value();
+    ASSERT_EQ(a.dtype, b.dtype) << name;
+    ASSERT_EQ(a.shape, b.shape) << name;
+    const size_t bytes = static_cast<size_t>(a.numel() * dtype_bits(a.dtype) / 8);
+    const auto* x = static_cast<const uint8_t*>(a.data);
+    const auto* y = static_cast<const uint8_t*>(b.data);
+    for (size_t i = 0; i < bytes; ++i) {
+      // E4M3 zeros may differ in sign (a tiny negative weight rounds to -0 here, +0 there).
+      const bool both_zero = a.dtype == DType::kF8E4M3 && (x[i] & 0x7F) == 0 && (y[i] & 0x7F) == 0;
+      differing += x[i] != y[i] && !both_zero ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(differing, 0) << "bytes that differ from the release layout";
+  const nlohmann::json config = nlohmann::json::parse(testing::read_file(out + "/config.json"));
+  EXPECT_EQ(config["quantization_config"]["quant_method"], "fp8");
+  EXPECT_EQ(config["quantization_config"]["weight_block_size"], nlohmann::json({128, 128}));
+  const nlohmann::json expected = nlohmann::json::parse(testing::read_file(ref + "deepseekv3-tiny-fp8/ref.json"));
+  std::string prompt;
+  for (int t : expected["prompt_tokens"]) prompt += (prompt.empty() ? "" : ",") + std::to_string(t);
+  const testing::CommandResult scored = run_command(moert() + " score --model " + out + " --tokens " + prompt + " -n 8");
+  ASSERT_EQ(scored.exit_code, 0) << scored.err;
+  std::string first_eight;
+  for (int i = 0; i < 8; ++i) first_eight += (i ? " " : "") + std::to_string(expected["gen_tokens"][static_cast<size_t>(i)].get<int>());
+  EXPECT_NE(scored.out.find("generated: " + first_eight), std::string::npos) << scored.out;
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 // per-tensor scale: scales, codes, ragged edge tiles, non-finite input, round-trip MSE (§5b).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "quant/formats/fp8.h"
@@ -63,6 +65,31 @@ TEST(Fp8Block, RaggedTilesScalesAndCodes) {
       ASSERT_EQ(y[i], e4m3_decode(q->data[i]) * s) << r << " " << c;  // DeepSeek weight_dequant
     }
   }
+}
+
+// Codes are the exact quotient x / scale rounded once: for every value of a tile, the code
+// decodes to the E4M3 value nearest to x / scale computed in float64 (a float32 quotient can
+// land on a tie and round the wrong way: 0.10107421875 / (0.26953125 / 448) = 168.0000070).
+TEST(Fp8Block, CodesRoundTheExactQuotient) {
+  std::vector<float> x = {0.26953125f, 0.10107421875f, -0.10107421875f, 0.050537109375f};
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  for (int i = 0; i < 4000; ++i) x.push_back(normal(rng));
+  const int64_t cols = static_cast<int64_t>(x.size());
+  Fp8BlockTensor t = fp8_block_quantize(x.data(), 1, cols, 1, cols).value();
+  const float scale = t.scale_inv[0];
+  std::vector<float> grid;  // every finite E4M3 magnitude
+  for (int code = 0; code < 0x7F; ++code) grid.push_back(e4m3_decode(static_cast<uint8_t>(code)));
+  for (int64_t i = 0; i < cols; ++i) {
+    const double exact = std::fabs(static_cast<double>(x[static_cast<size_t>(i)]) / scale);
+    double best = 1e30;
+    for (float g : grid) best = std::min(best, std::fabs(g - exact));
+    const double got = std::fabs(static_cast<double>(e4m3_decode(t.data[static_cast<size_t>(i)])));
+    ASSERT_EQ(std::fabs(got - exact), best) << i << ": " << x[static_cast<size_t>(i)] << " / " << scale;
+  }
+  EXPECT_EQ(e4m3_decode(t.data[1]), 176.0f);  // not the tie-to-even 160 of the float32 quotient 168
+  EXPECT_EQ(e4m3_decode(t.data[2]), -176.0f);
+  EXPECT_EQ(e4m3_decode(t.data[3]), 88.0f);
 }
 
 TEST(Fp8Block, TileMaxDecodesToAbout448TimesScale) {
