@@ -204,11 +204,12 @@ struct VariantCase {
 // K/V through slots, attend causally under `variant`, copy a block; against float64 dense
 // causal attention over each sequence. With a window, the pages wholly behind every row's
 // window are handed over as the null block, which holds NaN: reading one would show.
-// `round_to_bf16` rounds the reference's K/V as a BF16 cache stores them. Returns the
-// relative L2 error.
+// `round_to_bf16` rounds the reference's K/V as a BF16 cache stores them. `latent`: one kv
+// head whose row is key and value at once, in one aliased storage (MLA, attention/paged_kv.h).
+// Returns the relative L2 error.
 double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, const VariantCase& variant,
-                             bool round_to_bf16) {
-  const int block_size = 4, kv_heads = 2, heads = 6, head_dim = 8, num_blocks = 40;
+                             bool round_to_bf16, bool latent = false) {
+  const int block_size = 4, kv_heads = latent ? 1 : 2, heads = 6, head_dim = 8, num_blocks = 40;
   const std::vector<int> kv_lens{1, 4, 5, 13};   // per sequence, positions with K/V
   const std::vector<int> q_lens{1, 4, 2, 13};    // the last q_len positions are queries
   std::normal_distribution<float> normal;
@@ -221,14 +222,16 @@ double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, c
   Buffer k_cache = backend.allocate(dtype, shape), v_cache = backend.allocate(dtype, shape);
   Buffer k_scales = backend.allocate(DType::kF32, {num_blocks, kv_heads});
   Buffer v_scales = backend.allocate(DType::kF32, {num_blocks, kv_heads});
+  const Buffer& values_storage = latent ? k_cache : v_cache;
+  const Buffer& value_scales = latent ? k_scales : v_scales;
   const int64_t block_bytes = static_cast<int64_t>(k_cache.size_bytes()) / num_blocks;
   std::memset(k_cache.view().data, 0xFF, static_cast<size_t>(block_bytes));  // the null block: NaN in every dtype
   std::memset(v_cache.view().data, 0xFF, static_cast<size_t>(block_bytes));
-  attention::PagedKvLayer layer{k_cache.view().data, v_cache.view().data, num_blocks, block_size, kv_heads, head_dim,
-                                dtype};
+  attention::PagedKvLayer layer{k_cache.view().data, values_storage.view().data, num_blocks, block_size, kv_heads,
+                                head_dim, dtype};
   if (dtype == DType::kF8E4M3) {
     layer.k_scales = k_scales.data<float>();
-    layer.v_scales = v_scales.data<float>();
+    layer.v_scales = value_scales.data<float>();
     for (int head = 0; head < kv_heads; ++head) layer.k_scales[head] = layer.v_scales[head] = 1.0f;
   }
   std::vector<int32_t> free_blocks(num_blocks - 1);
@@ -248,12 +251,14 @@ double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, c
     for (int p = 0; p < kv_lens[b]; ++p) {
       for (int i = 0; i < kv_heads * head_dim; ++i) seq_v.back()[static_cast<size_t>(p * kv_heads * head_dim + i)] *= 1.0f + 0.3f * p;
     }
+    if (latent) seq_k.back() = seq_v.back();
     std::vector<int64_t> slots;
     for (int p = 0; p < kv_lens[b]; ++p) slots.push_back(static_cast<int64_t>(table[static_cast<size_t>(p / block_size)]) * block_size + p % block_size);
     slots.push_back(-1);  // padding is skipped
     std::vector<float> k_rows = seq_k.back(), v_rows = seq_v.back();
     k_rows.resize(k_rows.size() + static_cast<size_t>(kv_heads * head_dim), 99.0f);
     v_rows.resize(k_rows.size(), 99.0f);
+    if (latent) v_rows = k_rows;  // the model hands the same row as key and value
     // Sequence 3 arrives in two writes (prefill, then the rest), as the engine writes it.
     const int64_t split = b == 3 ? 6 : 0;
     const int64_t row_floats = kv_heads * head_dim;
@@ -331,7 +336,7 @@ double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, c
   // Copy-on-write: the last sequence's last block into a fresh one, bytes and scale alike.
   const int32_t src = pages.back(), dst = free_blocks.back();
   backend.copy_kv_blocks(layer, &src, &dst, 1);
-  for (const Buffer* cache : {&k_cache, &v_cache}) {
+  for (const Buffer* cache : {static_cast<const Buffer*>(&k_cache), &values_storage}) {
     const char* bytes = static_cast<const char*>(cache->view().data);
     EXPECT_EQ(std::memcmp(bytes + dst * block_bytes, bytes + src * block_bytes, static_cast<size_t>(block_bytes)), 0);
   }
@@ -371,6 +376,16 @@ TEST_P(Conformance, PagedAttentionOverBf16AndFp8CachesMatchesFloat64) {
   EXPECT_LT(fp8_error, 0.05);
   EXPECT_GT(fp8_error, 1e-3);
   EXPECT_LT(paged_attention_error(*backend_, rng_, DType::kF8E4M3, {0.0f, 0.0f, 5, true}, false), 0.05);
+}
+
+// A latent cache (MLA): one kv head whose row is key and value, stored once; its writes,
+// block copies and FP8 scales go through the aliased storage.
+TEST_P(Conformance, PagedAttentionOverLatentCachesMatchesFloat64) {
+  EXPECT_LT(paged_attention_error(*backend_, rng_, DType::kF32, {0.3f, 0.0f, 0, false}, false, true), kTolerance);
+  EXPECT_LT(paged_attention_error(*backend_, rng_, DType::kBF16, {}, true, true), kTolerance);
+  const double fp8_error = paged_attention_error(*backend_, rng_, DType::kF8E4M3, {}, false, true);
+  EXPECT_LT(fp8_error, 0.05);
+  EXPECT_GT(fp8_error, 1e-3);
 }
 
 TEST_P(Conformance, SwigluAndGroupedExpertFfnMatchFloat64) {
