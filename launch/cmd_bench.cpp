@@ -1,79 +1,273 @@
-// moert bench: offline throughput of the engine on synthetic requests.
+// moert bench: offline throughput and latency of ONE engine over all ranks (expert
+// parallelism under mpirun / srun, as `moert run` serves). Rank 0 makes or reads the
+// requests, hands them out, gathers every request's timings and reports once: per batch
+// size (the concurrency limit) output and total throughput and TTFT / TPOT / ITL / E2E
+// percentiles (runtime/bench/bench_stats.h), as text, JSON, CSV and a plot.
+#include <unistd.h>
+
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <optional>
 
+#include <nlohmann/json.hpp>
+
+#include "core/cpu/isa.h"
+#include "core/log.h"
+#include "experts/placement/placement.h"
+#include "launch/bench_plot.h"
 #include "launch/commands.h"
 #include "launch/engine_options.h"
+#include "launch/job.h"
 #include "launch/spec_options.h"
+#include "runtime/bench/bench_stats.h"
+#include "runtime/engine/request_io.h"
 #include "runtime/model/weights.h"
 #include "runtime/sampling/sampler.h"
+
+#ifndef MOERT_BUILD_COMMIT
+#define MOERT_BUILD_COMMIT "unknown"
+#endif
 
 namespace po = boost::program_options;
 
 namespace moert::launch {
+namespace {
+
+struct BenchOptions {
+  std::string model_dir, input_path, batch_sizes = "", json_path, csv_path, plot_path;
+  int num_requests = 0, input_len = 128, output_len = 64, warmup = 1, repeats = 3;
+  std::string len_dist = "fixed";
+  double len_range = 0.5;
+  uint64_t seed = 0;
+  bool repetitive = false;
+};
+
+// A length around `mean` for request r: fixed, or uniform in [mean (1 - range), mean (1 + range)].
+int request_length(const BenchOptions& o, int mean, uint64_t stream, int r) {
+  if (o.len_dist == "fixed") return mean;
+  const double u = sampling::counter_uniform(o.seed ^ 0x5bd1e995u, stream, static_cast<uint64_t>(r));
+  const double low = mean * (1.0 - o.len_range), high = mean * (1.0 + o.len_range);
+  return std::max(1, static_cast<int>(low + u * (high - low + 1.0)));
+}
+
+// Request lines of one run (rank 0): synthetic random prompts, or the --input file's lines
+// with fresh ids. Ids name the batch size and run so that no two runs share a prefix hash.
+std::vector<std::string> make_request_lines(const BenchOptions& o, const std::vector<std::string>& input_lines,
+                                            int vocab_size, int num_requests, int batch_size, int run) {
+  std::vector<std::string> lines;
+  const std::string prefix = "b" + std::to_string(batch_size) + "-r" + std::to_string(run) + "-";
+  for (int r = 0; r < num_requests; ++r) {
+    nlohmann::json request;
+    if (!input_lines.empty()) {
+      request = nlohmann::json::parse(input_lines[static_cast<size_t>(r) % input_lines.size()]);
+    } else {
+      const int input_len = request_length(o, o.input_len, 1, r), output_len = request_length(o, o.output_len, 2, r);
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < input_len; ++i) {
+        const int at = o.repetitive ? i % 8 : i;  // a repetitive prompt repeats its first 8 tokens
+        // Runs draw different prompts (no prefix-cache hits between repeats).
+        const double u = sampling::counter_uniform(o.seed + static_cast<uint64_t>(run) * 7919u +
+                                                       static_cast<uint64_t>(batch_size) * 104729u,
+                                                   static_cast<uint64_t>(r), static_cast<uint64_t>(at));
+        prompt.push_back(static_cast<int32_t>(u * vocab_size));
+      }
+      request = {{"prompt_token_ids", prompt}, {"max_tokens", output_len}};
+    }
+    request["id"] = prefix + std::to_string(r);
+    lines.push_back(request.dump());
+  }
+  return lines;
+}
+
+std::string hostname() {
+  char name[256] = {0};
+  return gethostname(name, sizeof(name) - 1) == 0 ? name : "unknown";
+}
+
+}  // namespace
 
 int run_bench(const std::vector<std::string>& args) {
   po::options_description options("moert bench options");
-  std::string model_dir;
-  int num_requests = 32, input_len = 128, output_len = 64;
-  uint64_t seed = 0;
+  BenchOptions o;
   EngineOptions engine_options;
   SpecOptions spec_options;
-  bool repetitive = false;
   options.add_options()
       ("help,h", "show this help")
-      ("model", po::value(&model_dir)->required(), "Hugging Face model directory (e.g. from moert make-model)")
-      ("num-requests", po::value(&num_requests)->default_value(32), "synthetic requests")
-      ("input-len", po::value(&input_len)->default_value(128), "prompt tokens per request (random ids)")
-      ("output-len", po::value(&output_len)->default_value(64), "generated tokens per request (no stop tokens)")
-      ("seed", po::value(&seed)->default_value(0), "seed of the random prompts")
-      ("repetitive", po::bool_switch(&repetitive), "prompts repeat a random 8-token phrase (where n-gram drafting shines)");
+      ("model", po::value(&o.model_dir)->required(), "Hugging Face model directory (e.g. from moert make-model)")
+      ("input", po::value(&o.input_path), "requests in any format `moert run` reads (default: synthetic random prompts)")
+      ("batch-sizes", po::value(&o.batch_sizes), "comma-separated concurrency limits, one result each (default: --max-seqs)")
+      ("num-requests", po::value(&o.num_requests)->default_value(0), "requests per run (0: 4 x batch size, at least 8)")
+      ("input-len", po::value(&o.input_len)->default_value(128), "prompt tokens per synthetic request (mean)")
+      ("output-len", po::value(&o.output_len)->default_value(64), "generated tokens per synthetic request (mean; no stop)")
+      ("len-dist", po::value(&o.len_dist)->default_value("fixed"), "length distribution: fixed, or uniform in [len (1 - r), len (1 + r)]")
+      ("len-range", po::value(&o.len_range)->default_value(0.5), "r of --len-dist uniform, in [0, 1)")
+      ("warmup", po::value(&o.warmup)->default_value(1), "untimed runs before the timed ones, per batch size")
+      ("repeats", po::value(&o.repeats)->default_value(3), "timed runs per batch size (medians and spread)")
+      ("seed", po::value(&o.seed)->default_value(0), "seed of the synthetic prompts")
+      ("repetitive", po::bool_switch(&o.repetitive), "prompts repeat a random 8-token phrase (where n-gram drafting shines)")
+      ("json", po::value(&o.json_path), "write {\"config\": ..., \"results\": [...]} here (rank 0)")
+      ("csv", po::value(&o.csv_path), "write one CSV row per result here (rank 0)")
+      ("plot", po::value(&o.plot_path), "write a PNG: throughput vs batch size, TPOT vs throughput (gnuplot)");
   add_engine_options(options, engine_options);
   add_spec_options(options, spec_options);
   po::variables_map vm;
   if (!parse_command_line(args, options, &vm)) return 0;
-  if (num_requests < 1 || input_len < 1 || output_len < 1) {
-    throw CommandError("--num-requests, --input-len and --output-len must be >= 1");
+  if (o.input_len < 1 || o.output_len < 1) throw CommandError("--input-len and --output-len must be >= 1");
+  if (o.num_requests < 0) throw CommandError("--num-requests must be >= 0");
+  if (o.warmup < 0 || o.repeats < 1) throw CommandError("--warmup must be >= 0 and --repeats >= 1");
+  if (o.len_dist != "fixed" && o.len_dist != "uniform") {
+    throw CommandError("--len-dist '" + o.len_dist + "' is not fixed or uniform");
   }
-  const std::unique_ptr<LoadedModel> loaded = value_or_throw(load_model(model_dir));
+  if (!(o.len_range >= 0.0 && o.len_range < 1.0)) throw CommandError("--len-range must be in [0, 1)");
+  std::vector<int> batch_sizes = o.batch_sizes.empty() ? std::vector<int>{engine_options.max_seqs}
+                                                       : parse_int_list(o.batch_sizes, "batch-sizes");
+  for (int b : batch_sizes) {
+    if (b < 1) throw CommandError("--batch-sizes entries must be >= 1 (got " + std::to_string(b) + ")");
+  }
+
+  JobTransport job_transport = make_job_transport();
+  comm::Transport& transport = *job_transport.transport;
+  const bool root = transport.rank() == 0;
+  const int ranks = transport.world_size();
+
+  std::unique_ptr<LoadedModel> loaded;
+  std::optional<engine::EngineConfig> config;
+  std::optional<experts::ExpertPlacement> placement;
+  std::unique_ptr<SpecSetup> spec_setup;
+  std::vector<std::string> input_lines;
+  int threads = 1;
+  std::optional<std::string> setup_error;
+  try {
+    loaded = value_or_throw(load_model(o.model_dir));
+    config = resolve_engine_config(engine_options, loaded->config);
+    config->forward_when_idle = true;
+    config->record_token_times = true;
+    spec_setup = std::make_unique<SpecSetup>(spec_options, loaded->config, &*config);
+    threads = resolve_threads(engine_options);
+    placement = value_or_throw(experts::contiguous_placement(loaded->config.num_experts(), ranks));
+    if (root && !o.input_path.empty()) {
+      std::ifstream input(o.input_path);
+      if (!input) throw CommandError("cannot open input " + o.input_path);
+      int line_number = 0;
+      for (std::string line; std::getline(input, line);) {
+        ++line_number;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        const Status parsed = engine::parse_request_line(line).status();
+        if (!parsed.is_ok()) throw CommandError(o.input_path + " line " + std::to_string(line_number) + ": " + parsed.message());
+        input_lines.push_back(line);
+      }
+      if (input_lines.empty()) throw CommandError(o.input_path + " holds no requests");
+    }
+  } catch (const CommandError& e) {
+    setup_error = e.what();
+  }
+  agree_on_setup(transport, setup_error);
   const LoadedModel& model = *loaded;
-  engine::EngineConfig config = resolve_engine_config(engine_options, model.config);
-  SpecSetup spec_setup(spec_options, model.config, &config);
-  const int threads = resolve_threads(engine_options);
-  std::cout << "model: " << describe_model_config(model.config) << "\n" << describe_engine_config(config, threads) << "\n"
-            << spec_setup.describe() << "\n";
+  if (root) {
+    std::cout << "model: " << describe_model_config(model.config) << "\n"
+              << describe_engine_config(*config, threads) << ", " << ranks << " rank(s)\n"
+              << spec_setup->describe() << "\n";
+  }
   ThreadPool pool(threads);
   TransformerForward forward(model.config, model.weights, pool);
-  engine::Engine engine(forward, config);
-  engine.set_proposer(spec_setup.start(pool, config));
-  for (int r = 0; r < num_requests; ++r) {
-    engine::Request request;
-    request.id = "bench-" + std::to_string(r);
-    for (int i = 0; i < input_len; ++i) {
-      const int at = repetitive ? i % 8 : i;  // a repetitive prompt repeats its first 8 tokens
-      const double u = sampling::counter_uniform(seed, static_cast<uint64_t>(r), static_cast<uint64_t>(at));
-      request.prompt.push_back(static_cast<int32_t>(u * model.config.vocab_size));
+  parallel::ExpertParallelExperts experts(model.config, std::move(*placement), transport);
+  forward.set_routed_experts(&experts);
+  spec::Proposer* proposer = spec_setup->start(pool, *config);
+  parallel::BatchJobConfig job;
+  job.progress_interval_s = 0.0;
+
+  std::vector<bench::BenchResult> results;
+  for (const int batch_size : batch_sizes) {
+    engine::EngineConfig run_config = *config;
+    run_config.scheduler.max_seqs = (batch_size + ranks - 1) / ranks;  // the limit over all ranks
+    const int num_requests = o.num_requests > 0 ? o.num_requests : std::max(8, 4 * batch_size);
+    std::vector<bench::RunMeasurement> timed;
+    engine::EngineStats last_totals;  // of the last timed run, for the engine and spec summaries
+    double last_wall_s = 0.0;
+    for (int run = 0; run < o.warmup + o.repeats; ++run) {
+      engine::Engine engine(forward, run_config);  // a fresh KV pool: no hits from earlier runs
+      engine.set_proposer(proposer);
+      std::vector<std::string> lines;
+      std::vector<int64_t> blocks;
+      if (root) {
+        lines = make_request_lines(o, input_lines, model.config.vocab_size, num_requests, batch_size, run);
+        for (const std::string& line : lines) {
+          Result<engine::Request> request = engine::parse_request_line(line);
+          const Status fits = request.is_ok() ? engine.check_request(*request) : request.status();
+          if (!fits.is_ok()) transport.abort(1, "bench request: " + fits.message());
+          blocks.push_back(parallel::request_block_estimate(*request, run_config.block_size));
+        }
+      }
+      bench::RunMeasurement measurement;
+      const auto start = std::chrono::steady_clock::now();
+      Result<parallel::BatchJobReport> report = serve_request_lines(
+          transport, engine, forward, experts, job, lines, blocks, [&](const std::string& line) -> Status {
+            Result<bench::RequestTiming> timing = bench::timing_from_output_line(line);
+            if (!timing.is_ok()) return timing.status();
+            measurement.requests.push_back(std::move(timing).value());
+            return Status::ok();
+          });
+      measurement.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (!report.is_ok()) throw CommandError(report.status().message());
+      if (root) {
+        last_totals = sum_engine_stats(report->rank_engine_stats);
+        last_wall_s = measurement.wall_s;
+      }
+      if (run >= o.warmup) timed.push_back(std::move(measurement));
     }
-    request.params.max_tokens = output_len;
-    const Status added = engine.add_request(std::move(request));
-    if (!added.is_ok()) throw CommandError(added.message());
+    if (!root) continue;
+    std::cout << engine_summary(last_totals, run_config, model.config, last_wall_s) << "\n";
+    if (spec_setup->enabled()) std::cout << spec_setup->summary(last_totals) << "\n";
+    const bench::BenchResult result = bench::aggregate(timed, ranks, batch_size);
+    results.push_back(result);
+    std::printf("bench: ranks=%d batch_size=%d requests=%lld input_len=%.1f output_len=%.1f threads=%d spec=%s "
+                "spec_k=%s wall_s=%.3f input_tok_s=%.1f output_tok_s=%.1f total_tok_s=%.1f ttft_ms_p50=%.2f "
+                "tpot_ms_p50=%.3f itl_ms_p99=%.3f e2e_ms_p50=%.2f acceptance=%.3f tokens_per_pass=%.3f\n",
+                ranks, batch_size, static_cast<long long>(result.num_requests), result.input_len, result.output_len,
+                threads, spec_options.method.c_str(), spec_options.num_draft.c_str(), result.wall_s,
+                result.total_throughput_tok_s - result.output_throughput_tok_s, result.output_throughput_tok_s,
+                result.total_throughput_tok_s, result.ttft_ms.p50, result.tpot_ms.p50, result.itl_ms.p99,
+                result.e2e_ms.p50, last_totals.acceptance.acceptance_rate(),
+                last_totals.acceptance.mean_tokens_per_pass());
+    std::fflush(stdout);
   }
-  const auto start = std::chrono::steady_clock::now();
-  while (engine.has_unfinished()) {
-    Result<std::vector<engine::RequestOutput>> outputs = engine.step();
-    if (!outputs.is_ok()) throw CommandError(outputs.status().message());
+  if (!root) return 0;
+
+  const nlohmann::json bench_config = {
+      {"model", o.model_dir},
+      {"architecture", architecture_name(model.config.arch)},
+      {"weight_formats", describe_weight_formats(model.weights)},
+      {"kv_cache_dtype", attention::kv_cache_dtype_name(config->kv_cache_dtype)},
+      {"device", std::string("cpu (") + cpu::cpu_isa_name() + ")"},
+      {"ranks", ranks},
+      {"threads_per_rank", threads},
+      {"block_size", config->block_size},
+      {"max_batched_tokens", config->scheduler.max_batched_tokens},
+      {"prefix_caching", config->enable_prefix_caching},
+      {"spec", spec_options.method},
+      {"spec_k", spec_options.num_draft},
+      {"input", o.input_path.empty() ? nlohmann::json("synthetic") : nlohmann::json(o.input_path)},
+      {"input_len", o.input_len},
+      {"output_len", o.output_len},
+      {"len_dist", o.len_dist},
+      {"warmup", o.warmup},
+      {"repeats", o.repeats},
+      {"seed", o.seed},
+      {"commit", MOERT_BUILD_COMMIT},
+      {"host", hostname()}};
+  nlohmann::json document = {{"config", bench_config}, {"results", nlohmann::json::array()}};
+  for (const bench::BenchResult& r : results) document["results"].push_back(bench::result_to_json(r));
+  if (!o.json_path.empty()) throw_if_error(write_text_file(o.json_path, document.dump(2) + "\n"));
+  if (!o.csv_path.empty()) {
+    std::string csv = bench::csv_header() + "\n";
+    for (const bench::BenchResult& r : results) csv += bench::csv_row(r) + "\n";
+    throw_if_error(write_text_file(o.csv_path, csv));
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const engine::EngineStats& s = engine.stats();
-  std::cout << engine_summary(s, config, model.config, wall) << "\n";
-  if (spec_setup.enabled()) std::cout << spec_setup.summary(s) << "\n";
-  std::printf("bench: requests=%d input_len=%d output_len=%d max_seqs=%d threads=%d spec=%s spec_k=%s wall_s=%.3f "
-              "input_tok_s=%.1f output_tok_s=%.1f total_tok_s=%.1f acceptance=%.3f tokens_per_pass=%.3f\n",
-              num_requests, input_len, output_len, config.scheduler.max_seqs, threads, spec_options.method.c_str(),
-              spec_options.num_draft.c_str(), wall, s.prompt_tokens / wall, s.output_tokens / wall,
-              (s.prompt_tokens + s.output_tokens) / wall, s.acceptance.acceptance_rate(),
-              s.acceptance.mean_tokens_per_pass());
+  if (!o.plot_path.empty()) throw_if_error(plot_bench_results(document, o.plot_path));
   return 0;
 }
 

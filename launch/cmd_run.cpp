@@ -11,8 +11,7 @@
 #include "launch/commands.h"
 #include "launch/engine_options.h"
 #include "launch/spec_options.h"
-#include "runtime/comm/mpi_transport.h"
-#include "runtime/comm/self_transport.h"
+#include "launch/job.h"
 #include "core/log.h"
 #include "runtime/engine/request_io.h"
 #include "runtime/model/weights.h"
@@ -61,44 +60,6 @@ ParsedInput read_requests(const std::string& input_path, const std::unordered_se
   return parsed;
 }
 
-// Collective: ok when every rank's setup succeeded. A failing rank throws its own error;
-// the others throw one naming the first failing rank, so every rank exits non-zero.
-void agree_on_setup(comm::Transport& transport, const std::optional<std::string>& local_error) {
-  int64_t first_failure = local_error ? transport.world_size() - transport.rank() : 0;
-  const Status reduced = transport.all_reduce(&first_failure, 1, comm::ReduceOp::kMax);
-  if (!reduced.is_ok()) transport.abort(1, "setup agreement failed: " + reduced.message());
-  if (local_error) throw CommandError(*local_error);
-  if (first_failure > 0) {
-    throw CommandError("rank " + std::to_string(transport.world_size() - first_failure) +
-                       " failed to start (its message is above)");
-  }
-}
-
-engine::EngineStats sum_engine_stats(const std::vector<engine::EngineStats>& ranks) {
-  engine::EngineStats total;
-  for (const engine::EngineStats& s : ranks) {
-    total.steps = std::max(total.steps, s.steps);
-    total.prompt_tokens += s.prompt_tokens;
-    total.computed_tokens += s.computed_tokens;
-    total.output_tokens += s.output_tokens;
-    total.preemptions += s.preemptions;
-    total.cow_copies += s.cow_copies;
-    total.peak_used_blocks = std::max(total.peak_used_blocks, s.peak_used_blocks);
-    total.prefix_hit_tokens += s.prefix_hit_tokens;
-    total.prefix_query_tokens += s.prefix_query_tokens;
-    total.unused_slots_at_peak += s.unused_slots_at_peak;  // each rank's own peak
-    total.running_at_peak += s.running_at_peak;
-    total.forward_s = std::max(total.forward_s, s.forward_s);
-    total.sample_s = std::max(total.sample_s, s.sample_s);
-    total.acceptance.merge(s.acceptance);
-    total.spec_steps = std::max(total.spec_steps, s.spec_steps);
-    total.spec_off_steps = std::max(total.spec_off_steps, s.spec_off_steps);
-    total.draft_s = std::max(total.draft_s, s.draft_s);
-    total.verify_s = std::max(total.verify_s, s.verify_s);
-  }
-  return total;
-}
-
 }  // namespace
 
 int run_serve_batch(const std::vector<std::string>& args) {
@@ -129,17 +90,8 @@ int run_serve_batch(const std::vector<std::string>& args) {
     throw CommandError("--balance=replicate computes its own placement; drop --placement " + placement_path);
   }
 
-  std::unique_ptr<comm::MpiSession> mpi;
-  std::unique_ptr<comm::Transport> transport;
-  if (comm::launched_by_mpi()) {
-    if (!comm::mpi_built()) {
-      throw CommandError("started by an MPI launcher, but this moert was built without MPI (MOERT_WITH_MPI=OFF)");
-    }
-    mpi = std::make_unique<comm::MpiSession>(nullptr, nullptr);
-    transport = value_or_throw(comm::make_mpi_transport());
-  } else {
-    transport = comm::make_self_transport();
-  }
+  JobTransport job_transport = make_job_transport();
+  comm::Transport* transport = job_transport.transport.get();
   const int rank = transport->rank();
   const bool root = rank == 0;
 
@@ -209,18 +161,8 @@ int run_serve_batch(const std::vector<std::string>& args) {
     if (parsed.skipped > 0) MOERT_INFO("skipping " << parsed.skipped << " request(s) already in " << output_path);
   }
   agree_on_setup(*transport, setup_error);
-  std::vector<int> assignment;
-  Result<std::vector<std::string>> mine =
-      parallel::distribute_request_lines(*transport, parsed.lines, parsed.blocks, config->num_kv_blocks - 1, &assignment);
-  if (!mine.is_ok()) transport->abort(1, "distributing requests: " + mine.status().message());
-  for (const std::string& line : *mine) {
-    Result<engine::Request> request = engine::parse_request_line(line);
-    const Status added = request.is_ok() ? engine.add_request(std::move(request).value()) : request.status();
-    if (!added.is_ok()) transport->abort(1, "rank " + std::to_string(rank) + " cannot take a request: " + added.message());
-  }
-
-  Result<parallel::BatchJobReport> report = parallel::serve_in_lockstep(
-      *transport, engine, forward, experts, job, [&](const std::string& line) -> Status {
+  Result<parallel::BatchJobReport> report = serve_request_lines(
+      *transport, engine, forward, experts, job, parsed.lines, parsed.blocks, [&](const std::string& line) -> Status {
         const Status written = writer->write_line(line);
         return written.is_ok() ? written : io_error(written.message() + " (" + output_path + ")");
       });

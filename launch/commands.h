@@ -39,6 +39,9 @@ inline void throw_if_error(const Status& status) {
   if (!status.is_ok()) throw CommandError(status.message());
 }
 
+// Writes `text` to `path` (replacing it); io_error naming the path on failure.
+Status write_text_file(const std::string& path, const std::string& text);
+
 // "1,2,3" -> {1, 2, 3}; names the bad entry on error.
 std::vector<int> parse_int_list(const std::string& text, const std::string& option_name);
 

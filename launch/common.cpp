@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 
 namespace moert::launch {
@@ -16,6 +17,14 @@ bool parse_command_line(const std::vector<std::string>& args, const boost::progr
   }
   po::notify(*vm);
   return true;
+}
+
+Status write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return io_error("cannot write " + path);
+  return Status::ok();
 }
 
 std::vector<int> parse_int_list(const std::string& text, const std::string& option_name) {

@@ -6,6 +6,7 @@
 
 #include <boost/program_options/errors.hpp>
 
+#include "launch/bench_plot.h"
 #include "launch/commands.h"
 
 namespace {
@@ -17,7 +18,8 @@ constexpr const char* kUsage =
     "  make-model   write a random-weight Hugging Face checkpoint (any supported architecture)\n"
     "  score        score a prompt and print greedy tokens with the single-rank reference forward\n"
     "  run          serve a JSONL batch of requests (continuous batching, paged KV cache)\n"
-    "  bench        offline throughput on synthetic requests\n"
+    "  bench        offline throughput and latency sweeps over all ranks (JSON, CSV, plot)\n"
+    "  plot         the plot of a saved `moert bench --json` document\n"
     "  quantize     rewrite a checkpoint with NVFP4, MXFP4 or FP8 weights\n"
     "  eval         KL divergence and top-1 agreement of a model against a reference\n"
     "\n"
@@ -37,6 +39,7 @@ int main(int argc, char** argv) {
     if (command == "score") return moert::launch::run_score(args);
     if (command == "run") return moert::launch::run_serve_batch(args);
     if (command == "bench") return moert::launch::run_bench(args);
+    if (command == "plot") return moert::launch::run_plot(args);
     if (command == "quantize") return moert::launch::run_quantize(args);
     if (command == "eval") return moert::launch::run_eval(args);
     if (command == "--version") {

@@ -6,7 +6,7 @@ packages=(
   g++ cmake ninja-build make pkg-config ccache
   openmpi-bin libopenmpi-dev libucx-dev ucx-utils
   libboost-program-options-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
-  slurm-wlm munge jq
+  slurm-wlm munge jq gnuplot-nox
 )
 
 missing=()

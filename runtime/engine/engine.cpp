@@ -156,6 +156,11 @@ Result<std::vector<RequestOutput>> Engine::step() {
     return finished;
   }
   ++stats_.steps;
+  const auto now = std::chrono::steady_clock::now();
+  for (const ScheduledChunk& scheduled : plan.chunks) {
+    RequestState& state = requests_.at(owners_.at(scheduled.seq).request_idx);
+    if (!state.started) state.started = now;
+  }
   bool verifies = false;
   for (const ScheduledChunk& scheduled : plan.chunks) verifies = verifies || scheduled.num_spec_tokens > 0;
   const RunnerBatch batch = runner_batch(plan);
@@ -271,6 +276,11 @@ void Engine::finish_request(int64_t request_idx, std::vector<RequestOutput>& fin
   output.cached_prompt_tokens = state.cached_prompt_tokens;
   output.num_preemptions = state.num_preemptions;
   output.time_s = seconds_since(state.added);
+  const auto started = state.started.value_or(state.added);
+  output.queue_s = std::chrono::duration<double>(started - state.added).count();
+  output.e2e_s = seconds_since(started);
+  output.ttft_s = state.first_token_s >= 0.0 ? state.first_token_s : output.e2e_s;
+  output.token_times_s = std::move(state.token_times_s);
   output.outputs = std::move(state.samples);
   stats_.prompt_tokens += output.prompt_tokens;
   stats_.output_tokens += output.output_tokens;
@@ -313,6 +323,11 @@ bool Engine::push_token(SeqId seq, int32_t token) {
   RequestState& state = requests_.at(owner.request_idx);
   SampleOutput& sample = state.samples[static_cast<size_t>(owner.sample_idx)];
   sample.token_ids.push_back(token);
+  if (owner.sample_idx == 0 && (state.first_token_s < 0.0 || config_.record_token_times)) {
+    const double at = seconds_since(state.started.value_or(state.added));
+    if (state.first_token_s < 0.0) state.first_token_s = at;
+    if (config_.record_token_times) state.token_times_s.push_back(at);
+  }
   std::optional<std::string> reason =
       sampling::finish_reason(state.request.params, token, static_cast<int>(sample.token_ids.size()));
   if (!reason.has_value()) {

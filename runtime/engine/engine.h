@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -48,6 +49,14 @@ struct RequestOutput {
   int64_t cached_prompt_tokens = 0;   // served by the prefix cache at first admission
   int num_preemptions = 0;
   double time_s = 0.0;                // from add_request to finish
+  // Latency (sample 0), in seconds: queue_s from add_request to the first step that
+  // schedules the request, ttft_s from then to its first token, e2e_s from then to finish.
+  double queue_s = 0.0;
+  double ttft_s = 0.0;
+  double e2e_s = 0.0;
+  // With EngineConfig::record_token_times: when each token of sample 0 was emitted, from the
+  // first schedule (tokens accepted in one speculative pass share a time).
+  std::vector<double> token_times_s;
 };
 
 struct EngineConfig {
@@ -55,6 +64,7 @@ struct EngineConfig {
   int num_kv_blocks = 4096;      // blocks in the pool, including the reserved null block
   DType kv_cache_dtype = DType::kF32;  // F32, BF16 or F8_E4M3 (docs/kv-cache.md)
   bool enable_prefix_caching = true;
+  bool record_token_times = false;  // fill RequestOutput::token_times_s (benchmarks)
   // Expert-parallel ranks step in lock-step: run the model (with no tokens) even when
   // this rank has nothing scheduled, so it takes part in every MoE layer's exchanges.
   bool forward_when_idle = false;
@@ -120,6 +130,9 @@ class Engine {
     int64_t cached_prompt_tokens = -1;
     int num_preemptions = 0;  // over the samples finished so far
     std::chrono::steady_clock::time_point added;
+    std::optional<std::chrono::steady_clock::time_point> started;  // first scheduled
+    double first_token_s = -1.0;       // from started; < 0 until sample 0's first token
+    std::vector<double> token_times_s;  // sample 0, from started (record_token_times)
   };
   struct SeqOwner {
     int64_t request_idx = 0;

@@ -102,7 +102,15 @@ std::string format_output_line(const RequestOutput& output) {
             {"output_tokens", output.output_tokens},
             {"cached_prompt_tokens", output.cached_prompt_tokens},
             {"num_preemptions", output.num_preemptions},
-            {"time_s", std::round(output.time_s * 1e6) / 1e6}};
+            {"time_s", std::round(output.time_s * 1e6) / 1e6},
+            {"queue_s", std::round(output.queue_s * 1e6) / 1e6},
+            {"ttft_s", std::round(output.ttft_s * 1e6) / 1e6},
+            {"e2e_s", std::round(output.e2e_s * 1e6) / 1e6}};
+  if (!output.token_times_s.empty()) {
+    json times = json::array();
+    for (double t : output.token_times_s) times.push_back(std::round(t * 1e6) / 1e6);
+    j["token_times_s"] = times;
+  }
   return j.dump();
 }
 

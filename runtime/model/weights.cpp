@@ -339,6 +339,18 @@ Result<MoeWeights> bind_moe(const ModelConfig& c, const io::Checkpoint& checkpoi
 
 }  // namespace
 
+std::string describe_weight_formats(const ModelWeights& m) {
+  std::string attention = "?", experts = "none";
+  if (!m.layers.empty()) attention = m.layers.front().attention.o.weight.format_name();
+  for (const LayerWeights& l : m.layers) {
+    if (l.is_moe && !l.moe.experts.empty()) {
+      experts = l.moe.experts.front().down.weight.format_name();
+      break;
+    }
+  }
+  return "attention " + attention + ", experts " + experts + ", lm_head " + m.lm_head.format_name();
+}
+
 std::string moe_block_prefix(const ModelConfig& config, int layer) {
   return layer_prefix(layer) + config.arch->moe_block;
 }

@@ -88,6 +88,10 @@ struct LoadedModel {
 // A tensor widened to F32 (from F32, BF16 or F16); other dtypes are an error naming `name`.
 Result<std::vector<float>> widen_to_f32(const std::string& name, const TensorView& view);
 
+// The weight formats by role, e.g. "attention BF16, experts NVFP4, lm_head BF16" (banners,
+// benchmark reports).
+std::string describe_weight_formats(const ModelWeights& weights);
+
 Result<ModelWeights> bind_model_weights(const ModelConfig& config, const io::Checkpoint& checkpoint);
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir);
 

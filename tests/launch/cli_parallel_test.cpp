@@ -347,3 +347,72 @@ TEST(CliParallelRunErrors, ASetupErrorOnTheRanksEndsEveryRankWithOneMessage) {
 
 }  // namespace
 }  // namespace moert
+
+namespace moert {
+namespace {
+
+// `moert bench` under mpirun -np 2 is ONE expert-parallel benchmark: rank 0 alone reports
+// one result per batch size (ranks 2) with throughput and latency percentiles, in the text
+// line, the JSON document, the CSV (header + one row per result) and the PNG; `moert plot`
+// redraws the PNG from the JSON.
+TEST(CliParallelBench, OneResultPerBatchSizeAcrossTwoRanks) {
+  testing::ScratchDir scratch("cli-parallel-bench");
+  const std::string moert = testing::moert_binary();
+  ASSERT_EQ(run_command(moert + " make-model --arch qwen3_moe --preset tiny --num-layers 2 --out " + (scratch / "m")).exit_code, 0);
+  const std::string json_path = scratch / "b.json", csv_path = scratch / "b.csv", png_path = scratch / "b.png";
+  const testing::CommandResult result = run_command(
+      mpirun(2) + moert + " bench --model " + (scratch / "m") + " --batch-sizes 1,4 --input-len 24 --output-len 8 " +
+      "--warmup 1 --repeats 2 --threads 1 --kv-cache-mb 64 --json " + json_path + " --csv " + csv_path + " --plot " + png_path);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  size_t lines = 0;
+  for (size_t at = result.out.find("bench: ranks=2"); at != std::string::npos; at = result.out.find("bench: ranks=2", at + 1)) ++lines;
+  EXPECT_EQ(lines, 2u) << result.out;  // one per batch size, from rank 0 only
+  EXPECT_NE(result.out.find("bench: ranks=2 batch_size=4 requests=16 input_len=24.0 output_len=8.0"), std::string::npos)
+      << result.out;
+
+  const nlohmann::json document = nlohmann::json::parse(testing::read_file(json_path));
+  EXPECT_EQ(document["config"]["ranks"], 2);
+  for (const char* key : {"model", "architecture", "weight_formats", "kv_cache_dtype", "device", "commit", "host"}) {
+    EXPECT_TRUE(document["config"].contains(key)) << key;
+  }
+  ASSERT_EQ(document["results"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const nlohmann::json& r = document["results"][i];
+    EXPECT_EQ(r["ranks"], 2);
+    EXPECT_EQ(r["batch_size"], i == 0 ? 1 : 4);
+    EXPECT_EQ(r["repeats"], 2);
+    EXPECT_EQ(r["input_len"], 24.0);
+    EXPECT_EQ(r["output_len"], 8.0);
+    EXPECT_GT(r["output_throughput_tok_s"].get<double>(), 0.0);
+    EXPECT_GT(r["total_throughput_tok_s"].get<double>(), r["output_throughput_tok_s"].get<double>());
+    for (const char* metric : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"}) {
+      for (const char* stat : {"mean", "p50", "p90", "p99"}) {
+        EXPECT_GT(r[metric][stat].get<double>(), 0.0) << metric << " " << stat;
+      }
+      EXPECT_LE(r[metric]["p50"].get<double>(), r[metric]["p99"].get<double>()) << metric;
+    }
+    EXPECT_LE(r["ttft_ms"]["p50"].get<double>(), r["e2e_ms"]["p50"].get<double>());
+    EXPECT_EQ(r["itl_ms"]["count"], 2 * r["num_requests"].get<int>() * 7);  // 8 tokens: 7 gaps, 2 repeats
+  }
+  std::istringstream csv(testing::read_file(csv_path));
+  std::vector<std::string> rows;
+  for (std::string row; std::getline(csv, row);) rows.push_back(row);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].rfind("ranks,batch_size,", 0), 0u) << rows[0];
+  EXPECT_EQ(rows[1].rfind("2,1,", 0), 0u) << rows[1];
+  EXPECT_EQ(rows[2].rfind("2,4,", 0), 0u) << rows[2];
+  const std::string png = testing::read_file(png_path);
+  ASSERT_GT(png.size(), 8u);
+  EXPECT_EQ(png.substr(1, 3), "PNG");
+  const std::string redrawn = scratch / "again.png";
+  const testing::CommandResult plotted = run_command(moert + " plot --json " + json_path + " --out " + redrawn);
+  EXPECT_EQ(plotted.exit_code, 0) << plotted.err;
+  EXPECT_EQ(testing::read_file(redrawn).substr(1, 3), "PNG");
+  testing::write_file(scratch / "empty.json", R"({"config": {}, "results": []})");
+  const testing::CommandResult empty = run_command(moert + " plot --json " + (scratch / "empty.json") + " --out " + redrawn);
+  EXPECT_NE(empty.exit_code, 0);
+  EXPECT_NE(empty.err.find("no benchmark results"), std::string::npos) << empty.err;
+}
+
+}  // namespace
+}  // namespace moert

@@ -220,7 +220,8 @@ TEST(CliRun, BenchPrintsThroughput) {
   const testing::CommandResult bench = run_command(moert() + " bench --model " + model +
                                                    " --num-requests 6 --input-len 20 --output-len 5 --threads 2");
   ASSERT_EQ(bench.exit_code, 0) << bench.err;
-  EXPECT_NE(bench.out.find("bench: requests=6 input_len=20 output_len=5"), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("bench: ranks=1 batch_size=64 requests=6 input_len=20.0 output_len=5.0"), std::string::npos)
+      << bench.out;
   EXPECT_NE(bench.out.find("output_tok_s="), std::string::npos);
   EXPECT_NE(bench.out.find("(120 tokens), output"), std::string::npos) << bench.out;
 }

@@ -1,0 +1,45 @@
+// What `moert run` and `moert bench` share as batch jobs over MPI ranks: the transport (MPI
+// under a launcher, else one rank), agreement on set-up errors, serving request lines in
+// lock-step (rank 0 hands them out) and summing the ranks' engine statistics.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/comm/mpi_transport.h"
+#include "runtime/comm/transport.h"
+#include "runtime/engine/engine.h"
+#include "runtime/parallel/batch_job.h"
+
+namespace moert::launch {
+
+// The MPI session (when launched by mpirun / srun) and the job's transport.
+struct JobTransport {
+  std::unique_ptr<comm::MpiSession> mpi;
+  std::unique_ptr<comm::Transport> transport;
+};
+// Throws CommandError when started by an MPI launcher in a build without MPI.
+JobTransport make_job_transport();
+
+// Collective: returns when every rank's set-up succeeded. A failing rank throws its own
+// error; the others throw one naming the first failing rank, so every rank exits non-zero.
+void agree_on_setup(comm::Transport& transport, const std::optional<std::string>& local_error);
+
+// Collective: rank 0 passes the request lines (checked) and their KV block estimates, the
+// others empty vectors. Each rank adds its share to `engine`, then all serve in lock-step;
+// write_line is called at rank 0 for every finished request. A rank that cannot take a
+// request aborts the job naming it.
+Result<parallel::BatchJobReport> serve_request_lines(comm::Transport& transport, engine::Engine& engine,
+                                                     TransformerForward& model, parallel::ExpertParallelExperts& experts,
+                                                     const parallel::BatchJobConfig& job,
+                                                     const std::vector<std::string>& lines,
+                                                     const std::vector<int64_t>& blocks,
+                                                     const std::function<Status(const std::string&)>& write_line);
+
+// The job's totals from the ranks' statistics (sums; max for steps and times).
+engine::EngineStats sum_engine_stats(const std::vector<engine::EngineStats>& ranks);
+
+}  // namespace moert::launch
