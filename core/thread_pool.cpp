@@ -1,5 +1,7 @@
 #include "core/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -123,6 +125,18 @@ int max_threads() {
     if (parsed > 0) return parsed;
   }
   return 1 << 20;
+}
+
+int affinity_cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, CPU_COUNT(&set));
+}
+
+int threads_for_rank(int mask_cpus, int machine_cpus, int local_ranks) {
+  if (mask_cpus < machine_cpus) return std::max(1, mask_cpus);
+  return std::max(1, machine_cpus / std::max(1, local_ranks));
 }
 
 int default_num_threads() {

@@ -55,6 +55,14 @@ int64_t default_spin_us();
 
 // Number of threads to use by default: MOERT_NUM_THREADS, else the hardware concurrency.
 int default_num_threads();
+
+// CPUs this process may run on (its affinity mask, as srun / mpirun binding sets it); the
+// hardware concurrency where the mask cannot be read.
+int affinity_cpu_count();
+// Threads for one rank of `local_ranks` on a node of `machine_cpus` CPUs whose affinity mask
+// holds `mask_cpus`: the mask when a launcher narrowed it, else an equal share of the
+// machine (ranks sharing an unbound node split its cores instead of oversubscribing). >= 1.
+int threads_for_rank(int mask_cpus, int machine_cpus, int local_ranks);
 // Cap on every pool's threads: MOERT_MAX_THREADS (e.g. 1 where extra threads cannot run, as
 // under the qemu-user of the aarch64 cross build: docs/environment.md), else no cap.
 int max_threads();

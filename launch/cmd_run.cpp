@@ -64,7 +64,7 @@ ParsedInput read_requests(const std::string& input_path, const std::unordered_se
 
 int run_serve_batch(const std::vector<std::string>& args) {
   po::options_description options("moert run options");
-  std::string model_dir, input_path, output_path, placement_path, balance = "none";
+  std::string model_dir, input_path, output_path, placement_path, save_placement_path, balance = "none", routing;
   EngineOptions engine_options;
   SpecOptions spec_options;
   parallel::BatchJobConfig job;
@@ -74,20 +74,33 @@ int run_serve_batch(const std::vector<std::string>& args) {
       ("input", po::value(&input_path)->required(), "requests, one JSON object a line (read by rank 0)")
       ("output", po::value(&output_path)->required(), "results, one JSON line per finished request (appended by rank 0; ids already there are skipped)")
       ("progress-interval", po::value(&job.progress_interval_s)->default_value(2.0), "seconds between progress lines on stderr")
-      ("placement", po::value(&placement_path), "expert placement JSON (experts/placement/placement.h); default: contiguous slices")
+      ("expert-placement", po::value(&placement_path),
+       "expert placement JSON (experts/placement/placement.h), e.g. saved by an earlier --balance=replicate job; "
+       "default: contiguous slices")
+      ("placement", po::value(&placement_path), "the same as --expert-placement")
+      ("save-expert-placement", po::value(&save_placement_path),
+       "write the expert placement in use at the end of the job here (rank 0), for --expert-placement next time")
       ("balance", po::value(&balance)->default_value("none"), "expert load balancing: none, bias (auxiliary-loss-free router bias), replicate (EPLB replicas)")
       ("balance-gamma", po::value(&job.balance_gamma)->default_value(0.001f), "bias step per iteration for --balance=bias")
       ("balance-interval", po::value(&job.balance_interval)->default_value(16), "iterations between replica plans for --balance=replicate")
       ("balance-redundant", po::value(&job.redundant_slots_per_rank)->default_value(1), "extra expert slots per rank for --balance=replicate")
-      ("metrics", po::value(&job.metrics_path), "per-step, per-rank metrics JSONL written by rank 0");
+      ("metrics", po::value(&job.metrics_path), "per-step, per-rank metrics JSONL written by rank 0")
+      ("request-routing", po::value(&routing)->default_value("prefix"),
+       "how rank 0 assigns requests: prefix (requests sharing a first KV block go to the same rank, so its prefix "
+       "cache serves them) or free-blocks (to the rank with the most free KV blocks)");
   add_engine_options(options, engine_options);
   add_spec_options(options, spec_options);
   po::variables_map vm;
   if (!parse_command_line(args, options, &vm)) return 0;
   job.balance = value_or_throw(parallel::parse_balance_mode(balance));
+  if (routing != "prefix" && routing != "free-blocks") {
+    throw CommandError("--request-routing '" + routing + "' is not prefix or free-blocks");
+  }
+  job.prefix_routing = routing == "prefix";
   throw_if_error(parallel::validate_batch_job_config(job));
   if (job.balance == parallel::BalanceMode::kReplicate && !placement_path.empty()) {
-    throw CommandError("--balance=replicate computes its own placement; drop --placement " + placement_path);
+    throw CommandError("--balance=replicate computes its own placement; drop --expert-placement " + placement_path +
+                       " (or keep it and drop --balance)");
   }
 
   JobTransport job_transport = make_job_transport();
@@ -167,6 +180,9 @@ int run_serve_batch(const std::vector<std::string>& args) {
         return written.is_ok() ? written : io_error(written.message() + " (" + output_path + ")");
       });
   if (!report.is_ok()) throw CommandError(report.status().message());
+  if (root && !save_placement_path.empty()) {
+    throw_if_error(write_text_file(save_placement_path, experts.placement().to_json() + "\n"));
+  }
   if (root) {
     const engine::EngineStats totals = sum_engine_stats(report->rank_engine_stats);
     std::cerr << engine_summary(totals, *config, model.config, report->wall_s) << "\n";

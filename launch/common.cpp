@@ -7,13 +7,31 @@
 
 namespace moert::launch {
 
+// Every subcommand also takes --config FILE: the same long options as `key = value` lines
+// (Boost.Program_options ini format, `#` comments). Values from the command line are stored
+// first, and a stored option is never overwritten, so the command line wins.
 bool parse_command_line(const std::vector<std::string>& args, const boost::program_options::options_description& options,
                         boost::program_options::variables_map* vm) {
   namespace po = boost::program_options;
-  po::store(po::command_line_parser(args).options(options).run(), *vm);
+  po::options_description all;
+  all.add(options);
+  std::string config_path;
+  all.add_options()("config", po::value(&config_path),
+                    "read further options from this file: one `long-option = value` a line (the command line wins)");
+  po::store(po::command_line_parser(args).options(all).run(), *vm);
   if (vm->count("help")) {
-    std::cout << options << "\n";
+    std::cout << all << "\n";
     return false;
+  }
+  if (vm->count("config")) {
+    const std::string path = (*vm)["config"].as<std::string>();
+    std::ifstream file(path);
+    if (!file) throw CommandError("--config: cannot open " + path);
+    try {
+      po::store(po::parse_config_file(file, all), *vm);
+    } catch (const po::error& e) {
+      throw CommandError("--config " + path + ": " + e.what());
+    }
   }
   po::notify(*vm);
   return true;

@@ -1,9 +1,13 @@
 #include "launch/engine_options.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
 
 #include "launch/commands.h"
 #include "core/thread_pool.h"
+#include "runtime/comm/mpi_transport.h"
 #include "runtime/engine/model_runner.h"
 
 namespace po = boost::program_options;
@@ -15,13 +19,17 @@ void add_engine_options(po::options_description& options, EngineOptions& v) {
       ("block-size", po::value(&v.block_size)->default_value(16), "tokens per KV block")
       ("kv-blocks", po::value(&v.kv_blocks)->default_value(0), "KV blocks in the pool (0: from --kv-cache-mb)")
       ("kv-cache-mb", po::value(&v.kv_cache_mb)->default_value(1024), "KV pool size in MiB when --kv-blocks is 0")
+      ("kv-cache-memory-fraction", po::value(&v.kv_cache_memory_fraction)->default_value(0.0),
+       "KV pool size as a share in (0, 1] of the node's available memory, split among its ranks (instead of --kv-cache-mb)")
       ("max-batched-tokens", po::value(&v.max_batched_tokens)->default_value(2048),
        "token budget of one step (chunked prefill splits longer prompts)")
       ("max-seqs", po::value(&v.max_seqs)->default_value(64), "sequences running at once")
       ("no-prefix-caching", po::bool_switch(&v.no_prefix_caching), "disable prefix caching")
       ("kv-cache-dtype", po::value(&v.kv_cache_dtype)->default_value("auto"),
        "KV cache elements: auto (the backend's choice: f32 on the CPU), f32, bf16, fp8_e4m3 (per-block scale)")
-      ("threads", po::value(&v.threads)->default_value(0), "worker threads (0: MOERT_NUM_THREADS or all cores)");
+      ("threads", po::value(&v.threads)->default_value(0),
+       "worker threads per rank (0: MOERT_NUM_THREADS, else the CPUs of the process's affinity mask, split among the "
+       "ranks on this node when the launcher did not bind them)");
 }
 
 engine::EngineConfig resolve_engine_config(const EngineOptions& v, const ModelConfig& model, DType auto_kv_cache_dtype) {
@@ -39,17 +47,42 @@ engine::EngineConfig resolve_engine_config(const EngineOptions& v, const ModelCo
     c.num_kv_blocks = v.kv_blocks;
   } else {
     if (!(v.kv_cache_mb > 0)) throw CommandError("--kv-cache-mb must be > 0");
-    const double bytes = v.kv_cache_mb * 1024.0 * 1024.0;
+    const double bytes = v.kv_cache_memory_fraction != 0.0 ? kv_pool_bytes_from_fraction(v.kv_cache_memory_fraction)
+                                                           : v.kv_cache_mb * 1024.0 * 1024.0;
     const Result<int64_t> block_bytes = engine::kv_cache_bytes_per_block(model, v.block_size, c.kv_cache_dtype);
     if (!block_bytes.is_ok()) throw CommandError(block_bytes.status().message());
-    c.num_kv_blocks = static_cast<int>(bytes / static_cast<double>(*block_bytes));
+    const double blocks = bytes / static_cast<double>(*block_bytes);
+    if (!(blocks < 2147483647.0)) {
+      throw CommandError("a KV pool of " + std::to_string(bytes / 1048576.0) + " MiB holds more than 2^31 blocks; "
+                         "give a smaller pool or a larger --block-size");
+    }
+    c.num_kv_blocks = static_cast<int>(blocks);
   }
   const Status valid = engine::validate_engine_config(c);
   if (!valid.is_ok()) throw CommandError(valid.message());
   return c;
 }
 
-int resolve_threads(const EngineOptions& v) { return v.threads > 0 ? v.threads : default_num_threads(); }
+double kv_pool_bytes_from_fraction(double fraction) {
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    throw CommandError("--kv-cache-memory-fraction = " + std::to_string(fraction) + " must be in (0, 1]");
+  }
+  std::ifstream meminfo("/proc/meminfo");
+  int64_t kib = -1;
+  for (std::string line; std::getline(meminfo, line);) {
+    if (line.rfind("MemAvailable:", 0) == 0) kib = std::atoll(line.c_str() + 13);
+  }
+  if (kib <= 0) throw CommandError("--kv-cache-memory-fraction: cannot read MemAvailable from /proc/meminfo");
+  return fraction * static_cast<double>(kib) * 1024.0 / comm::local_rank_count();
+}
+
+// --threads, else MOERT_NUM_THREADS, else the affinity mask shared among the node's ranks.
+int resolve_threads(const EngineOptions& v) {
+  if (v.threads > 0) return v.threads;
+  if (std::getenv("MOERT_NUM_THREADS") != nullptr) return default_num_threads();
+  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return threads_for_rank(affinity_cpu_count(), machine, comm::local_rank_count());
+}
 
 std::string describe_engine_config(const engine::EngineConfig& c, int threads) {
   char line[512];

@@ -13,6 +13,7 @@ struct EngineOptions {
   int block_size = 16;
   int kv_blocks = 0;           // 0: derived from kv_cache_mb
   double kv_cache_mb = 1024;   // KV pool size when kv_blocks is 0
+  double kv_cache_memory_fraction = 0.0;  // > 0: the pool is this share of the node's available memory
   int max_batched_tokens = 2048;
   int max_seqs = 64;
   bool no_prefix_caching = false;
@@ -27,6 +28,10 @@ void add_engine_options(boost::program_options::options_description& options, En
 engine::EngineConfig resolve_engine_config(const EngineOptions& values, const ModelConfig& config,
                                            DType auto_kv_cache_dtype = DType::kF32);
 int resolve_threads(const EngineOptions& values);
+// The KV pool's bytes for --kv-cache-memory-fraction: fraction x MemAvailable (/proc/meminfo)
+// / ranks on this node. Throws CommandError when the fraction is outside (0, 1] or the
+// available memory cannot be read.
+double kv_pool_bytes_from_fraction(double fraction);
 // One line with the effective configuration (printed at start-up).
 std::string describe_engine_config(const engine::EngineConfig& config, int threads);
 // The end-of-run summary lines.

@@ -39,8 +39,15 @@ Result<parallel::BatchJobReport> serve_request_lines(comm::Transport& transport,
                                                      const std::vector<std::string>& lines,
                                                      const std::vector<int64_t>& blocks,
                                                      const std::function<Status(const std::string&)>& write_line) {
-  Result<std::vector<std::string>> mine =
-      parallel::distribute_request_lines(transport, lines, blocks, engine.config().num_kv_blocks - 1, nullptr);
+  std::vector<uint64_t> prefix_keys;  // rank 0, cache-aware routing
+  if (job.prefix_routing && engine.config().enable_prefix_caching) {
+    for (const std::string& line : lines) {
+      Result<engine::Request> request = engine::parse_request_line(line);
+      prefix_keys.push_back(request.is_ok() ? parallel::prefix_key(request->prompt, engine.config().block_size) : 0);
+    }
+  }
+  Result<std::vector<std::string>> mine = parallel::distribute_request_lines(
+      transport, lines, blocks, prefix_keys, engine.config().num_kv_blocks - 1, nullptr);
   if (!mine.is_ok()) transport.abort(1, "distributing requests: " + mine.status().message());
   for (const std::string& line : *mine) {
     Result<engine::Request> request = engine::parse_request_line(line);

@@ -12,4 +12,14 @@ bool launched_by_mpi() {
   return false;
 }
 
+int local_rank_count() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+    if (const char* text = std::getenv(name)) {
+      const int value = std::atoi(text);
+      if (value > 0) return value;
+    }
+  }
+  return 1;
+}
+
 }  // namespace moert::comm

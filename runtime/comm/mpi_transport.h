@@ -52,5 +52,8 @@ bool mpi_built();
 // srun --mpi=pmix / PMI), judged from the environment the launcher sets
 // (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK). Reads no MPI state.
 bool launched_by_mpi();
+// Ranks of this job on this node, from the launcher's environment (Open MPI, MPICH / PMI,
+// Slurm); 1 when not launched by one.
+int local_rank_count();
 
 }  // namespace moert::comm

@@ -1,6 +1,7 @@
 #include "runtime/parallel/batch_job.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <cmath>
 #include <span>
 #include <chrono>
@@ -162,6 +163,49 @@ std::vector<int> assign_by_free_blocks(const std::vector<int64_t>& request_block
   return assignment;
 }
 
+std::vector<int> assign_requests(const std::vector<int64_t>& request_blocks, const std::vector<uint64_t>& prefix_keys,
+                                 const std::vector<int64_t>& pool_blocks) {
+  if (prefix_keys.empty()) return assign_by_free_blocks(request_blocks, pool_blocks);
+  MOERT_CHECK(prefix_keys.size() == request_blocks.size(),
+              "" << prefix_keys.size() << " prefix keys for " << request_blocks.size() << " requests");
+  MOERT_CHECK(!pool_blocks.empty(), "assign_requests needs at least one rank");
+  const int64_t num_ranks = static_cast<int64_t>(pool_blocks.size());
+  int64_t total = 0;
+  for (int64_t b : request_blocks) total += b;
+  std::vector<int64_t> free_blocks = pool_blocks, assigned(pool_blocks.size(), 0);
+  std::unordered_map<uint64_t, int> home;  // prefix key -> the rank of its first request
+  std::vector<int> assignment(request_blocks.size());
+  for (size_t i = 0; i < request_blocks.size(); ++i) {
+    const int64_t blocks = request_blocks[i];
+    MOERT_CHECK(blocks >= 0, "request_blocks[" << i << "] = " << blocks << " must be >= 0");
+    int to = static_cast<int>(std::max_element(free_blocks.begin(), free_blocks.end()) - free_blocks.begin());
+    const auto found = prefix_keys[i] != 0 ? home.find(prefix_keys[i]) : home.end();
+    if (found != home.end()) {
+      const int64_t least = *std::min_element(assigned.begin(), assigned.end());
+      const int64_t slack = std::max(blocks, total / (4 * num_ranks));
+      const auto r = static_cast<size_t>(found->second);
+      if (free_blocks[r] >= blocks && assigned[r] - least <= slack) to = found->second;
+    } else if (prefix_keys[i] != 0) {
+      home.emplace(prefix_keys[i], to);
+    }
+    assignment[i] = to;
+    free_blocks[static_cast<size_t>(to)] -= blocks;
+    assigned[static_cast<size_t>(to)] += blocks;
+  }
+  return assignment;
+}
+
+uint64_t prefix_key(const std::vector<int32_t>& prompt, int block_size) {
+  if (block_size < 1 || static_cast<int64_t>(prompt.size()) <= block_size) return 0;
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (int i = 0; i < block_size; ++i) {
+    for (int byte = 0; byte < 4; ++byte) {
+      hash = (hash ^ ((static_cast<uint32_t>(prompt[static_cast<size_t>(i)]) >> (8 * byte)) & 0xffu)) * 0x100000001b3ull;
+    }
+  }
+  return hash == 0 ? 1 : hash;
+}
+
 int64_t request_block_estimate(const engine::Request& request, int block_size) {
   MOERT_CHECK(block_size >= 1, "block_size = " << block_size << " must be >= 1");
   const int64_t tokens = static_cast<int64_t>(request.prompt.size()) + request.params.max_tokens;
@@ -170,8 +214,9 @@ int64_t request_block_estimate(const engine::Request& request, int block_size) {
 
 Result<std::vector<std::string>> distribute_request_lines(comm::Transport& transport,
                                                           const std::vector<std::string>& lines,
-                                                          const std::vector<int64_t>& blocks, int64_t pool_blocks,
-                                                          std::vector<int>* assignment) {
+                                                          const std::vector<int64_t>& blocks,
+                                                          const std::vector<uint64_t>& prefix_keys,
+                                                          int64_t pool_blocks, std::vector<int>* assignment) {
   const int rank = transport.rank();
   const int world = transport.world_size();
   std::vector<int64_t> pools(static_cast<size_t>(world), 0);
@@ -180,7 +225,7 @@ Result<std::vector<std::string>> distribute_request_lines(comm::Transport& trans
   std::vector<uint8_t> blob;
   if (rank == 0) {
     MOERT_CHECK(lines.size() == blocks.size(), "" << lines.size() << " lines but " << blocks.size() << " estimates");
-    const std::vector<int> ranks = assign_by_free_blocks(blocks, pools);
+    const std::vector<int> ranks = assign_requests(blocks, prefix_keys, pools);
     for (size_t i = 0; i < lines.size(); ++i) {
       const int32_t to = ranks[i];
       const int64_t length = static_cast<int64_t>(lines[i].size());

@@ -40,6 +40,7 @@ struct BatchJobConfig {
   int redundant_slots_per_rank = 1;  // extra expert slots per rank (--balance=replicate)
   std::string metrics_path;          // per-step JSONL written by rank 0; empty: none
   int64_t kv_cache_bytes_per_token = 0;  // reported in every metrics line (all layers, one token)
+  bool prefix_routing = true;        // requests sharing a first block go to the same rank (assign_requests)
 };
 // invalid_argument naming the option for gamma < 0, interval < 1, redundant slots < 0.
 Status validate_batch_job_config(const BatchJobConfig& config);
@@ -49,18 +50,30 @@ Status validate_batch_job_config(const BatchJobConfig& config);
 // bigger pools get more work. request_blocks[i] >= 0, pool_blocks non-empty.
 std::vector<int> assign_by_free_blocks(const std::vector<int64_t>& request_blocks,
                                        const std::vector<int64_t>& pool_blocks);
+// Pure. Cache-aware assignment: a request whose prompt_key (prefix_key) is not 0 and was seen
+// before follows the rank its first request went to, so the prompt's cached blocks serve it
+// there, as long as that rank can still hold it (free blocks >= its blocks) and is not
+// overloaded: its assigned blocks exceed the least-loaded rank's by at most
+// max(the request's blocks, total blocks / (4 x ranks)). Otherwise, and for key 0, the
+// free-block rule above. Empty prefix_keys: assign_by_free_blocks.
+std::vector<int> assign_requests(const std::vector<int64_t>& request_blocks, const std::vector<uint64_t>& prefix_keys,
+                                 const std::vector<int64_t>& pool_blocks);
+// Pure. A key of the prompt's first block (FNV-1a of its first block_size ids) when the
+// prompt is longer than one block (only then can a prefix-cache hit serve it), else 0.
+uint64_t prefix_key(const std::vector<int32_t>& prompt, int block_size);
 // Pure. Blocks a request can hold at most: n samples x ceil((prompt + max_tokens) / B),
 // ignoring prefix sharing.
 int64_t request_block_estimate(const engine::Request& request, int block_size);
 
-// Collective. Rank 0 passes every request line and its block estimate (other ranks pass
-// empty vectors); every rank passes the usable blocks of its own KV pool. Returns the
-// lines assigned to this rank, in input order; at rank 0 *assignment (if not null)
-// receives the rank of every line.
+// Collective. Rank 0 passes every request line, its block estimate and its prefix key
+// (assign_requests; empty: no cache-aware routing); other ranks pass empty vectors; every
+// rank passes the usable blocks of its own KV pool. Returns the lines assigned to this
+// rank, in input order; at rank 0 *assignment (if not null) receives the rank of every line.
 Result<std::vector<std::string>> distribute_request_lines(comm::Transport& transport,
                                                           const std::vector<std::string>& lines,
-                                                          const std::vector<int64_t>& blocks, int64_t pool_blocks,
-                                                          std::vector<int>* assignment);
+                                                          const std::vector<int64_t>& blocks,
+                                                          const std::vector<uint64_t>& prefix_keys,
+                                                          int64_t pool_blocks, std::vector<int>* assignment);
 
 // What one rank did in one step (also summed over the run).
 struct StepMetrics {

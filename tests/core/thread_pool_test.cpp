@@ -56,3 +56,20 @@ TEST(ThreadPool, ChunksDependOnlyOnSizes) {
 
 }  // namespace
 }  // namespace moert
+
+namespace moert {
+namespace {
+
+// A launcher that bound the rank (mask narrower than the machine) decides; on an unbound
+// node the ranks share the cores; never fewer than one thread.
+TEST(ThreadsForRank, FollowTheMaskOrShareTheNode) {
+  EXPECT_EQ(threads_for_rank(4, 64, 16), 4);   // srun --cpus-per-task=4
+  EXPECT_EQ(threads_for_rank(64, 64, 1), 64);  // one rank, unbound
+  EXPECT_EQ(threads_for_rank(64, 64, 4), 16);  // mpirun --bind-to none, 4 ranks on the node
+  EXPECT_EQ(threads_for_rank(2, 2, 4), 1);     // oversubscribed node
+  EXPECT_EQ(threads_for_rank(0, 8, 1), 1);
+  EXPECT_GE(affinity_cpu_count(), 1);
+}
+
+}  // namespace
+}  // namespace moert

@@ -416,3 +416,61 @@ TEST(CliParallelBench, OneResultPerBatchSizeAcrossTwoRanks) {
 
 }  // namespace
 }  // namespace moert
+
+namespace moert {
+namespace {
+
+double prefix_hit_rate(const std::string& log) {
+  const size_t at = log.find("prefix-cache hit rate ");
+  EXPECT_NE(at, std::string::npos) << log;
+  return at == std::string::npos ? -1.0 : std::stod(log.substr(at + 22));
+}
+
+// Cache-aware routing: on 8 system prompts x 8 questions in shuffled order, 2 ranks keep
+// the single-rank prefix-cache hit rate with --request-routing prefix (the default) and
+// lose it with the free-block rule alone; outputs are the same either way. A placement
+// saved by a --balance=replicate job loads into the next job and serves the same outputs.
+TEST(CliParallelRouting, PrefixRoutingKeepsTheSingleRankHitRateAndPlacementsRoundTrip) {
+  testing::ScratchDir scratch("cli-parallel-routing");
+  const std::string moert = testing::moert_binary();
+  ASSERT_EQ(run_command(moert + " make-model --arch qwen3_moe --preset tiny --num-layers 2 --out " + (scratch / "m")).exit_code, 0);
+  std::string text;
+  for (int i = 0; i < 64; ++i) {
+    const int system = (i * 5 + i / 8) % 8;
+    std::vector<int> prompt;
+    for (int j = 0; j < 64; ++j) prompt.push_back((system * 131 + j * 17 + 3) % 1000);
+    for (int j = 0; j < 8; ++j) prompt.push_back((i * 71 + j * 13 + 500) % 1000);
+    text += nlohmann::json({{"id", "p" + std::to_string(i)}, {"prompt_token_ids", prompt}, {"max_tokens", 3}}).dump() + "\n";
+  }
+  testing::write_file(scratch / "in.jsonl", text);
+  auto run = [&](const std::string& launcher, const std::string& name, const std::string& extra) {
+    const testing::CommandResult result =
+        run_command(launcher + moert + " run --model " + (scratch / "m") + " --input " + (scratch / "in.jsonl") +
+                    " --output " + (scratch / name) + " --threads 1 --max-seqs 8 --progress-interval 0 " + extra);
+    EXPECT_EQ(result.exit_code, 0) << name << ": " << result.err;
+    return result.err;
+  };
+  const double single = prefix_hit_rate(run("", "one.jsonl", ""));
+  const double routed = prefix_hit_rate(run(mpirun(2), "prefix.jsonl", ""));
+  const double free_blocks = prefix_hit_rate(run(mpirun(2), "free.jsonl", "--request-routing free-blocks"));
+  EXPECT_GT(single, 0.7);
+  EXPECT_EQ(routed, single);
+  EXPECT_LT(free_blocks, single - 0.05);
+  EXPECT_EQ(outputs_by_id(scratch / "prefix.jsonl"), outputs_by_id(scratch / "one.jsonl"));
+  EXPECT_EQ(outputs_by_id(scratch / "free.jsonl"), outputs_by_id(scratch / "one.jsonl"));
+
+  const std::string placement = scratch / "placement.json";
+  run(mpirun(2), "replicate.jsonl", "--balance replicate --balance-interval 2 --save-expert-placement " + placement);
+  const nlohmann::json saved = nlohmann::json::parse(testing::read_file(placement));
+  EXPECT_TRUE(saved.is_object()) << saved.dump();
+  run(mpirun(2), "placed.jsonl", "--expert-placement " + placement);
+  EXPECT_EQ(outputs_by_id(scratch / "placed.jsonl"), outputs_by_id(scratch / "one.jsonl"));
+  const testing::CommandResult both = run_command(mpirun(2) + moert + " run --model " + (scratch / "m") + " --input " +
+                                                  (scratch / "in.jsonl") + " --output " + (scratch / "x.jsonl") +
+                                                  " --balance replicate --expert-placement " + placement);
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.err.find("drop --expert-placement"), std::string::npos) << both.err;
+}
+
+}  // namespace
+}  // namespace moert

@@ -114,7 +114,7 @@ std::map<std::string, nlohmann::json> serve(const LoadedModel& model, int ranks,
     }
     const bool root = transport.rank() == 0;
     Result<std::vector<std::string>> mine = distribute_request_lines(
-        transport, root ? lines : std::vector<std::string>{}, root ? blocks : std::vector<int64_t>{},
+        transport, root ? lines : std::vector<std::string>{}, root ? blocks : std::vector<int64_t>{}, {},
         config.num_kv_blocks - 1, nullptr);
     ASSERT_TRUE(mine.is_ok()) << mine.status().to_string();
     for (const std::string& line : *mine) ASSERT_TRUE(engine.add_request(engine::parse_request_line(line).value()).is_ok());
@@ -249,6 +249,22 @@ TEST(Lockstep, AssignmentGoesToTheRankWithTheMostFreeBlocks) {
   // Pools 10 and 6: 4 -> r0 (10), 4 -> r0 (6 vs 6: lowest), 3 -> r1 (2 vs 6), 1 -> r1 (2 vs 3).
   EXPECT_EQ(assign_by_free_blocks({4, 4, 3, 1}, {10, 6}), (std::vector<int>{0, 0, 1, 1}));
   EXPECT_EQ(assign_by_free_blocks({}, {5}), (std::vector<int>{}));
+  // Cache-aware: requests of one prefix key follow its first request's rank while that rank
+  // is not overloaded; key 0 uses the free-block rule. 8 requests of 2 blocks, keys
+  // A A A A B B B B, 2 ranks: A starts on 0 and stays while 0 leads by <= max(2, 16 / 8) = 2
+  // blocks (its third request overflows to 1), B starts on the freer 1 and stays.
+  EXPECT_EQ(assign_requests({2, 2, 2, 2, 2, 2, 2, 2}, {7, 7, 7, 7, 9, 9, 9, 9}, {100, 100}),
+            (std::vector<int>{0, 0, 1, 0, 1, 1, 1, 1}));
+  // Interleaved keys stay home: A A B B ... balanced on their own.
+  EXPECT_EQ(assign_requests({2, 2, 2, 2, 2, 2}, {7, 9, 7, 9, 7, 9}, {100, 100}), (std::vector<int>{0, 1, 0, 1, 0, 1}));
+  // A home without room for the request: the freest rank instead.
+  EXPECT_EQ(assign_requests({5, 5}, {7, 7}, {8, 7}), (std::vector<int>{0, 1}));
+  EXPECT_EQ(assign_requests({1, 1}, {0, 0}, {10, 10}), assign_by_free_blocks({1, 1}, {10, 10}));
+  EXPECT_EQ(assign_requests({1, 1}, {}, {10, 10}), assign_by_free_blocks({1, 1}, {10, 10}));
+  EXPECT_EQ(prefix_key({1, 2, 3}, 3), 0u);  // not longer than one block: no hit possible
+  EXPECT_NE(prefix_key({1, 2, 3, 4}, 3), 0u);
+  EXPECT_EQ(prefix_key({1, 2, 3, 4}, 3), prefix_key({1, 2, 3, 9, 9}, 3));
+  EXPECT_NE(prefix_key({1, 2, 3, 4}, 3), prefix_key({1, 2, 4, 4}, 3));
   engine::Request request;
   request.prompt.assign(20, 1);
   request.params.max_tokens = 13;  // 33 tokens: 3 blocks of 16
