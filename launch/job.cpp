@@ -56,7 +56,9 @@ Result<parallel::BatchJobReport> serve_request_lines(comm::Transport& transport,
       transport.abort(1, "rank " + std::to_string(transport.rank()) + " cannot take a request: " + added.message());
     }
   }
-  return parallel::serve_in_lockstep(transport, engine, model, experts, job, write_line);
+  parallel::BatchJobConfig config = job;
+  config.total_requests = static_cast<int64_t>(lines.size());  // rank 0 holds them all
+  return parallel::serve_in_lockstep(transport, engine, model, experts, config, write_line);
 }
 
 engine::EngineStats sum_engine_stats(const std::vector<engine::EngineStats>& ranks) {

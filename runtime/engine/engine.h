@@ -110,6 +110,8 @@ class Engine {
   // The checks of add_request without adding (a coordinator validates before assigning).
   Status check_request(const Request& request) const;
   bool has_unfinished() const { return scheduler_.has_unfinished(); }
+  // KV blocks held by sequences now (the null block excluded).
+  int num_used_kv_blocks() const { return kv_.num_used_blocks(); }
   size_t num_running() const { return scheduler_.num_running(); }
 
   // Speculative decoding through `proposer` (must outlive the engine; null: off).

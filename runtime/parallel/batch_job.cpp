@@ -1,5 +1,7 @@
 #include "runtime/parallel/batch_job.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <unordered_map>
 #include <cmath>
@@ -10,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "runtime/parallel/job_progress.h"
 #include "experts/placement/balance.h"
 #include "experts/placement/eplb.h"
 #include "experts/router.h"
@@ -59,6 +62,8 @@ void add_into(StepMetrics& total, const StepMetrics& step) {
   total.spec_drafts += step.spec_drafts;
   total.spec_accepted += step.spec_accepted;
   total.draft_s += step.draft_s;
+  total.kv_used_blocks = step.kv_used_blocks;
+  total.kv_pool_blocks = step.kv_pool_blocks;
 }
 
 std::string metrics_json(int64_t step, int rank, const StepMetrics& m, int64_t kv_cache_bytes_per_token) {
@@ -299,6 +304,8 @@ Result<std::vector<engine::RequestOutput>> run_step_and_measure(engine::Engine& 
   mine.output_tokens = engine_now.output_tokens - previous_engine.output_tokens;
   mine.spec_drafts = engine_now.acceptance.num_draft_tokens() - previous_engine.acceptance.num_draft_tokens();
   mine.spec_accepted = engine_now.acceptance.num_accepted_tokens() - previous_engine.acceptance.num_accepted_tokens();
+  mine.kv_used_blocks = engine.num_used_kv_blocks();
+  mine.kv_pool_blocks = engine.config().num_kv_blocks - 1;
   mine.draft_s = engine_now.draft_s - previous_engine.draft_s;
   baseline.engine = engine_now;
   mine.finished_requests = static_cast<int64_t>(outputs->size());
@@ -309,7 +316,22 @@ Result<std::vector<engine::RequestOutput>> run_step_and_measure(engine::Engine& 
 struct JobProgress {
   int64_t finished_requests = 0;
   int64_t output_tokens = 0;
+  int64_t spec_drafts = 0, spec_accepted = 0;
+  std::vector<int64_t> kv_used, kv_pool;  // [R], the last step's gauges
 };
+
+ProgressSnapshot progress_snapshot(const JobProgress& progress, const BatchJobConfig& config, double elapsed_s) {
+  ProgressSnapshot s;
+  s.finished_requests = progress.finished_requests;
+  s.total_requests = config.total_requests;
+  s.elapsed_s = elapsed_s;
+  s.output_tokens = progress.output_tokens;
+  for (int64_t used : progress.kv_used) s.kv_used_blocks += used;
+  for (int64_t pool : progress.kv_pool) s.kv_total_blocks += pool;
+  s.spec_drafts = progress.spec_drafts;
+  s.spec_accepted = progress.spec_accepted;
+  return s;
+}
 
 // Every rank's step record and finished output lines go to rank 0, which adds the records to
 // the per-rank totals and the metrics file and writes the lines (rank order, then the order
@@ -338,6 +360,12 @@ Status collect_step_at_root(comm::Transport& transport, const StepMetrics& mine,
     add_into(report.rank_totals[static_cast<size_t>(r)], theirs);
     progress.finished_requests += theirs.finished_requests;
     progress.output_tokens += theirs.output_tokens;
+    progress.spec_drafts += theirs.spec_drafts;
+    progress.spec_accepted += theirs.spec_accepted;
+    progress.kv_used.resize(static_cast<size_t>(transport.world_size()), 0);
+    progress.kv_pool.resize(static_cast<size_t>(transport.world_size()), 0);
+    progress.kv_used[static_cast<size_t>(r)] = theirs.kv_used_blocks;
+    progress.kv_pool[static_cast<size_t>(r)] = theirs.kv_pool_blocks;
     if (metrics) *metrics << metrics_json(report.steps, r, theirs, kv_cache_bytes_per_token) << "\n";
     const std::string text(reinterpret_cast<const char*>(from.data() + offset), from.size() - offset);
     std::istringstream lines(text);
@@ -498,6 +526,7 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
   const Clock::time_point start = Clock::now();
   Clock::time_point last_progress = start;
   JobProgress progress;
+  const bool terminal = root && config.progress_bar_on_terminal && isatty(STDERR_FILENO) != 0;
   StepBaseline baseline{experts.stats(), engine.stats()};
   std::vector<int64_t> reduce(1 + static_cast<size_t>(num_layers) * (num_experts + world));
   while (unfinished > 0) {
@@ -535,12 +564,17 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
     }
 
     const Clock::time_point now_time = Clock::now();
-    if (root && config.progress_interval_s > 0 &&
-        seconds_between(last_progress, now_time) >= config.progress_interval_s) {
-      const double elapsed = seconds_between(start, now_time);
-      MOERT_INFO("progress: " << progress.finished_requests << " requests finished, step " << report.steps << ", "
-                              << static_cast<int64_t>(progress.output_tokens / elapsed) << " output tok/s, MaxVio "
-                              << expert_loads.last_step_max_violation());
+    // A terminal gets the bar redrawn at most 10 times a second; logs get a line per interval.
+    const double interval = terminal ? 0.1 : config.progress_interval_s;
+    if (root && config.progress_interval_s > 0 && (seconds_between(last_progress, now_time) >= interval || unfinished == 0)) {
+      const ProgressSnapshot snapshot = progress_snapshot(progress, config, seconds_between(start, now_time));
+      if (terminal) {
+        std::fprintf(stderr, "\r%s\033[K%s", format_progress_bar(snapshot).c_str(), unfinished == 0 ? "\n" : "");
+        std::fflush(stderr);
+      } else if (unfinished > 0) {
+        MOERT_INFO("progress: " << format_progress(snapshot) << ", step " << report.steps << ", MaxVio "
+                                << expert_loads.last_step_max_violation());
+      }
       last_progress = now_time;
     }
   }

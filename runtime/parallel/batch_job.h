@@ -41,6 +41,11 @@ struct BatchJobConfig {
   std::string metrics_path;          // per-step JSONL written by rank 0; empty: none
   int64_t kv_cache_bytes_per_token = 0;  // reported in every metrics line (all layers, one token)
   bool prefix_routing = true;        // requests sharing a first block go to the same rank (assign_requests)
+  int64_t total_requests = 0;        // the job's requests (rank 0), for the progress ETA; 0: unknown
+  // Progress at rank 0 (job_progress.h), when progress_interval_s > 0: one line with a bar
+  // redrawn in place when stderr is a terminal (and this is true), else a log line every
+  // progress_interval_s.
+  bool progress_bar_on_terminal = true;
 };
 // invalid_argument naming the option for gamma < 0, interval < 1, redundant slots < 0.
 Status validate_batch_job_config(const BatchJobConfig& config);
@@ -89,6 +94,9 @@ struct StepMetrics {
   int64_t spec_drafts = 0;       // draft tokens verified (speculative decoding)
   int64_t spec_accepted = 0;     // of those, accepted
   double draft_s = 0.0;          // in the proposer
+  // Gauges at the end of the step (the totals keep the last value).
+  int64_t kv_used_blocks = 0;
+  int64_t kv_pool_blocks = 0;    // usable blocks of this rank's pool
 };
 
 struct BatchJobReport {  // complete at rank 0 only

@@ -418,3 +418,52 @@ TEST(CliQuantize, DeepseekFp8IsTheReleaseLayout) {
 }  // namespace
 }  // namespace moert
 
+
+namespace moert {
+namespace {
+
+// --config FILE gives any long option as `key = value` (the command line wins; unknown keys
+// and missing files are one-line errors); --kv-cache-memory-fraction sizes the pool from
+// the available memory and refuses values outside (0, 1]; `moert run` prints progress
+// lines with the request total, rate, ETA and KV use when stderr is not a terminal.
+TEST(CliOptions, ConfigFileMemoryFractionAndProgressLines) {
+  testing::ScratchDir scratch("cli-options");
+  const std::string model = make_small_model(scratch, "model", "qwen3_moe");
+  testing::write_file(scratch / "bench.ini", "# bench settings\ninput-len = 12\noutput-len = 3\nwarmup = 0\n"
+                                             "repeats = 1\nbatch-sizes = 2\nthreads = 1\n");
+  const testing::CommandResult bench =
+      run_command(moert() + " bench --model " + model + " --config " + (scratch / "bench.ini") + " --output-len 5");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  EXPECT_NE(bench.out.find("batch_size=2 requests=8 input_len=12.0 output_len=5.0"), std::string::npos) << bench.out;
+  testing::write_file(scratch / "bad.ini", "no-such-option = 3\n");
+  expect_one_line_error(run_command(moert() + " bench --model " + model + " --config " + (scratch / "bad.ini")),
+                        "unrecognised option 'no-such-option'");
+  expect_one_line_error(run_command(moert() + " bench --model " + model + " --config " + (scratch / "none.ini")),
+                        "--config: cannot open");
+
+  const testing::CommandResult fraction = run_command(moert() + " bench --model " + model +
+                                                      " --kv-cache-memory-fraction 0.001 --batch-sizes 1 --repeats 1 "
+                                                      "--warmup 0 --input-len 8 --output-len 2 --threads 1");
+  ASSERT_EQ(fraction.exit_code, 0) << fraction.err;
+  EXPECT_NE(fraction.out.find("engine: "), std::string::npos);
+  EXPECT_EQ(fraction.out.find("engine: 16384 KV blocks"), std::string::npos) << "the default 1 GiB pool was used";
+  expect_one_line_error(run_command(moert() + " bench --model " + model + " --kv-cache-memory-fraction 1.5"),
+                        "--kv-cache-memory-fraction = 1.5");
+
+  std::string text;
+  for (int i = 0; i < 24; ++i) {
+    text += "{\"id\": \"r" + std::to_string(i) + "\", \"prompt_token_ids\": [" + std::to_string(i + 1) +
+            ", 3, 5, 7], \"max_tokens\": 40}\n";
+  }
+  testing::write_file(scratch / "in.jsonl", text);
+  const testing::CommandResult run = run_command("MOERT_LOG_LEVEL=info " + moert() + " run --model " + model + " --input " + (scratch / "in.jsonl") +
+                                                 " --output " + (scratch / "out.jsonl") +
+                                                 " --threads 1 --max-seqs 2 --progress-interval 0.000001");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("/24 requests, "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find(", ETA "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find(" blocks)"), std::string::npos) << run.err;
+}
+
+}  // namespace
+}  // namespace moert
