@@ -450,6 +450,22 @@ TEST(CliOptions, ConfigFileMemoryFractionAndProgressLines) {
   expect_one_line_error(run_command(moert() + " bench --model " + model + " --kv-cache-memory-fraction 1.5"),
                         "--kv-cache-memory-fraction = 1.5");
 
+  // --input: the file's requests, cycled to --num-requests (10-token prompts, 3 new tokens).
+  testing::write_file(scratch / "requests.jsonl",
+                      "{\"id\": \"a\", \"prompt_token_ids\": [1,2,3,4,5,6,7,8,9,10], \"max_tokens\": 3}\n\n"
+                      "{\"id\": \"b\", \"prompt_token_ids\": [9,8,7,6,5,4,3,2,1,0], \"max_tokens\": 3}\n");
+  const testing::CommandResult from_file =
+      run_command(moert() + " bench --model " + model + " --input " + (scratch / "requests.jsonl") +
+                  " --num-requests 5 --batch-sizes 2 --warmup 0 --repeats 1 --threads 1 --json " + (scratch / "f.json"));
+  ASSERT_EQ(from_file.exit_code, 0) << from_file.err;
+  const nlohmann::json file_result = nlohmann::json::parse(testing::read_file(scratch / "f.json"));
+  EXPECT_EQ(file_result["results"][0]["num_requests"], 5);
+  EXPECT_EQ(file_result["results"][0]["input_len"], 10.0);
+  EXPECT_EQ(file_result["results"][0]["output_len"], 3.0);
+  testing::write_file(scratch / "broken.jsonl", "{\"id\": \"a\"}\n");
+  expect_one_line_error(run_command(moert() + " bench --model " + model + " --input " + (scratch / "broken.jsonl")),
+                        "broken.jsonl line 1");
+
   std::string text;
   for (int i = 0; i < 24; ++i) {
     text += "{\"id\": \"r" + std::to_string(i) + "\", \"prompt_token_ids\": [" + std::to_string(i + 1) +
