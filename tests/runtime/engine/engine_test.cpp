@@ -90,6 +90,27 @@ TEST_P(EngineOnReference, MixedBatchGreedyEqualsReferenceForward) {
   EXPECT_LT(stats.unused_slots_at_peak, stats.running_at_peak * config.block_size);
 }
 
+// Greedy requests through the paged engine (8-token blocks, 40-token steps) with a roomy
+// pool and with one tight enough to preempt: every output equals the reference forward's.
+void expect_engine_equals_reference_under_preemption(const TransformerForward& transformer,
+                                                     const ReferenceForward& reference,
+                                                     const std::vector<MixedRequest>& mixed) {
+  for (const int blocks : {1024, 26}) {
+    EngineConfig engine;
+    engine.block_size = 8;
+    engine.num_kv_blocks = blocks;
+    engine.scheduler.max_batched_tokens = 40;
+    EngineStats stats;
+    const auto outputs = run_all(transformer, engine, greedy_requests(mixed), &stats);
+    ASSERT_EQ(outputs.size(), mixed.size());
+    for (size_t r = 0; r < mixed.size(); ++r) {
+      const GreedyOutput expected = greedy_generate(reference, mixed[r].prompt, mixed[r].max_tokens).value();
+      EXPECT_EQ(outputs.at("r" + std::to_string(r)).outputs[0].token_ids, expected.gen_tokens) << r << " " << blocks;
+    }
+    if (blocks == 26) EXPECT_GT(stats.preemptions, 0);
+  }
+}
+
 // A DeepSeek-V3 of another shape than the shared one (no q LoRA, v_head_dim != nope dim,
 // odd widths, three heads): the paged engine over its latent cache under chunked prefill and
 // preemption equals the contiguous reference forward; the cache holds one latent row of
@@ -126,21 +147,7 @@ TEST(EngineOnGeneratedDeepseekV3, LatentCacheUnderPreemptionEqualsTheReferenceFo
   }
   TransformerForward transformer(model->config, model->weights, pool);
   ReferenceForward reference(model->config, model->weights, pool);
-  const std::vector<MixedRequest> mixed = mixed_requests(10, config.vocab_size, 31);
-  for (const int blocks : {1024, 26}) {  // roomy, then tight enough to preempt
-    EngineConfig engine;
-    engine.block_size = 8;
-    engine.num_kv_blocks = blocks;
-    engine.scheduler.max_batched_tokens = 40;
-    EngineStats stats;
-    const auto outputs = run_all(transformer, engine, greedy_requests(mixed), &stats);
-    ASSERT_EQ(outputs.size(), mixed.size());
-    for (size_t r = 0; r < mixed.size(); ++r) {
-      const GreedyOutput expected = greedy_generate(reference, mixed[r].prompt, mixed[r].max_tokens).value();
-      EXPECT_EQ(outputs.at("r" + std::to_string(r)).outputs[0].token_ids, expected.gen_tokens) << r << " " << blocks;
-    }
-    if (blocks == 26) EXPECT_GT(stats.preemptions, 0);
-  }
+  expect_engine_equals_reference_under_preemption(transformer, reference, mixed_requests(10, config.vocab_size, 31));
 }
 
 // A gpt-oss of another shape than the shared one (q heads x head_dim != hidden, one kv head,
@@ -166,20 +173,7 @@ TEST(EngineOnGeneratedGptOss, WindowsSinksAndYarnEqualTheReferenceForward) {
   TransformerForward transformer(model->config, model->weights, pool);
   ReferenceForward reference(model->config, model->weights, pool);
   const std::vector<MixedRequest> mixed = mixed_requests(10, config.vocab_size, 23);
-  for (const int blocks : {1024, 26}) {  // roomy, then tight enough to preempt
-    EngineConfig engine;
-    engine.block_size = 8;
-    engine.num_kv_blocks = blocks;
-    engine.scheduler.max_batched_tokens = 40;
-    EngineStats stats;
-    const auto outputs = run_all(transformer, engine, greedy_requests(mixed), &stats);
-    ASSERT_EQ(outputs.size(), mixed.size());
-    for (size_t r = 0; r < mixed.size(); ++r) {
-      const GreedyOutput expected = greedy_generate(reference, mixed[r].prompt, mixed[r].max_tokens).value();
-      EXPECT_EQ(outputs.at("r" + std::to_string(r)).outputs[0].token_ids, expected.gen_tokens) << r << " " << blocks;
-    }
-    if (blocks == 26) EXPECT_GT(stats.preemptions, 0);
-  }
+  expect_engine_equals_reference_under_preemption(transformer, reference, mixed);
   // One long sequence: the full layers hold every block, the sliding layers only their
   // window, so the pool holds far fewer than two tables' worth (the blocks behind the
   // window go back to the pool as decode proceeds).
