@@ -12,6 +12,7 @@
 #include "launch/engine_options.h"
 #include "launch/spec_options.h"
 #include "launch/job.h"
+#include "core/digest.h"
 #include "core/log.h"
 #include "runtime/engine/request_io.h"
 #include "runtime/model/weights.h"
@@ -41,10 +42,10 @@ ParsedInput read_requests(const std::string& input_path, const std::unordered_se
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     Result<engine::Request> request = engine::parse_request_line(line);
     Status status = request.is_ok() ? Status::ok() : request.status();
-    if (status.is_ok() && !seen.insert(request->id).second) {
+    if (status.is_ok() && !seen.insert(request->id_json).second) {
       status = invalid_argument("request id '" + request->id + "' appears twice");
     }
-    if (status.is_ok() && done.count(request->id)) {
+    if (status.is_ok() && done.count(request->id_json)) {
       ++parsed.skipped;
       continue;
     }
@@ -65,6 +66,7 @@ ParsedInput read_requests(const std::string& input_path, const std::unordered_se
 int run_serve_batch(const std::vector<std::string>& args) {
   po::options_description options("moert run options");
   std::string model_dir, input_path, output_path, placement_path, save_placement_path, balance = "none", routing;
+  bool resume = false;
   EngineOptions engine_options;
   SpecOptions spec_options;
   parallel::BatchJobConfig job;
@@ -72,7 +74,12 @@ int run_serve_batch(const std::vector<std::string>& args) {
       ("help,h", "show this help")
       ("model", po::value(&model_dir)->required(), "Hugging Face model directory")
       ("input", po::value(&input_path)->required(), "requests, one JSON object a line (read by rank 0)")
-      ("output", po::value(&output_path)->required(), "results, one JSON line per finished request (appended by rank 0; ids already there are skipped)")
+      ("output", po::value(&output_path)->required(),
+       "results, one JSON line per finished request, written by rank 0 (\"-\" or a pipe: a plain stream); an existing "
+       "non-empty file is refused unless --resume")
+      ("resume", po::bool_switch(&resume),
+       "continue the job that wrote --output (same model, input and result-changing options, checked against "
+       "OUTPUT.manifest.json): its finished ids are skipped, a torn last line is cut")
       ("progress-interval", po::value(&job.progress_interval_s)->default_value(2.0), "seconds between progress lines on stderr")
       ("expert-placement", po::value(&placement_path),
        "expert placement JSON (experts/placement/placement.h), e.g. saved by an earlier --balance=replicate job; "
@@ -112,19 +119,13 @@ int run_serve_batch(const std::vector<std::string>& args) {
   std::unique_ptr<LoadedModel> loaded;
   std::optional<engine::EngineConfig> config;
   std::optional<experts::ExpertPlacement> placement;
-  std::unique_ptr<engine::OutputWriter> writer;
+  std::unique_ptr<engine::OutputFile> writer;
   std::unique_ptr<SpecSetup> spec_setup;
   std::unordered_set<std::string> done;
+  JobFields fields;
   int threads = 1;
   std::optional<std::string> setup_error;
   try {
-    if (root) {
-      int torn_lines = 0;
-      done = value_or_throw(engine::read_finished_ids(output_path, &torn_lines));
-      if (torn_lines > 0) MOERT_WARN(output_path << ": ignored " << torn_lines << " incomplete line(s) from an earlier run");
-      if (!std::ifstream(input_path)) throw CommandError("cannot open input " + input_path);
-      writer = value_or_throw(engine::OutputWriter::open_for_append(output_path));
-    }
     loaded = value_or_throw(load_model(model_dir));
     config = resolve_engine_config(engine_options, loaded->config);
     config->forward_when_idle = true;
@@ -144,8 +145,27 @@ int run_serve_batch(const std::vector<std::string>& args) {
       throw CommandError(placement_path + " has " + std::to_string(placement->num_layers()) +
                          " layers, the model " + std::to_string(loaded->config.num_layers) + " (or give 1 for all)");
     }
+    fields = job_fields(*loaded, *config, spec_options, *spec_setup, job, *placement, routing);
   } catch (const CommandError& e) {
     setup_error = e.what();
+  }
+  agree_on_setup(*transport, setup_error);
+  agree_on_job_fields(*transport, fields);
+  // Only a job whose ranks agree touches the output (docs/outputs.md).
+  setup_error.reset();
+  if (root) {
+    try {
+      check_distinct_paths(input_path, output_path, job.metrics_path);
+      engine::OutputManifest manifest = output_manifest(fields);
+      manifest["input"] = value_or_throw(digest_of_file(input_path));
+      writer = value_or_throw(engine::OutputFile::open(output_path, manifest, resume));
+      done = writer->finished_ids();
+      if (writer->cut_bytes() > 0) {
+        MOERT_WARN(output_path << ": cut a torn last line of " << writer->cut_bytes() << " bytes from an earlier run");
+      }
+    } catch (const CommandError& e) {
+      setup_error = e.what();
+    }
   }
   agree_on_setup(*transport, setup_error);
 

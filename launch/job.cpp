@@ -1,6 +1,9 @@
 #include "launch/job.h"
 
 #include <algorithm>
+#include <filesystem>
+
+#include "core/digest.h"
 
 #include "launch/commands.h"
 #include "runtime/comm/self_transport.h"
@@ -59,6 +62,90 @@ Result<parallel::BatchJobReport> serve_request_lines(comm::Transport& transport,
   parallel::BatchJobConfig config = job;
   config.total_requests = static_cast<int64_t>(lines.size());  // rank 0 holds them all
   return parallel::serve_in_lockstep(transport, engine, model, experts, config, write_line);
+}
+
+JobFields job_fields(const LoadedModel& model, const engine::EngineConfig& engine, const SpecOptions& spec_options,
+                     const SpecSetup& spec, const parallel::BatchJobConfig& job,
+                     const experts::ExpertPlacement& placement, const std::string& routing) {
+  JobFields f;
+  f["moert"] = MOERT_BUILD_COMMIT;
+  f["model"] = model_digest(model.config, *model.checkpoint);
+  f["kv_cache_dtype"] = attention::kv_cache_dtype_name(engine.kv_cache_dtype);
+  f["block_size"] = std::to_string(engine.block_size);
+  f["max_batched_tokens"] = std::to_string(engine.scheduler.max_batched_tokens);
+  f["max_seqs"] = std::to_string(engine.scheduler.max_seqs);
+  f["prefix_caching"] = engine.enable_prefix_caching ? "on" : "off";
+  f["spec"] = spec_options.method;
+  f["spec_k"] = spec_options.num_draft;
+  f["spec_max_k"] = std::to_string(spec_options.max_num_draft);
+  f["spec_ngram"] = std::to_string(spec_options.ngram_min) + ".." + std::to_string(spec_options.ngram_max);
+  f["draft_model"] = spec.draft_model_digest();
+  f["balance"] = parallel::balance_mode_name(job.balance);
+  f["balance_gamma"] = std::to_string(job.balance_gamma);
+  f["balance_interval"] = std::to_string(job.balance_interval);
+  f["balance_redundant"] = std::to_string(job.redundant_slots_per_rank);
+  f["placement"] = digest_of(placement.to_json());
+  f["request_routing"] = routing;
+  return f;
+}
+
+engine::OutputManifest output_manifest(const JobFields& fields) {
+  engine::OutputManifest manifest;
+  for (const char* key : {"model", "kv_cache_dtype", "spec", "spec_k", "spec_max_k", "spec_ngram", "draft_model", "balance",
+                          "balance_gamma"}) {
+    manifest[key] = fields.at(key);
+  }
+  return manifest;
+}
+
+void agree_on_job_fields(comm::Transport& transport, const JobFields& fields) {
+  std::string mine;
+  for (const auto& [key, value] : fields) mine += key + "=" + value + "\n";
+  Result<std::vector<std::vector<uint8_t>>> all = transport.gatherv(mine.data(), mine.size(), 0);
+  if (!all.is_ok()) transport.abort(1, "comparing the ranks' set-ups failed: " + all.status().message());
+  std::string verdict;
+  if (transport.rank() == 0) {
+    for (int r = 1; r < transport.world_size() && verdict.empty(); ++r) {
+      const std::vector<uint8_t>& bytes = (*all)[static_cast<size_t>(r)];
+      std::map<std::string, std::string> theirs;
+      std::string text(bytes.begin(), bytes.end());
+      for (size_t start = 0; start < text.size();) {
+        const size_t end = text.find('\n', start), eq = text.find('=', start);
+        if (end == std::string::npos || eq == std::string::npos || eq > end) break;
+        theirs[text.substr(start, eq - start)] = text.substr(eq + 1, end - eq - 1);
+        start = end + 1;
+      }
+      for (const auto& [key, value] : fields) {
+        const auto found = theirs.find(key);
+        const std::string other = found == theirs.end() ? "(missing)" : found->second;
+        if (other != value) {
+          verdict = "rank " + std::to_string(r) + " was started differently from rank 0: " + key + " is " + other +
+                    " there and " + value + " on rank 0";
+          break;
+        }
+      }
+    }
+  }
+  int64_t size = static_cast<int64_t>(verdict.size());
+  if (!transport.broadcast(&size, sizeof(size), 0).is_ok()) transport.abort(1, "set-up agreement failed");
+  verdict.resize(static_cast<size_t>(size));
+  if (size > 0 && !transport.broadcast(verdict.data(), verdict.size(), 0).is_ok()) {
+    transport.abort(1, "set-up agreement failed");
+  }
+  if (!verdict.empty()) throw CommandError(verdict);
+}
+
+void check_distinct_paths(const std::string& input, const std::string& output, const std::string& metrics) {
+  namespace fs = std::filesystem;
+  auto same = [](const std::string& a, const std::string& b) {
+    if (a.empty() || b.empty() || a == "-" || b == "-") return false;
+    std::error_code ec;
+    if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
+    return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
+  };
+  if (same(input, output)) throw CommandError("--output " + output + " is the input file; nothing was written");
+  if (same(metrics, output)) throw CommandError("--metrics " + metrics + " is the output file; nothing was written");
+  if (same(metrics, input)) throw CommandError("--metrics " + metrics + " is the input file; nothing was written");
 }
 
 engine::EngineStats sum_engine_stats(const std::vector<engine::EngineStats>& ranks) {

@@ -4,12 +4,17 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "experts/placement/placement.h"
+#include "launch/spec_options.h"
 #include "runtime/comm/mpi_transport.h"
+#include "runtime/engine/output_file.h"
+#include "runtime/model/weights.h"
 #include "runtime/comm/transport.h"
 #include "runtime/engine/engine.h"
 #include "runtime/parallel/batch_job.h"
@@ -38,6 +43,22 @@ Result<parallel::BatchJobReport> serve_request_lines(comm::Transport& transport,
                                                      const std::vector<std::string>& lines,
                                                      const std::vector<int64_t>& blocks,
                                                      const std::function<Status(const std::string&)>& write_line);
+
+// What every rank of a job must agree on, name -> value: the moert build, the model (its
+// digest), the engine and speculation options, balancing, the placement, the routing.
+using JobFields = std::map<std::string, std::string>;
+JobFields job_fields(const LoadedModel& model, const engine::EngineConfig& engine, const SpecOptions& spec_options,
+                     const SpecSetup& spec, const parallel::BatchJobConfig& job,
+                     const experts::ExpertPlacement& placement, const std::string& routing);
+// The fields that change results (model, KV dtype, speculation, bias balancing): what an
+// output's manifest records (runtime/engine/output_file.h) besides the input's digest.
+engine::OutputManifest output_manifest(const JobFields& fields);
+// Collective: rank 0 compares every rank's fields with its own; on any difference every rank
+// throws CommandError naming the first differing rank, field and both values.
+void agree_on_job_fields(comm::Transport& transport, const JobFields& fields);
+// Throws CommandError when two of input, output, metrics (metrics may be empty) name the
+// same file (a path, a link or a hard link to it).
+void check_distinct_paths(const std::string& input, const std::string& output, const std::string& metrics);
 
 // The job's totals from the ranks' statistics (sums; max for steps and times).
 engine::EngineStats sum_engine_stats(const std::vector<engine::EngineStats>& ranks);

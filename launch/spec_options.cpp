@@ -124,4 +124,8 @@ std::string SpecSetup::summary(const engine::EngineStats& s) const {
   return out.str();
 }
 
+std::string SpecSetup::draft_model_digest() const {
+  return draft_ ? model_digest(draft_->config, *draft_->checkpoint) : std::string();
+}
+
 }  // namespace moert::launch

@@ -41,6 +41,8 @@ class SpecSetup {
   // One line: method, depth, passes, acceptance (overall and per position), tokens per
   // pass, draft and verify time. Empty when speculation is off.
   std::string summary(const engine::EngineStats& stats) const;
+  // The draft checkpoint's digest (model_digest), empty without one.
+  std::string draft_model_digest() const;
 
  private:
   std::string depth_text_;

@@ -271,6 +271,7 @@ void Engine::finish_request(int64_t request_idx, std::vector<RequestOutput>& fin
   RequestState& state = requests_.at(request_idx);
   RequestOutput output;
   output.id = state.request.id;
+  output.id_json = state.request.id_json;
   output.prompt_tokens = static_cast<int64_t>(state.request.prompt.size());
   for (const SampleOutput& s : state.samples) output.output_tokens += static_cast<int64_t>(s.token_ids.size());
   output.cached_prompt_tokens = state.cached_prompt_tokens;

@@ -30,7 +30,8 @@
 namespace moert::engine {
 
 struct Request {
-  std::string id;
+  std::string id;       // the id as text (a string id's value, else its JSON), for messages and seeds
+  std::string id_json;  // the id exactly as JSON (any type), echoed in the output; empty: "id" as a string
   std::vector<int32_t> prompt;
   sampling::SamplingParams params;
   uint64_t default_seed = 0;  // used when params.seed == -1 (derived from the id by the reader)
@@ -43,6 +44,7 @@ struct SampleOutput {
 
 struct RequestOutput {
   std::string id;
+  std::string id_json;  // Request::id_json
   std::vector<SampleOutput> outputs;  // [n], by sample index
   int64_t prompt_tokens = 0;
   int64_t output_tokens = 0;          // over all samples

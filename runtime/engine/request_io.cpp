@@ -47,13 +47,10 @@ Result<Request> parse_request_line(const std::string& line) {
   if (!j.is_object()) return invalid_argument("a request must be a JSON object");
   Request request;
   if (!j.contains("id")) return invalid_argument("missing 'id'");
-  if (j["id"].is_string()) {
-    request.id = j["id"].get<std::string>();
-  } else if (j["id"].is_number_integer()) {
-    request.id = std::to_string(j["id"].get<int64_t>());
-  } else {
-    return invalid_argument("'id' must be a string or an integer");
-  }
+  // Any JSON value but null identifies the request; it comes back as given (its JSON form).
+  if (j["id"].is_null()) return invalid_argument("'id' is null");
+  request.id = j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump();
+  request.id_json = j["id"].dump();
   if (!j.contains("prompt_token_ids")) return invalid_argument("request '" + request.id + "' lacks 'prompt_token_ids'");
   sampling::SamplingParams& p = request.params;
   for (auto& [key, value] : j.items()) {
@@ -96,7 +93,7 @@ std::string format_output_line(const RequestOutput& output) {
   for (const SampleOutput& sample : output.outputs) {
     outputs.push_back({{"token_ids", sample.token_ids}, {"finish_reason", sample.finish_reason}});
   }
-  json j = {{"id", output.id},
+  json j = {{"id", output.id_json.empty() ? json(output.id) : json::parse(output.id_json)},
             {"outputs", outputs},
             {"prompt_tokens", output.prompt_tokens},
             {"output_tokens", output.output_tokens},
@@ -127,31 +124,9 @@ Result<std::unordered_set<std::string>> read_finished_ids(const std::string& pat
       ++*torn_lines;
       continue;
     }
-    ids.insert(j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump());
+    ids.insert(j["id"].dump());
   }
   return ids;
-}
-
-Result<std::unique_ptr<OutputWriter>> OutputWriter::open_for_append(const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "a+");
-  if (file == nullptr) return io_error("cannot open " + path + " for appending");
-  // A torn last line (no newline) gets terminated so the next line starts clean.
-  if (std::fseek(file, -1, SEEK_END) == 0) {
-    const int last = std::fgetc(file);
-    std::fseek(file, 0, SEEK_END);
-    if (last != '\n' && last != EOF) std::fputc('\n', file);
-  }
-  return std::unique_ptr<OutputWriter>(new OutputWriter(file));
-}
-
-OutputWriter::~OutputWriter() { std::fclose(file_); }
-
-Status OutputWriter::write_line(const std::string& line) {
-  const std::string whole = line + "\n";
-  if (std::fwrite(whole.data(), 1, whole.size(), file_) != whole.size() || std::fflush(file_) != 0) {
-    return io_error("write to the output file failed");
-  }
-  return Status::ok();
 }
 
 }  // namespace moert::engine

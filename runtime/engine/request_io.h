@@ -23,20 +23,11 @@ namespace moert::engine {
 Result<Request> parse_request_line(const std::string& line);
 std::string format_output_line(const RequestOutput& output);
 
-// The ids already in an existing output file (a rerun skips them). A missing file is empty;
-// a torn last line (the job was killed mid-write) is ignored and reported in *torn_lines.
+// The ids already in an existing output file (a rerun skips them), as JSON text (compare with
+// Request::id_json). A missing file is empty; a torn last line (the job was killed mid-write)
+// is ignored and reported in *torn_lines.
 Result<std::unordered_set<std::string>> read_finished_ids(const std::string& path, int* torn_lines);
 
-// Appends whole lines to the output file, flushing each one.
-class OutputWriter {
- public:
-  static Result<std::unique_ptr<OutputWriter>> open_for_append(const std::string& path);
-  ~OutputWriter();
-  Status write_line(const std::string& line);
 
- private:
-  explicit OutputWriter(std::FILE* file) : file_(file) {}
-  std::FILE* file_;
-};
 
 }  // namespace moert::engine

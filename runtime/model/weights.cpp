@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include <nlohmann/json.hpp>
+
+#include "core/digest.h"
 #include "quant/bf16.h"
 
 namespace moert {
@@ -338,6 +341,30 @@ Result<MoeWeights> bind_moe(const ModelConfig& c, const io::Checkpoint& checkpoi
 }
 
 }  // namespace
+
+std::string model_digest(const ModelConfig& config, const io::Checkpoint& checkpoint) {
+  Digest digest;
+  digest.add(model_config_to_json(config).dump());
+  std::vector<std::string> names = checkpoint.tensor_names();
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    const Result<TensorView> view = checkpoint.get(name);
+    digest.add(name).add("|");
+    if (view.is_ok()) {
+      // The first and last bytes of each tensor (one page each) tell same-shaped checkpoints apart.
+      const int64_t bytes = view->numel() * dtype_bits(view->dtype) / 8;
+      const auto* data = static_cast<const char*>(view->data);
+      const int64_t sample = std::min<int64_t>(bytes, 64);
+      digest.add(dtype_name(view->dtype)).add(shape_to_string(view->shape));
+      if (data != nullptr && sample > 0) {
+        digest.add(std::string_view(data, static_cast<size_t>(sample)));
+        digest.add(std::string_view(data + bytes - sample, static_cast<size_t>(sample)));
+      }
+    }
+    digest.add("\n");
+  }
+  return digest.hex();
+}
 
 std::string describe_weight_formats(const ModelWeights& m) {
   std::string attention = "?", experts = "none";

@@ -92,6 +92,13 @@ Result<std::vector<float>> widen_to_f32(const std::string& name, const TensorVie
 // benchmark reports).
 std::string describe_weight_formats(const ModelWeights& weights);
 
+// What identifies a model for output manifests and the ranks' start-up agreement: the
+// digest of its parsed config (canonical JSON) and of its tensor index (every name, dtype and
+// shape, in name order) with the first and last 64 bytes of every tensor, which tells apart
+// checkpoints of one shape (other seeds, other fine-tunes). Not every weight byte: that
+// would cost a pass over the model (core/digest.h).
+std::string model_digest(const ModelConfig& config, const io::Checkpoint& checkpoint);
+
 Result<ModelWeights> bind_model_weights(const ModelConfig& config, const io::Checkpoint& checkpoint);
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir);
 

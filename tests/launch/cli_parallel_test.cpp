@@ -474,3 +474,41 @@ TEST(CliParallelRouting, PrefixRoutingKeepsTheSingleRankHitRateAndPlacementsRoun
 
 }  // namespace
 }  // namespace moert
+
+namespace moert {
+namespace {
+
+// Ranks started with different options or models (mpirun's MPMD form) are refused at
+// start-up, every rank exiting non-zero with one message naming the rank, the field and both
+// values; the output is not created.
+TEST(CliParallelAgreement, RanksStartedDifferentlyAreRefused) {
+  testing::ScratchDir scratch("cli-parallel-agreement");
+  const std::string moert = testing::moert_binary();
+  const std::string shape = " make-model --arch qwen3_moe --preset tiny --num-layers 2 --out ";
+  ASSERT_EQ(run_command(moert + shape + (scratch / "a") + " --seed 1").exit_code, 0);
+  ASSERT_EQ(run_command(moert + shape + (scratch / "b") + " --seed 2").exit_code, 0);  // same shapes, other weights
+  testing::write_file(scratch / "in.jsonl", "{\"id\": \"x\", \"prompt_token_ids\": [1, 2, 3], \"max_tokens\": 2}\n");
+  auto mpmd = [&](const std::string& first, const std::string& second) {
+    const std::string base = moert + " run --input " + (scratch / "in.jsonl") + " --output " + (scratch / "out.jsonl") +
+                             " --threads 1 ";
+    return run_command("timeout -k 5 120 mpirun --oversubscribe --bind-to none -np 1 " + base + first + " : -np 1 " +
+                       base + second);
+  };
+  const testing::CommandResult dtype = mpmd("--model " + (scratch / "a") + " --kv-cache-dtype f32",
+                                            "--model " + (scratch / "a") + " --kv-cache-dtype bf16");
+  EXPECT_NE(dtype.exit_code, 0);
+  EXPECT_NE(dtype.err.find("rank 1 was started differently from rank 0: kv_cache_dtype is bf16 there and f32 on rank 0"),
+            std::string::npos) << dtype.err;
+  const testing::CommandResult model = mpmd("--model " + (scratch / "a"), "--model " + (scratch / "b"));
+  EXPECT_NE(model.exit_code, 0);
+  EXPECT_NE(model.err.find("rank 1 was started differently from rank 0: model is"), std::string::npos) << model.err;
+  const testing::CommandResult spec = mpmd("--model " + (scratch / "a"), "--model " + (scratch / "a") + " --spec ngram");
+  EXPECT_NE(spec.exit_code, 0);
+  EXPECT_NE(spec.err.find("spec is ngram there and none on rank 0"), std::string::npos) << spec.err;
+  EXPECT_FALSE(std::filesystem::exists(scratch / "out.jsonl"));
+  const testing::CommandResult same = mpmd("--model " + (scratch / "a"), "--model " + (scratch / "a"));
+  EXPECT_EQ(same.exit_code, 0) << same.err;
+}
+
+}  // namespace
+}  // namespace moert

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -206,7 +207,7 @@ TEST(CliRun, ServesABatchSkipsBadLinesAndResumes) {
     if (lines[i]["id"] != "r2" && lines[i]["id"] != "r4") kept += lines[i].dump() + "\n";
   }
   testing::write_file(output, kept);
-  const testing::CommandResult second = run_command(run);
+  const testing::CommandResult second = run_command(run + " --resume");
   EXPECT_EQ(second.exit_code, 3);
   EXPECT_NE(second.err.find("2 finished, 5 skipped"), std::string::npos) << second.err;
   const std::vector<nlohmann::json> resumed = read_jsonl(output);
@@ -475,6 +476,87 @@ TEST(CliOptions, ConfigFileMemoryFractionAndProgressLines) {
   EXPECT_NE(run.err.find("/24 requests, "), std::string::npos) << run.err;
   EXPECT_NE(run.err.find(", ETA "), std::string::npos) << run.err;
   EXPECT_NE(run.err.find(" blocks)"), std::string::npos) << run.err;
+}
+
+}  // namespace
+}  // namespace moert
+
+namespace moert {
+namespace {
+
+// The results file is never lost or mixed up (docs/outputs.md): a non-empty output is only
+// continued by --resume of the same job (model, input, result-changing options, recorded in
+// OUTPUT.manifest.json); every refusal is one line and leaves the bytes as they were; a
+// file locked by another job is refused; a torn last line is cut before resuming; the
+// output may not be the input or the metrics file; "-" streams to stdout; a full disk is an
+// error naming the file. Ids of any JSON type come back as given.
+TEST(CliOutputSafety, RefusesForeignOutputsLocksCutsTornLinesAndStreams) {
+  testing::ScratchDir scratch("cli-output-safety");
+  const std::string model = make_small_model(scratch, "model", "qwen3_moe");
+  const std::string other = make_small_model(scratch, "other", "mixtral");
+  std::string text;
+  const std::vector<std::string> ids = {"\"a\"", "7", "-3.5", "true", "[1, \"x\"]", "{\"k\": 1}",
+                                        "\"" + std::string(5000, 'z') + "\""};
+  for (size_t i = 0; i < ids.size(); ++i) {
+    text += "{\"id\": " + ids[i] + ", \"prompt_token_ids\": [" + std::to_string(i + 1) + ", 2, 3], \"max_tokens\": 4}\n";
+  }
+  const std::string input = scratch / "in.jsonl", output = scratch / "out.jsonl";
+  testing::write_file(input, text);
+  const std::string run = moert() + " run --input " + input + " --threads 1 ";
+  const testing::CommandResult first = run_command(run + "--model " + model + " --output " + output);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const std::vector<nlohmann::json> lines = read_jsonl(output);
+  ASSERT_EQ(lines.size(), ids.size());
+  std::set<std::string> echoed;
+  for (const auto& line : lines) echoed.insert(line["id"].dump());
+  for (const std::string& id : ids) EXPECT_EQ(echoed.count(nlohmann::json::parse(id).dump()), 1u) << id;
+  const std::string written = testing::read_file(output);
+
+  // Refusals: bytes unchanged, one line each.
+  expect_one_line_error(run_command(run + "--model " + model + " --output " + output), "pass --resume");
+  expect_one_line_error(run_command(run + "--model " + other + " --output " + output + " --resume"),
+                        "was written by another job: model is");
+  expect_one_line_error(run_command(run + "--model " + model + " --output " + output + " --resume --kv-cache-dtype bf16"),
+                        "kv_cache_dtype is f32 there and bf16 here");
+  expect_one_line_error(run_command(run + "--model " + model + " --output " + input), "is the input file");
+  expect_one_line_error(run_command(run + "--model " + model + " --output " + output + " --resume --metrics " + output),
+                        "is the output file");
+  EXPECT_EQ(testing::read_file(output), written);
+  EXPECT_EQ(testing::read_file(input), text);
+  const std::string foreign = scratch / "foreign.jsonl";
+  testing::write_file(foreign, "{\"id\": \"mine\"}\n");
+  expect_one_line_error(run_command(run + "--model " + model + " --output " + foreign + " --resume"),
+                        "not written by a moert job with a manifest");
+  EXPECT_EQ(testing::read_file(foreign), "{\"id\": \"mine\"}\n");
+
+  // Another process holds the lock: refused; the file is untouched.
+  const testing::CommandResult locked =
+      run_command("flock " + output + " -c '" + moert() + " run --input " + input + " --threads 1 --model " + model +
+                  " --output " + output + " --resume'");
+  EXPECT_NE(locked.exit_code, 0);
+  EXPECT_NE(locked.err.find("another job is writing it"), std::string::npos) << locked.err;
+  EXPECT_EQ(testing::read_file(output), written);
+
+  // A torn last line (killed mid-write) and two results missing: --resume cuts the fragment
+  // and serves exactly the missing ones; every line is whole JSON.
+  std::string partial;
+  for (size_t i = 0; i + 2 < lines.size(); ++i) partial += lines[i].dump() + "\n";
+  partial += lines.back().dump().substr(0, 40);
+  testing::write_file(output, partial);
+  const testing::CommandResult resumed = run_command(run + "--model " + model + " --output " + output + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("cut a torn last line of 40 bytes"), std::string::npos) << resumed.err;
+  EXPECT_NE(resumed.err.find("2 finished, 5 skipped"), std::string::npos) << resumed.err;
+  const std::vector<nlohmann::json> after = read_jsonl(output);  // throws on a broken line
+  EXPECT_EQ(after.size(), ids.size());
+
+  // "-" writes the results to stdout (logs stay on stderr); /dev/full fails with its name.
+  const testing::CommandResult streamed = run_command(run + "--model " + model + " --output -");
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
+  EXPECT_EQ(std::count(streamed.out.begin(), streamed.out.end(), '\n'), static_cast<long>(ids.size()));
+  const testing::CommandResult full = run_command(run + "--model " + model + " --output /dev/full");
+  EXPECT_NE(full.exit_code, 0);
+  EXPECT_NE(full.err.find("/dev/full"), std::string::npos) << full.err;
 }
 
 }  // namespace

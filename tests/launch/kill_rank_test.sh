@@ -48,8 +48,8 @@ cat "$scratch/log" | tail -8
 [ "$rc" -ne 0 ] || fail "the job exited 0 although rank 2 was killed"
 grep -Eq "rank 2 .*(signal 9|Killed|exited)" "$scratch/log" || fail "no message names rank 2"
 
-# Results written before the kill survive; a rerun serves only the rest.
-"$moert" run --model "$scratch/m" --input "$scratch/in.jsonl" --output "$scratch/out.jsonl" --threads 2 \
+# Results written before the kill survive; a resumed run serves only the rest.
+"$moert" run --model "$scratch/m" --input "$scratch/in.jsonl" --output "$scratch/out.jsonl" --threads 2 --resume \
   > "$scratch/resume.log" 2>&1 || { cat "$scratch/resume.log"; fail "the resumed run failed"; }
 grep -Eq "[1-9][0-9]* skipped \(already done\)" "$scratch/resume.log" ||
   { cat "$scratch/resume.log"; fail "the rerun did not skip the finished requests"; }

@@ -1,3 +1,4 @@
+#include "runtime/engine/output_file.h"
 #include "runtime/engine/request_io.h"
 
 #include <gtest/gtest.h>
@@ -47,37 +48,51 @@ TEST(RequestIo, ErrorsNameTheField) {
   }
 }
 
-TEST(RequestIo, OutputLinesAndResume) {
+TEST(RequestIo, OutputFileManifestResumeAndTornLines) {
   testing::ScratchDir scratch("request-io");
   const std::string path = scratch / "out.jsonl";
+  const OutputManifest manifest = {{"model", "m1"}, {"input", "i1"}};
   RequestOutput output;
   output.id = "r1";
+  output.id_json = "\"r1\"";
   output.outputs = {{{4, 5}, "length"}};
   output.prompt_tokens = 3;
   output.output_tokens = 2;
   {
-    auto writer = OutputWriter::open_for_append(path);
-    ASSERT_TRUE(writer.is_ok());
+    auto writer = OutputFile::open(path, manifest, /*resume=*/false);
+    ASSERT_TRUE(writer.is_ok()) << writer.status().to_string();
+    EXPECT_TRUE((*writer)->finished_ids().empty());
     ASSERT_TRUE((*writer)->write_line(format_output_line(output)).is_ok());
+    // Held open: a second opener is refused while the first holds the lock.
+    const Status locked = OutputFile::open(path, manifest, true).status();
+    EXPECT_NE(locked.message().find("another job is writing it"), std::string::npos) << locked.to_string();
   }
   const nlohmann::json line = nlohmann::json::parse(testing::read_file(path));
+  EXPECT_EQ(line["id"], "r1");
   EXPECT_EQ(line["outputs"][0]["token_ids"], nlohmann::json({4, 5}));
   EXPECT_EQ(line["outputs"][0]["finish_reason"], "length");
-  // A torn line from a killed job is ignored, and the next write starts on a fresh line.
+  EXPECT_TRUE(nlohmann::json::parse(testing::read_file(manifest_path(path))).is_object());
+  // Non-empty: refused without --resume, refused with another manifest.
+  EXPECT_NE(OutputFile::open(path, manifest, false).status().message().find("pass --resume"), std::string::npos);
+  const Status other = OutputFile::open(path, {{"model", "m2"}, {"input", "i1"}}, true).status();
+  EXPECT_NE(other.message().find("model is m1 there and m2 here"), std::string::npos) << other.to_string();
+  // A torn line from a killed job is cut on resume; the next line starts clean.
   testing::write_file(path, testing::read_file(path) + R"({"id": "r2", "outp)");
   int torn = 0;
-  auto ids = read_finished_ids(path, &torn);
-  ASSERT_TRUE(ids.is_ok());
-  EXPECT_EQ(*ids, (std::unordered_set<std::string>{"r1"}));
+  EXPECT_EQ(*read_finished_ids(path, &torn), (std::unordered_set<std::string>{"\"r1\""}));
   EXPECT_EQ(torn, 1);
   {
-    auto writer = OutputWriter::open_for_append(path);
-    output.id = "r3";
+    auto writer = OutputFile::open(path, manifest, true);
+    ASSERT_TRUE(writer.is_ok()) << writer.status().to_string();
+    EXPECT_EQ((*writer)->cut_bytes(), 18);
+    EXPECT_EQ((*writer)->finished_ids(), (std::unordered_set<std::string>{"\"r1\""}));
+    output.id = "3";
+    output.id_json = "3";  // a numeric id comes back as a number
     ASSERT_TRUE((*writer)->write_line(format_output_line(output)).is_ok());
   }
-  ids = read_finished_ids(path, &torn);
-  EXPECT_EQ(*ids, (std::unordered_set<std::string>{"r1", "r3"}));
-  EXPECT_EQ(torn, 1);
+  EXPECT_EQ(*read_finished_ids(path, &torn), (std::unordered_set<std::string>{"\"r1\"", "3"}));
+  EXPECT_EQ(torn, 0);
+  EXPECT_FALSE(OutputFile::open(scratch.path(), manifest, false).is_ok());  // a directory
 }
 
 }  // namespace

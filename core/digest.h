@@ -1,0 +1,28 @@
+// 128-bit digests (FNV-1a over two lanes) that tell files, models and jobs apart: not
+// cryptographic, they do not defend against forgery. Used by output manifests and the
+// start-up agreement of ranks (docs/outputs.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace moert {
+
+class Digest {
+ public:
+  Digest& add(std::string_view bytes);
+  // 32 lowercase hex digits.
+  std::string hex() const;
+
+ private:
+  uint64_t a_ = 0xcbf29ce484222325ull, b_ = 0x84222325cbf29ce4ull;
+};
+
+std::string digest_of(std::string_view bytes);
+// The digest of a file's bytes; io_error naming the path when it cannot be read.
+Result<std::string> digest_of_file(const std::string& path);
+
+}  // namespace moert
