@@ -1,5 +1,7 @@
 #include "experts/placement/placement.h"
 
+#include "core/strict_json.h"
+
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -157,8 +159,9 @@ Result<int32_t> json_int(const nlohmann::json& v, const std::string& where) {
 
 Result<ExpertPlacement> parse_placement_json(const std::string& text, int num_experts) {
   if (num_experts < 1) return invalid_argument("num_experts = " + std::to_string(num_experts) + " must be >= 1");
-  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return corrupt("placement file is not valid JSON");
+  Result<nlohmann::json> parsed = parse_strict_json(text, "placement file");
+  if (!parsed.is_ok()) return corrupt(parsed.status().message());
+  const nlohmann::json& doc = *parsed;
   if (!doc.is_object()) return corrupt("placement file must be a JSON object, got " + json_value_text(doc));
   if (doc.contains("num_experts")) {
     MOERT_ASSIGN_OR_RETURN(const int32_t file_experts, json_int(doc["num_experts"], "num_experts"));

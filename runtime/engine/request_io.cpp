@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/strict_json.h"
+
 namespace moert::engine {
 namespace {
 
@@ -42,8 +44,9 @@ Result<int64_t> integer(const json& j, const char* key) {
 }  // namespace
 
 Result<Request> parse_request_line(const std::string& line) {
-  json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return invalid_argument("not valid JSON");
+  Result<json> parsed = parse_strict_json(line, "the request");
+  if (!parsed.is_ok()) return parsed.status();
+  json j = std::move(parsed).value();
   if (!j.is_object()) return invalid_argument("a request must be a JSON object");
   Request request;
   if (!j.contains("id")) return invalid_argument("missing 'id'");

@@ -1,5 +1,7 @@
 #include "runtime/io/checkpoint.h"
 
+#include "core/strict_json.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -58,8 +60,9 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
   }
 
   MOERT_ASSIGN_OR_RETURN(std::string index_text, read_text_file(index_path));
-  const json index = json::parse(index_text, nullptr, /*allow_exceptions=*/false);
-  if (index.is_discarded()) return corrupt(index_path + ": index is not valid JSON");
+  Result<json> parsed_index = parse_strict_json(index_text, "index");
+  if (!parsed_index.is_ok()) return corrupt(index_path + ": " + parsed_index.status().message());
+  const json& index = *parsed_index;
   if (!index.is_object()) return corrupt(index_path + ": index is not a JSON object");
   if (const auto meta = index.find("metadata"); meta != index.end() && !meta->is_null() && !meta->is_object()) {
     return corrupt(index_path + ": \"metadata\" is not an object: " + meta->dump());

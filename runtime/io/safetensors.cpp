@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/strict_json.h"
+
 namespace moert::io {
 namespace {
 
@@ -42,39 +44,12 @@ std::string u64_le_bytes(uint64_t value) {
   return out;
 }
 
-// Parses `text` as JSON and reports the first key repeated inside one object at any depth
-// (nlohmann keeps only the last occurrence, so duplicates must be caught while parsing).
+// The header: strict JSON (core/strict_json.h: no duplicate keys, bounded nesting).
 Result<json> parse_json_rejecting_duplicates(std::string_view text, const std::string& path,
                                              const std::string& what) {
-  std::vector<std::set<std::string>> keys_per_depth;  // one key set per open object
-  std::string duplicate;
-  auto callback = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-        keys_per_depth.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        if (!keys_per_depth.empty()) keys_per_depth.pop_back();
-        break;
-      case json::parse_event_t::key:
-        if (!keys_per_depth.empty() && parsed.is_string() &&
-            !keys_per_depth.back().insert(parsed.get<std::string>()).second && duplicate.empty()) {
-          duplicate = parsed.get<std::string>();
-        }
-        break;
-      default:
-        break;
-    }
-    return true;
-  };
-  json value;
-  try {
-    value = json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true);
-  } catch (const json::exception& e) {
-    return corrupt_at(path, what + " is not valid JSON (" + e.what() + ")");
-  }
-  if (!duplicate.empty()) return corrupt_at(path, what + " has duplicate key '" + duplicate + "'");
-  return value;
+  Result<json> parsed = parse_strict_json(text, what);
+  if (!parsed.is_ok()) return corrupt_at(path, parsed.status().message());
+  return parsed;
 }
 
 // Parses one header entry `name: {...}`. Does not check its offsets against other entries.

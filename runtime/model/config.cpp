@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/strict_json.h"
+
 namespace moert {
 namespace {
 
@@ -125,10 +127,9 @@ attention::RotaryEmbedding model_rotary_embedding(const ModelConfig& c) {
 
 Result<ModelConfig> load_model_config(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  std::ifstream in(path);
-  if (!in) return not_found("cannot open " + path);
-  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return corrupt(path + " is not valid JSON");
+  Result<json> read = read_strict_json_file(path);
+  if (!read.is_ok()) return read.status();
+  const json& j = *read;
   Result<ModelConfig> config = parse_model_config(j);
   if (!config.is_ok()) return config.status().with_context(path);
   return config;

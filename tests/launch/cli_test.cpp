@@ -184,7 +184,7 @@ TEST(CliRun, ServesABatchSkipsBadLinesAndResumes) {
   const std::string run = moert() + " run --model " + model + " --input " + input + " --output " + output + " --threads 2";
   const testing::CommandResult first = run_command(run);
   EXPECT_EQ(first.exit_code, 3) << first.err;  // one malformed line
-  EXPECT_NE(first.err.find("in.jsonl line 7: not valid JSON"), std::string::npos) << first.err;
+  EXPECT_NE(first.err.find("in.jsonl line 7: the request is not valid JSON"), std::string::npos) << first.err;
   EXPECT_NE(first.err.find("summary: "), std::string::npos);
   EXPECT_NE(first.err.find("prefix-cache hit rate"), std::string::npos);
   const std::vector<nlohmann::json> lines = read_jsonl(output);

@@ -1,6 +1,8 @@
 // The one table of architectures. Adding one: its file in this folder and one line here.
 #include <nlohmann/json.hpp>
 
+#include "core/strict_json.h"
+
 #include "runtime/model/arch/arch.h"
 #include "runtime/model/config.h"
 
@@ -23,10 +25,9 @@ constexpr const ArchSpec* kRegistry[] = {
 };
 
 Result<int> as_int(const char* key, const json& value) {
-  if (!value.is_number_integer()) {
-    return invalid_argument(std::string("config.json '") + key + "' = " + value.dump() + " must be an integer");
-  }
-  return value.get<int>();
+  MOERT_ASSIGN_OR_RETURN(const int64_t v, json_integer_in_range(value, std::string("config.json '") + key + "'",
+                                                                 INT32_MIN, INT32_MAX));
+  return static_cast<int>(v);
 }
 
 }  // namespace

@@ -100,7 +100,7 @@ struct BadCase {
 
 TEST(PlacementJson, ErrorsNameTheOffendingValue) {
   const std::vector<BadCase> cases = {
-      {"{not json", StatusCode::kCorrupt, "placement file is not valid JSON"},
+      {"{not json", StatusCode::kCorrupt, "placement file is not valid JSON ([json.exception.parse_error.101] parse error at line 1, column 3: syntax error while parsing object key - invalid literal; last read: '{no'; expected string literal)"},
       {"[1, 2]", StatusCode::kCorrupt, "placement file must be a JSON object, got [1,2]"},
       {R"({"layers": []})", StatusCode::kCorrupt, "placement file has no \"num_ranks\""},
       {R"({"num_ranks": 0, "layers": []})", StatusCode::kInvalidArgument, "num_ranks = 0 must be >= 1"},

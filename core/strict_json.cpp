@@ -1,0 +1,86 @@
+#include "core/strict_json.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <vector>
+
+namespace moert {
+namespace {
+
+using nlohmann::json;
+
+struct StopParsing {
+  std::string reason;
+};
+
+}  // namespace
+
+Result<json> parse_strict_json(std::string_view text, const std::string& subject, int max_depth) {
+  std::vector<std::set<std::string>> keys;  // one key set per open object
+  auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        if (depth >= max_depth) throw StopParsing{" is nested deeper than " + std::to_string(max_depth) + " levels"};
+        if (event == json::parse_event_t::object_start) keys.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        if (!keys.empty()) keys.pop_back();
+        break;
+      case json::parse_event_t::key:
+        if (!keys.empty() && parsed.is_string() && !keys.back().insert(parsed.get<std::string>()).second) {
+          throw StopParsing{" has duplicate key '" + parsed.get<std::string>() + "'"};
+        }
+        break;
+      default:
+        break;
+    }
+    return true;
+  };
+  try {
+    return json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true);
+  } catch (const StopParsing& stop) {
+    return invalid_argument(subject + stop.reason);
+  } catch (const json::exception& e) {
+    return invalid_argument(subject + " is not valid JSON (" + e.what() + ")");
+  }
+}
+
+Result<json> read_strict_json_file(const std::string& path, int64_t max_bytes) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    if (errno == ENOENT) return not_found("cannot open " + path + ": no such file");
+    return io_error("cannot open " + path + ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(info.st_mode)) return invalid_argument(path + " is not a regular file");
+  if (info.st_size > max_bytes) {
+    return invalid_argument(path + " is " + std::to_string(info.st_size) + " bytes, more than the " +
+                            std::to_string(max_bytes) + " a JSON file may have");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return io_error("cannot read " + path + ": " + std::strerror(errno));
+  std::string text(static_cast<size_t>(info.st_size), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.gcount() != static_cast<std::streamsize>(text.size())) return io_error("cannot read " + path);
+  return parse_strict_json(text, path);
+}
+
+Result<int64_t> json_integer_in_range(const json& value, const std::string& what, int64_t min, int64_t max) {
+  if (value.is_number_unsigned()) {
+    const uint64_t v = value.get<uint64_t>();  // v <= max <= INT64_MAX makes the cast exact
+    if (max >= 0 && v <= static_cast<uint64_t>(max) && static_cast<int64_t>(v) >= min) return static_cast<int64_t>(v);
+  } else if (value.is_number_integer()) {
+    const int64_t v = value.get<int64_t>();
+    if (v >= min && v <= max) return v;
+  } else {
+    return invalid_argument(what + " = " + value.dump() + " must be an integer");
+  }
+  return invalid_argument(what + " = " + value.dump() + " is outside [" + std::to_string(min) + ", " +
+                          std::to_string(max) + "]");
+}
+
+}  // namespace moert
