@@ -81,7 +81,14 @@ Status parse_common(const ConfigReader& r, ModelConfig* c) {
   c->rms_norm_eps = static_cast<float>(eps);
   MOERT_ASSIGN_OR_RETURN(c->max_position_embeddings, r.optional_int("max_position_embeddings", 4096));
   MOERT_ASSIGN_OR_RETURN(c->tie_word_embeddings, r.optional_bool("tie_word_embeddings", false));
-  MOERT_RETURN_IF_ERROR(parse_rope_scaling(r, c));
+  MOERT_RETURN_IF_ERROR(parse_rope_scaling(r, c));  // may set rope_theta (rope_parameters)
+  if (!(c->rope_theta > 0.0) || !std::isfinite(c->rope_theta)) {
+    return invalid_argument("config.json 'rope_theta' = " + std::to_string(c->rope_theta) + " must be finite and > 0");
+  }
+  if (!(eps >= 0.0) || !std::isfinite(eps)) {
+    return invalid_argument("config.json 'rms_norm_eps' = " + std::to_string(eps) + " must be finite and >= 0");
+  }
+  MOERT_RETURN_IF_ERROR(check_positive("max_position_embeddings", c->max_position_embeddings));
   const char* hidden_act_key = "hidden_act";
   if (r.is_set(hidden_act_key) && r.raw(hidden_act_key) != "silu") {
     return unsupported("config.json 'hidden_act' = " + r.raw(hidden_act_key).dump() + " (only silu)");

@@ -56,6 +56,10 @@ struct ModelConfig {
   attention::RopeScaling rope_scaling;  // config.json rope_scaling (YaRN) or none
   float rms_norm_eps = 1e-6f;
   int max_position_embeddings = 4096;
+  // Layers a checkpoint may hold past num_layers that moert does not run (DeepSeek / GLM
+  // multi-token-prediction modules, `num_nextn_predict_layers`); any other layer past
+  // num_layers means the config and the checkpoint disagree.
+  int num_unused_extra_layers = 0;
   bool qkv_bias = false;         // q/k/v projections carry a bias
   bool o_bias = false;           // the output projection carries a bias
   bool attention_sinks = false;  // self_attn.sinks: one learned softmax-denominator logit per head

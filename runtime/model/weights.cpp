@@ -1,6 +1,8 @@
 #include "runtime/model/weights.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -366,6 +368,72 @@ std::string model_digest(const ModelConfig& config, const io::Checkpoint& checkp
   return digest.hex();
 }
 
+namespace {
+
+bool ends_with_text(const std::string& text, const char* suffix) {
+  const std::string s(suffix);
+  return text.size() >= s.size() && text.compare(text.size() - s.size(), s.size(), s) == 0;
+}
+
+// The first element of `view` that `bad` rejects, as a message, or "".
+template <typename Element, typename Bad>
+std::string first_bad(const TensorView& view, Bad bad) {
+  const auto* data = view.as<const Element>();
+  const int64_t count = view.numel();
+  for (int64_t i = 0; i < count; ++i) {
+    const std::string why = bad(data[i]);
+    if (!why.empty()) return why + " at element " + std::to_string(i);
+  }
+  return "";
+}
+
+std::string float_problem(float value, bool scale, bool global_scale) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return "Inf";
+  if (scale && value < 0.0f) return "a negative scale " + std::to_string(value);
+  if (global_scale && value == 0.0f) return "a zero global scale";
+  return "";
+}
+
+}  // namespace
+
+Status check_checkpoint_values(const io::Checkpoint& checkpoint) {
+  for (const std::string& name : checkpoint.tensor_names()) {
+    MOERT_ASSIGN_OR_RETURN(const TensorView view, checkpoint.get(name));
+    const bool global_scale = ends_with_text(name, ".weight_scale_2") ||
+                              (view.dtype == DType::kF32 && ends_with_text(name, ".weight_scale"));
+    const bool scale = global_scale || ends_with_text(name, "_scale_inv") || ends_with_text(name, ".weight_scale");
+    std::string problem;
+    switch (view.dtype) {
+      case DType::kF32:
+        problem = first_bad<float>(view, [&](float v) { return float_problem(v, scale, global_scale); });
+        break;
+      case DType::kBF16:
+        problem = first_bad<uint16_t>(view, [&](uint16_t v) { return float_problem(quant::bf16_to_f32(v), scale, global_scale); });
+        break;
+      case DType::kF16:
+        problem = first_bad<uint16_t>(view, [&](uint16_t v) { return (v & 0x7C00) == 0x7C00 ? std::string((v & 0x3FF) ? "NaN" : "Inf") : ""; });
+        break;
+      case DType::kF8E4M3:  // e4m3fn: 0x7F / 0xFF are NaN, there is no Inf
+        problem = first_bad<uint8_t>(view, [&](uint8_t v) {
+          if ((v & 0x7F) == 0x7F) return std::string("NaN");
+          if (scale && (v & 0x80) && (v & 0x7F)) return std::string("a negative scale");
+          return std::string();
+        });
+        break;
+      case DType::kU8:  // packed FP4 cannot be NaN; E8M0 scales (MXFP4 `_scales`) can
+        if (ends_with_text(name, "_scales")) {
+          problem = first_bad<uint8_t>(view, [](uint8_t v) { return v == 0xFF ? std::string("the E8M0 NaN code") : ""; });
+        }
+        break;
+      default:
+        break;
+    }
+    if (!problem.empty()) return invalid_argument("tensor '" + name + "' holds " + problem);
+  }
+  return Status::ok();
+}
+
 std::string describe_weight_formats(const ModelWeights& m) {
   std::string attention = "?", experts = "none";
   if (!m.layers.empty()) attention = m.layers.front().attention.o.weight.format_name();
@@ -390,6 +458,15 @@ std::string expert_projection_prefix(const ModelConfig& config, int layer, int e
 }
 
 Result<ModelWeights> bind_model_weights(const ModelConfig& c, const io::Checkpoint& checkpoint) {
+  // A checkpoint with more layers than the config runs would be served truncated: refused.
+  for (const std::string& name : checkpoint.tensor_names()) {
+    if (name.rfind("model.layers.", 0) != 0) continue;
+    const long layer = std::strtol(name.c_str() + 13, nullptr, 10);
+    if (layer >= static_cast<long>(c.num_layers) + c.num_unused_extra_layers) {
+      return invalid_argument("the checkpoint holds layer " + std::to_string(layer) + " ('" + name +
+                              "') but config.json has num_hidden_layers = " + std::to_string(c.num_layers));
+    }
+  }
   WeightBinder w(checkpoint);
   ModelWeights m;
   MOERT_ASSIGN_OR_RETURN(m.embed_tokens, w.matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
@@ -425,6 +502,7 @@ Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir) {
   auto model = std::make_unique<LoadedModel>();
   MOERT_ASSIGN_OR_RETURN(model->config, load_model_config(model_dir));
   MOERT_ASSIGN_OR_RETURN(io::Checkpoint checkpoint, io::Checkpoint::open(model_dir));
+  MOERT_RETURN_IF_ERROR(check_checkpoint_values(checkpoint).with_context(model_dir));
   model->checkpoint = std::make_unique<io::Checkpoint>(std::move(checkpoint));
   Result<ModelWeights> weights = bind_model_weights(model->config, *model->checkpoint);
   if (!weights.is_ok()) return weights.status().with_context(model_dir);

@@ -99,6 +99,12 @@ std::string describe_weight_formats(const ModelWeights& weights);
 // would cost a pass over the model (core/digest.h).
 std::string model_digest(const ModelConfig& config, const io::Checkpoint& checkpoint);
 
+// Every value of every tensor is usable: floats (F32/BF16/F16) and FP8 codes finite (no NaN,
+// no Inf); quantization scales not negative (E4M3 / F32 block scales, where 0 marks an
+// all-zero block), global scales (`weight_scale_2`, per-tensor FP8 `weight_scale`) > 0,
+// E8M0 scales not the NaN code. Errors name the tensor, the element and the value.
+Status check_checkpoint_values(const io::Checkpoint& checkpoint);
+
 Result<ModelWeights> bind_model_weights(const ModelConfig& config, const io::Checkpoint& checkpoint);
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir);
 

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <tuple>
 #include <map>
 #include <set>
 #include <sstream>
@@ -141,6 +143,83 @@ TEST_F(CliBadInput, MisShapedTensor) {
   config["moe_intermediate_size"] = 63;
   testing::write_file(dir_ + "/config.json", config.dump());
   expect_one_line_error(score(), "has shape [64, 64], expected [63, 64]");
+}
+
+// Copies checkpoint `dir` with `mutate(name, bytes)` applied to every tensor's bytes.
+void rewrite_checkpoint(const std::string& dir, const std::function<void(const std::string&, std::string&)>& mutate) {
+  const std::string copy = dir + "-copy";
+  std::filesystem::rename(dir, copy);
+  std::filesystem::create_directories(dir);
+  {
+    const io::Checkpoint in = io::Checkpoint::open(copy).value();
+    std::vector<std::string> storage;
+    std::vector<io::NamedTensor> named;
+    storage.reserve(in.tensor_names().size());
+    for (const std::string& name : in.tensor_names()) {
+      const TensorView view = in.get(name).value();
+      std::string& bytes = storage.emplace_back(static_cast<const char*>(view.data),
+                                                static_cast<size_t>(view.numel() * dtype_bits(view.dtype) / 8));
+      mutate(name, bytes);
+      named.push_back({name, TensorView::contiguous(view.dtype, view.shape, bytes.data())});
+    }
+    ASSERT_TRUE(io::write_sharded_checkpoint(dir, named, 1 << 30).is_ok());
+  }
+  for (const char* file : {"config.json", "generation_config.json", "hf_quant_config.json"}) {
+    if (std::filesystem::exists(copy + "/" + file)) std::filesystem::copy_file(copy + "/" + file, dir + "/" + file);
+  }
+  std::filesystem::remove_all(copy);
+}
+
+// Numbers moert cannot compute with are refused at load with the tensor, element and value:
+// NaN / Inf weights (BF16, FP8 codes), negative FP8 block scales, a zero NVFP4 global scale;
+// config values out of their domain; a checkpoint with more layers than the config.
+TEST_F(CliBadInput, UnusableNumbersAndLayerCounts) {
+  rewrite_checkpoint(dir_, [](const std::string& name, std::string& bytes) {
+    if (name == "model.layers.1.post_attention_layernorm.weight") {
+      bytes[10] = static_cast<char>(0xC0);  // BF16 element 5 = 0x7FC0, a NaN
+      bytes[11] = 0x7F;
+    }
+  });
+  expect_one_line_error(score(), "tensor 'model.layers.1.post_attention_layernorm.weight' holds NaN at element 5");
+  rewrite_checkpoint(dir_, [](const std::string& name, std::string& bytes) {
+    if (name == "model.layers.1.post_attention_layernorm.weight") bytes[10] = bytes[11] = 0;
+    if (name == "model.layers.0.mlp.experts.2.down_proj.weight") {
+      bytes[2] = static_cast<char>(0x80);  // BF16 element 1 = 0xFF80, -Inf
+      bytes[3] = static_cast<char>(0xFF);
+    }
+  });
+  expect_one_line_error(score(), "tensor 'model.layers.0.mlp.experts.2.down_proj.weight' holds Inf at element 1");
+  rewrite_checkpoint(dir_, [](const std::string& name, std::string& bytes) {
+    if (name == "model.layers.0.mlp.experts.2.down_proj.weight") bytes[2] = bytes[3] = 0;
+  });
+  ASSERT_EQ(score().exit_code, 0) << score().err;
+
+  const std::string fp8 = scratch_ / "fp8", nvfp4 = scratch_ / "nvfp4";
+  ASSERT_EQ(run_command(moert() + " quantize --model " + dir_ + " --format fp8 --out " + fp8).exit_code, 0);
+  rewrite_checkpoint(fp8, [](const std::string& name, std::string& bytes) {
+    if (name == "model.layers.1.self_attn.o_proj.weight_scale_inv") bytes[3] = static_cast<char>(bytes[3] | 0x80);
+  });
+  expect_one_line_error(run_command(moert() + " score --model " + fp8 + " --tokens 1,2"),
+                        "tensor 'model.layers.1.self_attn.o_proj.weight_scale_inv' holds a negative scale");
+  ASSERT_EQ(run_command(moert() + " quantize --model " + dir_ + " --format nvfp4 --out " + nvfp4).exit_code, 0);
+  rewrite_checkpoint(nvfp4, [](const std::string& name, std::string& bytes) {
+    if (name == "model.layers.0.mlp.experts.0.up_proj.weight_scale_2") bytes.assign(4, '\0');
+  });
+  expect_one_line_error(run_command(moert() + " score --model " + nvfp4 + " --tokens 1,2"),
+                        "tensor 'model.layers.0.mlp.experts.0.up_proj.weight_scale_2' holds a zero global scale");
+
+  const nlohmann::json config = nlohmann::json::parse(testing::read_file(dir_ + "/config.json"));
+  for (const auto& [key, value, needle] :
+       {std::tuple{"rope_theta", nlohmann::json(0), "'rope_theta' = 0.000000 must be finite and > 0"},
+        std::tuple{"rms_norm_eps", nlohmann::json(-1e-6), "'rms_norm_eps'"},
+        std::tuple{"num_hidden_layers", nlohmann::json(1), "the checkpoint holds layer 1"},
+        std::tuple{"num_experts", nlohmann::json(4294967300LL), "'num_experts' = 4294967300 is outside"},
+        std::tuple{"max_position_embeddings", nlohmann::json(-5), "'max_position_embeddings' = -5 must be > 0"}}) {
+    nlohmann::json bad = config;
+    bad[key] = value;
+    testing::write_file(dir_ + "/config.json", bad.dump());
+    expect_one_line_error(score(), needle);
+  }
 }
 
 TEST_F(CliBadInput, MissingModelAndBadTokens) {

@@ -26,8 +26,9 @@ Status parse_deepseek_moe(const ConfigReader& r, const DeepseekMoeDefaults& defa
   if (first_dense < 0) return invalid_argument("config.json 'first_k_dense_replace' must be >= 0");
   c->layer_is_moe.assign(static_cast<size_t>(c->num_layers), false);
   for (int i = first_dense; i < c->num_layers; ++i) c->layer_is_moe[static_cast<size_t>(i)] = true;
-  MOERT_ASSIGN_OR_RETURN(int nextn, r.optional_int("num_nextn_predict_layers", 0));
-  (void)nextn;  // MTP layers (model.layers.{num_layers}.*) are not loaded
+  MOERT_ASSIGN_OR_RETURN(c->num_unused_extra_layers, r.optional_int("num_nextn_predict_layers", 0));
+  if (c->num_unused_extra_layers < 0) return invalid_argument("config.json 'num_nextn_predict_layers' must be >= 0");
+  // MTP layers (model.layers.{num_layers}.*) are not loaded
   return Status::ok();
 }
 
