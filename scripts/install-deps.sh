@@ -6,6 +6,7 @@ packages=(
   g++ cmake ninja-build make pkg-config ccache
   openmpi-bin libopenmpi-dev libucx-dev ucx-utils
   libboost-program-options-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
+  libpcre2-dev libutf8proc-dev
   slurm-wlm munge jq gnuplot-nox
 )
 

