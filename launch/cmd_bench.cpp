@@ -150,6 +150,7 @@ int run_bench(const std::vector<std::string>& args) {
     threads = resolve_threads(engine_options);
     placement = value_or_throw(experts::contiguous_placement(loaded->config.num_experts(), ranks));
     if (root && !o.input_path.empty()) {
+      check_input_file(o.input_path);
       std::ifstream input(o.input_path);
       if (!input) throw CommandError("cannot open input " + o.input_path);
       int line_number = 0;

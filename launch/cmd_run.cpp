@@ -155,6 +155,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   setup_error.reset();
   if (root) {
     try {
+      check_input_file(input_path);
       check_distinct_paths(input_path, output_path, job.metrics_path);
       engine::OutputManifest manifest = output_manifest(fields);
       manifest["input"] = value_or_throw(digest_of_file(input_path));

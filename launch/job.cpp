@@ -1,6 +1,11 @@
 #include "launch/job.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "core/digest.h"
@@ -133,6 +138,16 @@ void agree_on_job_fields(comm::Transport& transport, const JobFields& fields) {
     transport.abort(1, "set-up agreement failed");
   }
   if (!verdict.empty()) throw CommandError(verdict);
+}
+
+void check_input_file(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    throw CommandError("cannot open input " + path + ": " + std::strerror(errno));
+  }
+  if (S_ISDIR(info.st_mode)) throw CommandError("input " + path + " is a directory");
+  if (!S_ISREG(info.st_mode)) throw CommandError("input " + path + " is not a regular file (a device, FIFO or socket)");
+  if (::access(path.c_str(), R_OK) != 0) throw CommandError("cannot read input " + path + ": " + std::strerror(errno));
 }
 
 void check_distinct_paths(const std::string& input, const std::string& output, const std::string& metrics) {

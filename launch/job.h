@@ -60,6 +60,10 @@ void agree_on_job_fields(comm::Transport& transport, const JobFields& fields);
 // same file (a path, a link or a hard link to it).
 void check_distinct_paths(const std::string& input, const std::string& output, const std::string& metrics);
 
+// Throws CommandError unless `path` is a readable regular file (not a directory, device,
+// FIFO or socket: a batch input must be finite and readable twice, for its digest and its lines).
+void check_input_file(const std::string& path);
+
 // The job's totals from the ranks' statistics (sums; max for steps and times).
 engine::EngineStats sum_engine_stats(const std::vector<engine::EngineStats>& ranks);
 

@@ -1,4 +1,7 @@
 // moert: serve Mixture-of-Experts models across MPI ranks.
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -27,7 +30,21 @@ constexpr const char* kUsage =
 
 }  // namespace
 
+// The weights are memory-mapped: a shard truncated or replaced under a running job turns the
+// next read of a vanished page into SIGBUS. Say so in one line (async-signal-safe writes only)
+// and exit; every result line written so far is whole and flushed (docs/outputs.md).
+static void on_sigbus(int) {
+  static const char kMessage[] =
+      "moert: error: a memory-mapped checkpoint file was truncated or replaced while the job was reading it "
+      "(SIGBUS); results written so far are kept, rerun with --resume\n";
+  [[maybe_unused]] const ssize_t written = write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+  _exit(1);
+}
+
 int main(int argc, char** argv) {
+  struct sigaction bus {};
+  bus.sa_handler = on_sigbus;
+  sigaction(SIGBUS, &bus, nullptr);
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -1,6 +1,10 @@
 #include "runtime/io/checkpoint.h"
 
 #include "core/strict_json.h"
+#include <cstring>
+#include <cerrno>
+#include <unistd.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -47,6 +51,16 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
   const std::string single_path = (fs::path(dir) / kSingleFileName).string();
   const std::string index_path = (fs::path(dir) / kIndexFileName).string();
   std::error_code ec;
+  // The directory itself first, so that "cannot read" says why instead of "no checkpoint".
+  struct stat info {};
+  if (::stat(dir.c_str(), &info) != 0) {
+    if (errno == ENOENT) return not_found("model directory " + dir + " does not exist");
+    return io_error("cannot read model directory " + dir + ": " + std::strerror(errno));
+  }
+  if (!S_ISDIR(info.st_mode)) return invalid_argument("model path " + dir + " is not a directory");
+  if (::access(dir.c_str(), R_OK | X_OK) != 0) {
+    return io_error("cannot read model directory " + dir + ": " + std::strerror(errno));
+  }
 
   if (fs::exists(single_path, ec)) {
     MOERT_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::open(single_path));

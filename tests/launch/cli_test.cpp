@@ -640,3 +640,28 @@ TEST(CliOutputSafety, RefusesForeignOutputsLocksCutsTornLinesAndStreams) {
 
 }  // namespace
 }  // namespace moert
+
+namespace moert {
+namespace {
+
+// Inputs that are not regular files (a directory, a device, a FIFO) and model paths that are
+// not directories are one-line errors, never a hang on an endless read.
+TEST(CliFiles, NonRegularInputsAndModelPaths) {
+  testing::ScratchDir scratch("cli-files");
+  const std::string model = make_small_model(scratch, "model", "qwen3_moe");
+  const std::string fifo = scratch / "fifo";
+  ASSERT_EQ(run_command("mkfifo " + fifo).exit_code, 0);
+  const std::string run = moert() + " run --model " + model + " --output " + (scratch / "out.jsonl") + " --input ";
+  expect_one_line_error(run_command(run + "/dev/zero"), "input /dev/zero is not a regular file");
+  expect_one_line_error(run_command(run + scratch.path()), "is a directory");
+  expect_one_line_error(run_command(run + fifo), "is not a regular file");
+  expect_one_line_error(run_command(run + (scratch / "missing.jsonl")), "cannot open input");
+  EXPECT_FALSE(std::filesystem::exists(scratch / "out.jsonl"));
+  expect_one_line_error(run_command(moert() + " bench --model " + model + " --input /dev/zero"), "not a regular file");
+  testing::write_file(scratch / "file", "x");
+  const testing::CommandResult not_dir = run_command(moert() + " score --model " + (scratch / "file") + " --tokens 1");
+  expect_one_line_error(not_dir, "Not a directory");
+}
+
+}  // namespace
+}  // namespace moert
