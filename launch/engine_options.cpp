@@ -1,11 +1,13 @@
 #include "launch/engine_options.h"
 
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
 
 #include "launch/commands.h"
+#include "core/host_memory.h"
 #include "core/thread_pool.h"
 #include "runtime/comm/mpi_transport.h"
 #include "runtime/engine/model_runner.h"
@@ -27,9 +29,9 @@ void add_engine_options(po::options_description& options, EngineOptions& v) {
       ("no-prefix-caching", po::bool_switch(&v.no_prefix_caching), "disable prefix caching")
       ("kv-cache-dtype", po::value(&v.kv_cache_dtype)->default_value("auto"),
        "KV cache elements: auto (the backend's choice: f32 on the CPU), f32, bf16, fp8_e4m3 (per-block scale)")
-      ("threads", po::value(&v.threads)->default_value(0),
-       "worker threads per rank (0: MOERT_NUM_THREADS, else the CPUs of the process's affinity mask, split among the "
-       "ranks on this node when the launcher did not bind them)");
+      ("threads", po::value(&v.threads)->default_value("auto"),
+       "worker threads per rank, 1..4096 (auto: MOERT_NUM_THREADS, else the CPUs of the process's affinity mask, split "
+       "among the ranks on this node when the launcher did not bind them)");
 }
 
 engine::EngineConfig resolve_engine_config(const EngineOptions& v, const ModelConfig& model, DType auto_kv_cache_dtype) {
@@ -58,6 +60,20 @@ engine::EngineConfig resolve_engine_config(const EngineOptions& v, const ModelCo
     }
     c.num_kv_blocks = static_cast<int>(blocks);
   }
+  // The pool against what the node can give each of its ranks, before anything is allocated.
+  const Result<int64_t> block_bytes = engine::kv_cache_bytes_per_block(model, c.block_size, c.kv_cache_dtype);
+  if (!block_bytes.is_ok()) throw CommandError(block_bytes.status().message());
+  const std::optional<int64_t> pool_bytes = checked_mul(c.num_kv_blocks, *block_bytes);
+  const std::optional<int64_t> available = available_memory_bytes();
+  const int ranks = comm::local_rank_count();
+  if (!pool_bytes || (available && *pool_bytes > *available / ranks)) {
+    char text[256];
+    std::snprintf(text, sizeof(text), "the KV pool of %d blocks needs %.0f MiB, more than the %.0f MiB available to "
+                  "each of this node's %d rank(s); lower --kv-cache-mb, --kv-blocks or --kv-cache-memory-fraction",
+                  c.num_kv_blocks, pool_bytes ? static_cast<double>(*pool_bytes) / 1048576.0 : 1e300,
+                  available ? static_cast<double>(*available) / ranks / 1048576.0 : 0.0, ranks);
+    throw CommandError(text);
+  }
   const Status valid = engine::validate_engine_config(c);
   if (!valid.is_ok()) throw CommandError(valid.message());
   return c;
@@ -67,18 +83,22 @@ double kv_pool_bytes_from_fraction(double fraction) {
   if (!(fraction > 0.0 && fraction <= 1.0)) {
     throw CommandError("--kv-cache-memory-fraction = " + std::to_string(fraction) + " must be in (0, 1]");
   }
-  std::ifstream meminfo("/proc/meminfo");
-  int64_t kib = -1;
-  for (std::string line; std::getline(meminfo, line);) {
-    if (line.rfind("MemAvailable:", 0) == 0) kib = std::atoll(line.c_str() + 13);
-  }
-  if (kib <= 0) throw CommandError("--kv-cache-memory-fraction: cannot read MemAvailable from /proc/meminfo");
-  return fraction * static_cast<double>(kib) * 1024.0 / comm::local_rank_count();
+  const std::optional<int64_t> available = available_memory_bytes();
+  if (!available) throw CommandError("--kv-cache-memory-fraction: cannot read MemAvailable from /proc/meminfo");
+  return fraction * static_cast<double>(*available) / comm::local_rank_count();
 }
 
 // --threads, else MOERT_NUM_THREADS, else the affinity mask shared among the node's ranks.
 int resolve_threads(const EngineOptions& v) {
-  if (v.threads > 0) return v.threads;
+  if (v.threads != "auto") {
+    char* end = nullptr;
+    errno = 0;
+    const long count = std::strtol(v.threads.c_str(), &end, 10);
+    if (v.threads.empty() || *end != '\0' || errno != 0 || count < 1 || count > 4096) {
+      throw CommandError("--threads '" + v.threads + "' must be auto or a count in [1, 4096]");
+    }
+    return static_cast<int>(count);
+  }
   if (std::getenv("MOERT_NUM_THREADS") != nullptr) return default_num_threads();
   const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return threads_for_rank(affinity_cpu_count(), machine, comm::local_rank_count());

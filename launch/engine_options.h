@@ -17,7 +17,7 @@ struct EngineOptions {
   int max_batched_tokens = 2048;
   int max_seqs = 64;
   bool no_prefix_caching = false;
-  int threads = 0;
+  std::string threads = "auto";  // a count >= 1, or auto
   std::string kv_cache_dtype = "auto";  // auto, f32, bf16, fp8_e4m3
 };
 

@@ -60,6 +60,10 @@ Status Engine::check_request(const Request& request) const {
                               std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
     }
   }
+  if (request.params.n > config_.scheduler.max_seqs) {
+    return invalid_argument(who + ": n = " + std::to_string(request.params.n) + " samples exceed --max-seqs = " +
+                            std::to_string(config_.scheduler.max_seqs) + " running sequences");
+  }
   const int64_t max_len = static_cast<int64_t>(request.prompt.size()) + request.params.max_tokens;
   if (max_len > c.max_position_embeddings) {
     return invalid_argument(who + ": prompt (" + std::to_string(request.prompt.size()) + ") + max_tokens (" +
@@ -81,7 +85,7 @@ Status Engine::add_request(Request request) {
   RequestState state;
   state.samples.resize(static_cast<size_t>(request.params.n));
   state.added = std::chrono::steady_clock::now();
-  scheduler_.add_sequence(seq, request.prompt);
+  scheduler_.add_sequence(seq, request.prompt, request.params.n);
   owners_[seq] = {idx, 0};
   state.request = std::move(request);
   requests_.emplace(idx, std::move(state));

@@ -16,13 +16,16 @@ Scheduler::Scheduler(const SchedulerConfig& config, attention::KvCacheManager& k
   MOERT_CHECK(config.max_batched_tokens >= 1 && config.max_seqs >= 1, "scheduler limits must be >= 1");
 }
 
-void Scheduler::add_sequence(SeqId id, std::vector<int32_t> prompt) {
+void Scheduler::add_sequence(SeqId id, std::vector<int32_t> prompt, int num_samples) {
+  MOERT_CHECK(num_samples >= 1 && num_samples <= config_.max_seqs,
+              "sequence " << id << " with " << num_samples << " samples exceeds max_seqs = " << config_.max_seqs);
   MOERT_CHECK(!prompt.empty(), "sequence " << id << " has an empty prompt");
   MOERT_CHECK(sequences_.count(id) == 0, "sequence id " << id << " is already in use");
   SequenceState state;
   state.id = id;
   state.num_prompt_tokens = static_cast<int64_t>(prompt.size());
   state.tokens = std::move(prompt);
+  state.pending_forks = num_samples - 1;
   sequences_.emplace(id, std::move(state));
   waiting_.push_back(id);
 }
@@ -31,8 +34,12 @@ void Scheduler::fork_sequence(SeqId parent, SeqId child) {
   MOERT_CHECK(std::find(running_.begin(), running_.end(), parent) != running_.end(),
               "fork of sequence " << parent << " that is not running");
   MOERT_CHECK(sequences_.count(child) == 0, "sequence id " << child << " is already in use");
-  SequenceState state = sequences_.at(parent);
+  SequenceState& parent_state = sequences_.at(parent);
+  MOERT_CHECK(parent_state.pending_forks > 0, "sequence " << parent << " has no sample left to fork");
+  --parent_state.pending_forks;
+  SequenceState state = parent_state;
   state.id = child;
+  state.pending_forks = 0;
   sequences_.emplace(child, std::move(state));
   kv_.fork(parent, child);
   running_.push_back(child);
@@ -153,11 +160,16 @@ StepPlan Scheduler::schedule() {
   }
   // 2. Waiting sequences, first come first served, unless this step had to preempt.
   if (plan.preempted.empty()) {
-    while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < config_.max_seqs) {
+    int reserved = 0;  // running sequences plus the samples they will still fork into
+    for (const SeqId seq : running_) reserved += 1 + sequences_.at(seq).pending_forks;
+    while (!waiting_.empty() && budget > 0) {
       const SeqId seq = waiting_.front();
+      const int wanted = 1 + sequences_.at(seq).pending_forks;
+      if (reserved + wanted > config_.max_seqs) break;
       if (!running_.empty() && waits_for_pending_prefix(sequences_.at(seq))) break;
       if (!admit(seq, budget, plan)) break;
       waiting_.pop_front();
+      reserved += wanted;
       budget -= plan.chunks.back().num_tokens;
     }
   }

@@ -41,6 +41,9 @@ struct SequenceState {
   int64_t num_computed = 0;      // K/V written for tokens[0, num_computed)
   int64_t num_cached_prompt_tokens = 0;  // served by the prefix cache at the last admission
   int num_preemptions = 0;
+  // Samples this sequence will still fork into (n - 1 until its first sampling point): they
+  // count toward max_seqs from admission on, so n samples never exceed the limit.
+  int pending_forks = 0;
   // Draft tokens proposed after tokens.back(), awaiting verification (speculative
   // decoding). Never part of `tokens`; scheduled only together with the last token.
   std::vector<int32_t> spec_tokens;
@@ -67,8 +70,9 @@ class Scheduler {
  public:
   Scheduler(const SchedulerConfig& config, attention::KvCacheManager& kv);
 
-  // Queues a new sequence (its tokens are the prompt). Ids are unique.
-  void add_sequence(SeqId id, std::vector<int32_t> prompt);
+  // Queues a new sequence (its tokens are the prompt) that will fork into `num_samples`
+  // (n >= 1, at most max_seqs). Ids are unique.
+  void add_sequence(SeqId id, std::vector<int32_t> prompt, int num_samples = 1);
   // Adds `child` as a running copy of running `parent` (n > 1 sampling): same tokens and
   // computed count, sharing the parent's blocks through the cache manager.
   void fork_sequence(SeqId parent, SeqId child);

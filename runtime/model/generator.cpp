@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/host_memory.h"
 #include "quant/bf16.h"
 #include "core/tensor.h"
 #include "runtime/io/checkpoint.h"
@@ -253,10 +254,25 @@ ParameterCounts count_parameters(const ModelConfig& c) {
 Status write_random_checkpoint(const ModelConfig& config, uint64_t seed, const std::string& dir,
                                uint64_t max_shard_bytes, ThreadPool& pool, const WeightShaping& shaping) {
   MOERT_RETURN_IF_ERROR(validate_weight_shaping(shaping));
+  const std::vector<TensorSpec> specs = checkpoint_tensor_specs(config, shaping);
+  // Every tensor is held in memory until the shards are written: check the total first.
+  int64_t total_bytes = 0;
+  for (const TensorSpec& spec : specs) {
+    std::optional<int64_t> bytes = int64_t{dtype_bits(spec.dtype) / 8};
+    for (int64_t d : spec.shape) bytes = bytes ? checked_mul(*bytes, d) : std::nullopt;
+    if (!bytes || __builtin_add_overflow(total_bytes, *bytes, &total_bytes)) {
+      return invalid_argument("tensor '" + spec.name + "' of shape " + shape_to_string(spec.shape) +
+                              " is too large to generate");
+    }
+  }
+  const std::optional<int64_t> available = available_memory_bytes();
+  if (available && total_bytes > *available) {
+    return invalid_argument("the checkpoint needs " + std::to_string(total_bytes >> 20) + " MiB in memory, more than the " +
+                            std::to_string(*available >> 20) + " MiB available");
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return io_error("cannot create " + dir + ": " + ec.message());
-  const std::vector<TensorSpec> specs = checkpoint_tensor_specs(config, shaping);
   std::vector<Buffer> buffers;
   buffers.reserve(specs.size());
   for (const TensorSpec& spec : specs) buffers.emplace_back(spec.dtype, spec.shape);

@@ -665,3 +665,32 @@ TEST(CliFiles, NonRegularInputsAndModelPaths) {
 
 }  // namespace
 }  // namespace moert
+
+namespace moert {
+namespace {
+
+// Resource requests beyond what the node has, and impossible values, are one-line errors
+// before anything is allocated or written: a huge make-model vocabulary, a KV pool larger
+// than the available memory, --threads outside [1, 4096], n samples above --max-seqs.
+TEST(CliResources, ImpossibleRequestsFailBeforeAllocating) {
+  testing::ScratchDir scratch("cli-resources");
+  const std::string model = make_small_model(scratch, "model", "qwen3_moe");
+  expect_one_line_error(run_command(moert() + " make-model --arch qwen3_moe --preset tiny --vocab-size 2000000000 --out " +
+                                    (scratch / "big")),
+                        "MiB in memory, more than the");
+  EXPECT_FALSE(std::filesystem::exists(scratch / "big"));
+  testing::write_file(scratch / "in.jsonl", "{\"id\": \"a\", \"prompt_token_ids\": [1, 2], \"max_tokens\": 2, \"n\": 5}\n"
+                                            "{\"id\": \"b\", \"prompt_token_ids\": [3, 4], \"max_tokens\": 2, \"n\": 2}\n");
+  const std::string run = moert() + " run --model " + model + " --input " + (scratch / "in.jsonl") + " --output ";
+  expect_one_line_error(run_command(run + (scratch / "o1.jsonl") + " --kv-cache-mb 1000000"),
+                        "more than the");
+  expect_one_line_error(run_command(run + (scratch / "o2.jsonl") + " --threads 0"), "--threads '0' must be auto");
+  expect_one_line_error(run_command(run + (scratch / "o3.jsonl") + " --threads 99999"), "in [1, 4096]");
+  const testing::CommandResult capped = run_command(run + (scratch / "o4.jsonl") + " --max-seqs 3 --threads 1");
+  EXPECT_EQ(capped.exit_code, 3) << capped.err;  // one request refused, the other served
+  EXPECT_NE(capped.err.find("n = 5 samples exceed --max-seqs = 3"), std::string::npos) << capped.err;
+  EXPECT_EQ(read_jsonl(scratch / "o4.jsonl").size(), 1u);
+}
+
+}  // namespace
+}  // namespace moert

@@ -319,6 +319,39 @@ TEST_F(EngineOnGeneratedModel, OutputsDoNotDependOnTheBatch) {
 
 // The model's KV cache groups and their sizes: every layer in one full-attention group, K
 // and V rows of KVH x Dh per token and layer, FP8 with F32 scales per block, layer and head.
+// --max-seqs bounds the running sequences including the samples a request will fork into:
+// with a limit of 3, requests of n = 3 and n = 2 never run together and never exceed it;
+// n above the limit is refused by name.
+TEST_F(EngineOnGeneratedModel, MaxSeqsCountsTheSamplesOfARequest) {
+  EngineConfig config;
+  config.num_kv_blocks = 256;
+  config.scheduler.max_seqs = 3;
+  Engine engine(*transformer_, config);
+  for (const auto& [id, n] : {std::pair{"three", 3}, std::pair{"two", 2}, std::pair{"one", 1}}) {
+    Request request;
+    request.id = id;
+    request.prompt = {5, 6, 7, 8};
+    request.params.max_tokens = 6;
+    request.params.n = n;
+    request.params.temperature = 0.7f;
+    ASSERT_TRUE(engine.add_request(request).is_ok());
+  }
+  Request too_many;
+  too_many.id = "four";
+  too_many.prompt = {1, 2};
+  too_many.params.n = 4;
+  const Status refused = engine.check_request(too_many);
+  EXPECT_NE(refused.message().find("n = 4 samples exceed --max-seqs = 3"), std::string::npos) << refused.to_string();
+  size_t most = 0;
+  int finished = 0;
+  while (engine.has_unfinished()) {
+    finished += static_cast<int>(engine.step().value().size());
+    most = std::max(most, engine.num_running());
+  }
+  EXPECT_EQ(finished, 3);
+  EXPECT_EQ(most, 3u);
+}
+
 TEST_F(EngineOnGeneratedModel, KvCacheGroupsAndBytes) {
   const ModelConfig& c = model_->config;
   const int64_t values = 2LL * c.num_kv_heads * c.head_dim * c.num_layers;  // one token, all layers
