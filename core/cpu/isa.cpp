@@ -4,7 +4,22 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(MOERT_X86_KERNELS)
+#include <cpuid.h>
+#endif
+
 namespace moert::cpu {
+namespace {
+
+#if defined(MOERT_X86_KERNELS)
+// CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c").
+bool has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+#endif
+
+}  // namespace
 
 CpuIsa active_cpu_isa() {
   static const CpuIsa isa = [] {
@@ -12,7 +27,7 @@ CpuIsa active_cpu_isa() {
 #if defined(MOERT_X86_KERNELS)
     // x86-64 builds only (the x86/ folders hold the kernels); elsewhere the portable path runs.
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c()) {
       best = CpuIsa::kAvx2;
       if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
           __builtin_cpu_supports("avx512vl")) {
