@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 
 namespace moert {
 
@@ -28,20 +30,32 @@ bool spin_until(int64_t spin_ns, Done done) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads) : spin_ns_(default_spin_us() * 1000) {
+ThreadPool::ThreadPool(int num_threads, const ThreadStarter& start_thread) : spin_ns_(default_spin_us() * 1000) {
   const int extra = std::min(std::max(1, num_threads), max_threads()) - 1;
   workers_.reserve(static_cast<size_t>(extra));
-  for (int i = 0; i < extra; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 0; i < extra; ++i) {
+    try {
+      std::function<void()> loop = [this, i] { worker_loop(i); };
+      workers_.push_back(start_thread ? start_thread(std::move(loop)) : std::thread(std::move(loop)));
+    } catch (const std::exception& e) {
+      stop_workers();
+      throw std::runtime_error("cannot start worker thread " + std::to_string(i + 2) + " of " +
+                               std::to_string(extra + 1) + " (" + e.what() + "); lower --threads");
+    }
+  }
 }
 
-ThreadPool::~ThreadPool() {
+void ThreadPool::stop_workers() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   work_ready_.notify_all();
   for (std::thread& worker : workers_) worker.join();
+  workers_.clear();
 }
+
+ThreadPool::~ThreadPool() { stop_workers(); }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int64_t, int64_t)>& fn) {

@@ -16,7 +16,11 @@ namespace moert {
 class ThreadPool {
  public:
   // num_threads >= 1 counts the calling thread, which also runs work.
-  explicit ThreadPool(int num_threads);
+  // Starts num_threads - 1 workers. When a worker cannot be started (the system refuses
+  // threads), those already started are stopped and std::runtime_error says so: an error,
+  // never a hang or std::terminate. `start_thread` (tests) replaces std::thread's constructor.
+  using ThreadStarter = std::function<std::thread(std::function<void()>)>;
+  explicit ThreadPool(int num_threads, const ThreadStarter& start_thread = {});
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -30,6 +34,7 @@ class ThreadPool {
 
  private:
   void worker_loop(int worker_idx);
+  void stop_workers();  // joins every started worker
   void run_chunks(int64_t generation);
 
   std::vector<std::thread> workers_;

@@ -7,7 +7,7 @@ packages=(
   openmpi-bin libopenmpi-dev libucx-dev ucx-utils
   libboost-program-options-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   libpcre2-dev libutf8proc-dev
-  slurm-wlm munge jq gnuplot-nox
+  slurm-wlm munge jq gnuplot-nox clang-14 libclang-rt-14-dev
 )
 
 missing=()

@@ -5,6 +5,9 @@
 #include <atomic>
 #include <algorithm>
 #include <mutex>
+#include <stdexcept>
+#include <string>
+#include <system_error>
 
 namespace moert {
 namespace {
@@ -69,6 +72,32 @@ TEST(ThreadsForRank, FollowTheMaskOrShareTheNode) {
   EXPECT_EQ(threads_for_rank(2, 2, 4), 1);     // oversubscribed node
   EXPECT_EQ(threads_for_rank(0, 8, 1), 1);
   EXPECT_GE(affinity_cpu_count(), 1);
+}
+
+}  // namespace
+}  // namespace moert
+
+namespace moert {
+namespace {
+
+// A thread the system refuses to start is an error naming it, and the workers already
+// started are stopped (no std::terminate, no hang).
+TEST(ThreadPool, RefusedThreadIsAnErrorNotACrash) {
+  int started = 0;
+  auto flaky = [&](std::function<void()> body) {
+    if (++started == 3) throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
+    return std::thread(std::move(body));
+  };
+  try {
+    ThreadPool pool(8, flaky);
+    FAIL() << "the pool started although thread 3 was refused";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot start worker thread 4 of 8"), std::string::npos) << e.what();
+  }
+  ThreadPool fine(3, [](std::function<void()> body) { return std::thread(std::move(body)); });
+  std::atomic<int64_t> sum{0};
+  fine.parallel_for(100, 1, [&](int64_t begin, int64_t end) { sum += end - begin; });
+  EXPECT_EQ(sum.load(), 100);
 }
 
 }  // namespace
