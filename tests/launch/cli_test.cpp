@@ -694,3 +694,23 @@ TEST(CliResources, ImpossibleRequestsFailBeforeAllocating) {
 
 }  // namespace
 }  // namespace moert
+
+namespace moert {
+namespace {
+
+// An unreadable model directory or input says why (the permission), run as an unprivileged
+// user (root reads everything); skipped where runuser or the nobody account is missing.
+TEST(CliFiles, UnreadableModelDirectorySaysWhy) {
+  if (run_command("runuser -u nobody -- true").exit_code != 0) GTEST_SKIP() << "cannot run as nobody here";
+  testing::ScratchDir scratch("cli-unreadable");
+  const std::string model = make_small_model(scratch, "model", "qwen3_moe");
+  ASSERT_EQ(run_command("chmod 755 " + scratch.path() + " && chmod 700 " + model).exit_code, 0);
+  const testing::CommandResult denied =
+      run_command("runuser -u nobody -- " + moert() + " score --model " + model + " --tokens 1,2");
+  EXPECT_NE(denied.exit_code, 0);
+  EXPECT_EQ(count_lines(denied.err), 1) << denied.err;
+  EXPECT_NE(denied.err.find("Permission denied"), std::string::npos) << denied.err;
+}
+
+}  // namespace
+}  // namespace moert
