@@ -23,6 +23,7 @@ int run_serve_batch(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);
 int run_quantize(const std::vector<std::string>& args);
 int run_eval(const std::vector<std::string>& args);
+int run_tokenize(const std::vector<std::string>& args);
 
 // Parses a subcommand's options. Returns false after printing the help when --help was
 // given; throws boost::program_options errors for bad or missing options.

@@ -23,6 +23,7 @@ constexpr const char* kUsage =
     "  run          serve a JSONL batch of requests (continuous batching, paged KV cache)\n"
     "  bench        offline throughput and latency sweeps over all ranks (JSON, CSV, plot)\n"
     "  plot         the plot of a saved `moert bench --json` document\n"
+    "  tokenize     text to token ids and back with a checkpoint's tokenizer\n"
     "  quantize     rewrite a checkpoint with NVFP4, MXFP4 or FP8 weights\n"
     "  eval         KL divergence and top-1 agreement of a model against a reference\n"
     "\n"
@@ -59,6 +60,7 @@ int main(int argc, char** argv) {
     if (command == "plot") return moert::launch::run_plot(args);
     if (command == "quantize") return moert::launch::run_quantize(args);
     if (command == "eval") return moert::launch::run_eval(args);
+    if (command == "tokenize") return moert::launch::run_tokenize(args);
     if (command == "--version") {
       std::puts("moert 0.1.0");
       return 0;

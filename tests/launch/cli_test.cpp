@@ -714,3 +714,43 @@ TEST(CliFiles, UnreadableModelDirectorySaysWhy) {
 
 }  // namespace
 }  // namespace moert
+
+namespace moert {
+namespace {
+
+// `moert tokenize` gives exactly Hugging Face tokenizers' ids, decode and skip-special decode
+// on every oracle text of the three real tokenizers (tests/data/tokenizers), from a folder
+// holding only the tokenizer files; a malformed line gets its own error line, the others run.
+TEST(CliTokenize, EqualsTheTokenizersOracleAndReportsBadLines) {
+  testing::ScratchDir scratch("cli-tokenize");
+  for (const std::string name : {"qwen3", "deepseek_v3", "gpt_oss"}) {
+    const std::string dir = std::string(MOERT_TOKENIZER_DATA_DIR) + "/" + name;
+    std::vector<nlohmann::json> expected;
+    std::string input;
+    for (const nlohmann::json& line : read_jsonl(dir + "/oracle.jsonl")) {
+      if (!line.contains("text")) continue;  // decode-only cases
+      expected.push_back(line);
+      input += nlohmann::json({{"text", line["text"]}}).dump() + "\n";
+    }
+    input += "{broken\n";
+    testing::write_file(scratch / (name + ".in.jsonl"), input);
+    const std::string out = scratch / (name + ".out.jsonl");
+    const testing::CommandResult result = run_command(moert() + " tokenize --model " + dir + " --input " +
+                                                      (scratch / (name + ".in.jsonl")) + " --output " + out);
+    if (result.err.find("built without the tokenizer") != std::string::npos) GTEST_SKIP() << result.err;
+    EXPECT_EQ(result.exit_code, 3) << result.err;  // the one broken line
+    EXPECT_NE(result.err.find("line " + std::to_string(expected.size() + 1)), std::string::npos) << result.err;
+    const std::vector<nlohmann::json> got = read_jsonl(out);
+    ASSERT_EQ(got.size(), expected.size() + 1) << name;
+    ASSERT_GT(expected.size(), 300u) << name;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_EQ(got[i]["ids"], expected[i]["ids"]) << name << " line " << i + 1 << ": " << expected[i]["text"];
+      EXPECT_EQ(got[i]["decoded"], expected[i]["decode"]) << name << " line " << i + 1;
+      EXPECT_EQ(got[i]["decoded_skip_special"], expected[i]["decode_skip"]) << name << " line " << i + 1;
+    }
+    EXPECT_TRUE(got.back().contains("error"));
+  }
+}
+
+}  // namespace
+}  // namespace moert
