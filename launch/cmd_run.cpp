@@ -12,6 +12,7 @@
 #include "launch/engine_options.h"
 #include "launch/spec_options.h"
 #include "launch/job.h"
+#include "launch/text_io.h"
 #include "core/digest.h"
 #include "core/log.h"
 #include "runtime/engine/request_io.h"
@@ -32,7 +33,7 @@ struct ParsedInput {
 };
 
 ParsedInput read_requests(const std::string& input_path, const std::unordered_set<std::string>& done,
-                          const engine::Engine& engine) {
+                          const engine::Engine& engine, const TextCodec* codec, const std::string& model_dir) {
   std::ifstream input(input_path);
   if (!input) throw CommandError("cannot open input " + input_path);
   ParsedInput parsed;
@@ -40,6 +41,14 @@ ParsedInput read_requests(const std::string& input_path, const std::unordered_se
   std::string line;
   for (int line_number = 1; std::getline(input, line); ++line_number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (codec != nullptr) {  // text prompts become ids here, before any rank parses the line
+      Result<std::string> encoded = codec->encode_line(line);
+      if (encoded.is_ok()) line = std::move(encoded).value();
+    } else if (line.find("\"prompt\"") != std::string::npos && line.find("\"prompt_token_ids\"") == std::string::npos) {
+      ++parsed.failed_lines;
+      MOERT_ERROR(input_path << " line " << line_number << ": " << text_prompt_without_tokenizer(model_dir).message());
+      continue;
+    }
     Result<engine::Request> request = engine::parse_request_line(line);
     Status status = request.is_ok() ? Status::ok() : request.status();
     if (status.is_ok() && !seen.insert(request->id_json).second) {
@@ -120,6 +129,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   std::optional<engine::EngineConfig> config;
   std::optional<experts::ExpertPlacement> placement;
   std::unique_ptr<engine::OutputFile> writer;
+  std::unique_ptr<TextCodec> codec;  // rank 0: text prompts and result text (launch/text_io.h)
   std::unique_ptr<SpecSetup> spec_setup;
   std::unordered_set<std::string> done;
   JobFields fields;
@@ -159,6 +169,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
       check_distinct_paths(input_path, output_path, job.metrics_path);
       engine::OutputManifest manifest = output_manifest(fields);
       manifest["input"] = value_or_throw(digest_of_file(input_path));
+      codec = TextCodec::load_if_present(model_dir);
       writer = value_or_throw(engine::OutputFile::open(output_path, manifest, resume));
       done = writer->finished_ids();
       if (writer->cut_bytes() > 0) {
@@ -188,7 +199,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   setup_error.reset();
   if (root) {
     try {
-      parsed = read_requests(input_path, done, engine);
+      parsed = read_requests(input_path, done, engine, codec.get(), model_dir);
     } catch (const CommandError& e) {
       setup_error = e.what();
     }
@@ -197,7 +208,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   agree_on_setup(*transport, setup_error);
   Result<parallel::BatchJobReport> report = serve_request_lines(
       *transport, engine, forward, experts, job, parsed.lines, parsed.blocks, [&](const std::string& line) -> Status {
-        const Status written = writer->write_line(line);
+        const Status written = writer->write_line(codec != nullptr ? codec->decode_line(line) : line);
         return written.is_ok() ? written : io_error(written.message() + " (" + output_path + ")");
       });
   if (!report.is_ok()) throw CommandError(report.status().message());

@@ -512,3 +512,78 @@ TEST(CliParallelAgreement, RanksStartedDifferentlyAreRefused) {
 
 }  // namespace
 }  // namespace moert
+
+#if MOERT_TEST_WITH_TEXT
+#include "text/tokenizer/tokenizer.h"
+
+namespace moert {
+namespace {
+
+// Text in, text out: a tiny model over the real Qwen3 vocabulary (151,669 ids) with the
+// Qwen3 tokenizer files; "prompt" text is tokenized at rank 0 exactly as the tokenizer does,
+// and every output's "text" is the tokenizer's decode of its ids, on 1 and 2 ranks; a text
+// prompt without tokenizer files is an error for its line only.
+TEST(CliParallelText, PromptTextInDecodedTextOutOnOneAndTwoRanks) {
+  testing::ScratchDir scratch("cli-parallel-text");
+  const std::string moert = testing::moert_binary(), model = scratch / "m";
+  ASSERT_EQ(run_command(moert + " make-model --arch qwen3_moe --preset tiny --vocab-size 151669 --hidden-size 64 "
+                                "--num-layers 2 --num-heads 2 --num-kv-heads 1 --head-dim 32 --expert-size 64 --out " + model)
+                .exit_code, 0);
+  const std::string tokenizer_dir = std::string(MOERT_TOKENIZER_DATA_DIR) + "/qwen3";
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+    std::filesystem::copy_file(tokenizer_dir + "/" + file, model + "/" + file);
+  }
+  const text::Tokenizer tokenizer = text::Tokenizer::load(tokenizer_dir);
+  const std::vector<std::string> prompts = {"Hello world, how are", "<|im_start|>user\n你好 🌍<|im_end|>",
+                                            "def f(x):\n\treturn x ** 2  # square", "Ünïcödé  spaces\r\n"};
+  std::string text;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    text += nlohmann::json({{"id", "p" + std::to_string(i)}, {"prompt", prompts[i]}, {"max_tokens", 5 + 3 * i}}).dump() + "\n";
+    text += nlohmann::json({{"id", "i" + std::to_string(i)}, {"prompt_token_ids", tokenizer.encode(prompts[i])},
+                            {"max_tokens", 5 + 3 * i}}).dump() + "\n";
+  }
+  testing::write_file(scratch / "in.jsonl", text);
+  std::map<std::string, nlohmann::json> single;
+  for (const std::string launcher : {std::string(), mpirun(2)}) {
+    const std::string out = scratch / (launcher.empty() ? "one.jsonl" : "two.jsonl");
+    const testing::CommandResult result = run_command(launcher + moert + " run --model " + model + " --input " +
+                                                      (scratch / "in.jsonl") + " --output " + out +
+                                                      " --threads 1 --kv-cache-mb 64");
+    ASSERT_EQ(result.exit_code, 0) << result.err;
+    std::map<std::string, nlohmann::json> lines;
+    std::istringstream in(testing::read_file(out));
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      lines[j["id"]] = j;
+    }
+    ASSERT_EQ(lines.size(), 2 * prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const nlohmann::json& by_text = lines.at("p" + std::to_string(i));
+      const nlohmann::json& by_ids = lines.at("i" + std::to_string(i));
+      EXPECT_EQ(by_text["prompt_tokens"], tokenizer.encode(prompts[i]).size()) << i;
+      EXPECT_EQ(by_text["outputs"][0]["token_ids"], by_ids["outputs"][0]["token_ids"]) << i;
+      for (const nlohmann::json* line : {&by_text, &by_ids}) {
+        const std::vector<int32_t> ids = (*line)["outputs"][0]["token_ids"].get<std::vector<int32_t>>();
+        EXPECT_EQ((*line)["outputs"][0]["text"], tokenizer.decode(ids, true)) << i;
+      }
+    }
+    if (launcher.empty()) {
+      single = lines;
+    } else {
+      for (const auto& [id, line] : lines) EXPECT_EQ(line["outputs"], single.at(id)["outputs"]) << id;
+    }
+  }
+  // Without the tokenizer files: the text line fails alone.
+  std::filesystem::remove(model + "/tokenizer.json");
+  testing::write_file(scratch / "mixed.jsonl", "{\"id\": \"a\", \"prompt\": \"hi\", \"max_tokens\": 2}\n"
+                                               "{\"id\": \"b\", \"prompt_token_ids\": [1, 2], \"max_tokens\": 2}\n");
+  const testing::CommandResult no_tokenizer = run_command(moert + " run --model " + model + " --input " +
+                                                          (scratch / "mixed.jsonl") + " --output " +
+                                                          (scratch / "mixed.out.jsonl") + " --threads 1 --kv-cache-mb 64");
+  EXPECT_EQ(no_tokenizer.exit_code, 3) << no_tokenizer.err;
+  EXPECT_NE(no_tokenizer.err.find("'prompt' text needs the tokenizer"), std::string::npos) << no_tokenizer.err;
+}
+
+}  // namespace
+}  // namespace moert
+#endif
