@@ -345,11 +345,6 @@ TEST(CliParallelRunErrors, ASetupErrorOnTheRanksEndsEveryRankWithOneMessage) {
   }
 }
 
-}  // namespace
-}  // namespace moert
-
-namespace moert {
-namespace {
 
 // `moert bench` under mpirun -np 2 is ONE expert-parallel benchmark: rank 0 alone reports
 // one result per batch size (ranks 2) with throughput and latency percentiles, in the text
@@ -414,11 +409,6 @@ TEST(CliParallelBench, OneResultPerBatchSizeAcrossTwoRanks) {
   EXPECT_NE(empty.err.find("no benchmark results"), std::string::npos) << empty.err;
 }
 
-}  // namespace
-}  // namespace moert
-
-namespace moert {
-namespace {
 
 double prefix_hit_rate(const std::string& log) {
   const size_t at = log.find("prefix-cache hit rate ");
@@ -472,11 +462,6 @@ TEST(CliParallelRouting, PrefixRoutingKeepsTheSingleRankHitRateAndPlacementsRoun
   EXPECT_NE(both.err.find("drop --expert-placement"), std::string::npos) << both.err;
 }
 
-}  // namespace
-}  // namespace moert
-
-namespace moert {
-namespace {
 
 // Ranks started with different options or models (mpirun's MPMD form) are refused at
 // start-up, every rank exiting non-zero with one message naming the rank, the field and both

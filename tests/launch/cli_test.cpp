@@ -231,11 +231,6 @@ TEST_F(CliBadInput, MissingModelAndBadTokens) {
   expect_one_line_error(run_command(moert() + " frobnicate"), "unknown command 'frobnicate'");
 }
 
-}  // namespace
-}  // namespace moert
-
-namespace moert {
-namespace {
 
 std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   std::vector<nlohmann::json> lines;
@@ -331,11 +326,6 @@ TEST(CliRun, KvCacheDtypes) {
                         "exactly one of --against");
 }
 
-}  // namespace
-}  // namespace moert
-
-namespace moert {
-namespace {
 
 TEST(CliQuantize, QuantizeScoreAndEval) {
   testing::ScratchDir scratch("cli-quantize");
@@ -363,11 +353,6 @@ TEST(CliQuantize, QuantizeScoreAndEval) {
                         "already quantized");
 }
 
-}  // namespace
-}  // namespace moert
-
-namespace moert {
-namespace {
 
 // Bytes of checkpoint `mine` that differ from `release` (every tensor of one must be in the
 // other with the same dtype and shape, else -1). E4M3 zeros may differ in sign (a tiny
@@ -417,11 +402,6 @@ TEST(CliQuantize, GptOssMxfp4IsTheReleaseLayout) {
   EXPECT_EQ(scored.exit_code, 0) << scored.err;
 }
 
-}  // namespace
-}  // namespace moert
-
-namespace moert {
-namespace {
 
 // Speculative decoding (rollback after rejected drafts) on the release-shaped architectures:
 // gpt-oss (sliding windows in the target's and the draft's caches) and DeepSeek-V3 (latent
@@ -557,11 +537,6 @@ TEST(CliOptions, ConfigFileMemoryFractionAndProgressLines) {
   EXPECT_NE(run.err.find(" blocks)"), std::string::npos) << run.err;
 }
 
-}  // namespace
-}  // namespace moert
-
-namespace moert {
-namespace {
 
 // The results file is never lost or mixed up (docs/outputs.md): a non-empty output is only
 // continued by --resume of the same job (model, input, result-changing options, recorded in
@@ -638,11 +613,6 @@ TEST(CliOutputSafety, RefusesForeignOutputsLocksCutsTornLinesAndStreams) {
   EXPECT_NE(full.err.find("/dev/full"), std::string::npos) << full.err;
 }
 
-}  // namespace
-}  // namespace moert
-
-namespace moert {
-namespace {
 
 // Inputs that are not regular files (a directory, a device, a FIFO) and model paths that are
 // not directories are one-line errors, never a hang on an endless read.
@@ -663,11 +633,6 @@ TEST(CliFiles, NonRegularInputsAndModelPaths) {
   expect_one_line_error(not_dir, "Not a directory");
 }
 
-}  // namespace
-}  // namespace moert
-
-namespace moert {
-namespace {
 
 // Resource requests beyond what the node has, and impossible values, are one-line errors
 // before anything is allocated or written: a huge make-model vocabulary, a KV pool larger
@@ -692,11 +657,6 @@ TEST(CliResources, ImpossibleRequestsFailBeforeAllocating) {
   EXPECT_EQ(read_jsonl(scratch / "o4.jsonl").size(), 1u);
 }
 
-}  // namespace
-}  // namespace moert
-
-namespace moert {
-namespace {
 
 // An unreadable model directory or input says why (the permission), run as an unprivileged
 // user (root reads everything); skipped where runuser or the nobody account is missing.
@@ -712,11 +672,6 @@ TEST(CliFiles, UnreadableModelDirectorySaysWhy) {
   EXPECT_NE(denied.err.find("Permission denied"), std::string::npos) << denied.err;
 }
 
-}  // namespace
-}  // namespace moert
-
-namespace moert {
-namespace {
 
 // `moert tokenize` gives exactly Hugging Face tokenizers' ids, decode and skip-special decode
 // on every oracle text of the three real tokenizers (tests/data/tokenizers), from a folder
