@@ -14,13 +14,14 @@ build="${MOERT_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_safetensors_header fuzz_config_json fuzz_request_line fuzz_tokenizer)
 command -v clang++-14 > /dev/null || { echo "fuzz: clang++-14 missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
+mkdir -p "$build"
 if [ ! -f "$build/CMakeCache.txt" ]; then
   CC=clang-14 CXX=clang++-14 cmake -S "$root" -B "$build" -G Ninja -DMOERT_FUZZ=ON -DMOERT_BUILD_TESTS=OFF \
-    -DMOERT_BUILD_BENCHMARKS=OFF -DMOERT_WITH_CUDA=OFF -DMOERT_WITH_MPI=OFF -DMOERT_PCH=OFF > "$build.configure.log" 2>&1 ||
-    { cat "$build.configure.log" >&2; exit 1; }
+    -DMOERT_BUILD_BENCHMARKS=OFF -DMOERT_WITH_CUDA=OFF -DMOERT_WITH_MPI=OFF -DMOERT_PCH=OFF > "$build/fuzz-configure.log" 2>&1 ||
+    { cat "$build/fuzz-configure.log" >&2; exit 1; }
 fi
-cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$build.build.log" 2>&1 ||
-  { tail -30 "$build.build.log" >&2; exit 1; }
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$build/fuzz-build.log" 2>&1 ||
+  { tail -30 "$build/fuzz-build.log" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0
