@@ -45,14 +45,15 @@ engine::EngineConfig resolve_engine_config(const EngineOptions& v, const ModelCo
   c.scheduler.max_seqs = v.max_seqs;
   if (v.block_size < 1) throw CommandError("--block-size = " + std::to_string(v.block_size) + " must be >= 1");
   if (v.kv_blocks < 0) throw CommandError("--kv-blocks = " + std::to_string(v.kv_blocks) + " must be >= 0");
+  // One block over every layer: the pool's unit from MiB, and its size for the memory check.
+  const Result<int64_t> block_bytes = engine::kv_cache_bytes_per_block(model, c.block_size, c.kv_cache_dtype);
+  if (!block_bytes.is_ok()) throw CommandError(block_bytes.status().message());
   if (v.kv_blocks > 0) {
     c.num_kv_blocks = v.kv_blocks;
   } else {
     if (!(v.kv_cache_mb > 0)) throw CommandError("--kv-cache-mb must be > 0");
     const double bytes = v.kv_cache_memory_fraction != 0.0 ? kv_pool_bytes_from_fraction(v.kv_cache_memory_fraction)
                                                            : v.kv_cache_mb * 1024.0 * 1024.0;
-    const Result<int64_t> block_bytes = engine::kv_cache_bytes_per_block(model, v.block_size, c.kv_cache_dtype);
-    if (!block_bytes.is_ok()) throw CommandError(block_bytes.status().message());
     const double blocks = bytes / static_cast<double>(*block_bytes);
     if (!(blocks < 2147483647.0)) {
       throw CommandError("a KV pool of " + std::to_string(bytes / 1048576.0) + " MiB holds more than 2^31 blocks; "
@@ -61,8 +62,6 @@ engine::EngineConfig resolve_engine_config(const EngineOptions& v, const ModelCo
     c.num_kv_blocks = static_cast<int>(blocks);
   }
   // The pool against what the node can give each of its ranks, before anything is allocated.
-  const Result<int64_t> block_bytes = engine::kv_cache_bytes_per_block(model, c.block_size, c.kv_cache_dtype);
-  if (!block_bytes.is_ok()) throw CommandError(block_bytes.status().message());
   const std::optional<int64_t> pool_bytes = checked_mul(c.num_kv_blocks, *block_bytes);
   const std::optional<int64_t> available = available_memory_bytes();
   const int ranks = comm::local_rank_count();
