@@ -23,6 +23,11 @@ std::string Digest::hex() const {
 
 std::string digest_of(std::string_view bytes) { return Digest().add(bytes).hex(); }
 
+uint64_t fnv1a_64(std::string_view bytes, uint64_t hash) {
+  for (unsigned char ch : bytes) hash = (hash ^ ch) * 0x100000001b3ull;
+  return hash;
+}
+
 Result<std::string> digest_of_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return io_error("cannot read " + path);

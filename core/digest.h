@@ -22,6 +22,9 @@ class Digest {
 };
 
 std::string digest_of(std::string_view bytes);
+// 64-bit FNV-1a of `bytes`, continuing from `hash` (default: the FNV offset basis). Request
+// seeds and prefix keys depend on its exact values.
+uint64_t fnv1a_64(std::string_view bytes, uint64_t hash = 0xcbf29ce484222325ull);
 // The digest of a file's bytes; io_error naming the path when it cannot be read.
 Result<std::string> digest_of_file(const std::string& path);
 

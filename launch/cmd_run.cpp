@@ -2,6 +2,7 @@
 // rank or on every rank of an MPI job (mpirun / srun --mpi=pmix). Rank 0 reads the input,
 // assigns requests, writes the one output file and prints progress and the summary.
 #include <boost/program_options.hpp>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -14,6 +15,9 @@
 #include "launch/job.h"
 #include "launch/text_io.h"
 #include "core/digest.h"
+#include "core/strict_json.h"
+#include "runtime/engine/openai_batch.h"
+#include "runtime/model/generation_config.h"
 #include "core/log.h"
 #include "runtime/engine/request_io.h"
 #include "runtime/model/weights.h"
@@ -26,46 +30,94 @@ namespace {
 
 // Rank 0's view of the input file.
 struct ParsedInput {
-  std::vector<std::string> lines;    // requests to serve, in input order
+  std::vector<std::string> lines;    // requests to serve (request_io.h keys, ids resolved), in input order
   std::vector<int64_t> blocks;       // their KV block estimates
   int failed_lines = 0;
   int skipped = 0;                   // already in the output file
 };
 
+// What rank 0 needs to turn input lines into requests.
+struct RequestContext {
+  const engine::Engine& engine;
+  const CheckpointText* text;        // may be null
+  const GenerationDefaults* defaults;  // null: --generation-config none
+  std::string model_dir;
+  int64_t created = 0;               // Unix time of the job's start, for OpenAI results
+  int64_t max_position_embeddings = 0;
+};
+
+// One input line -> a request line the ranks parse, or an error. `openai` tells whether the
+// line is (or, for unparseable text, whether the file is) in the OpenAI batch shape;
+// *id_json receives the request's id as JSON when known.
+Result<std::pair<std::string, engine::Request>> resolve_request(const std::string& line, const RequestContext& context,
+                                                                 bool* openai, std::string* id_json) {
+  MOERT_ASSIGN_OR_RETURN(nlohmann::json j, parse_strict_json(line, "the line"));
+  *openai = engine::is_openai_batch_line(j);
+  nlohmann::ordered_json chat_source;
+  bool chat_endpoint = false;
+  if (*openai) {
+    *id_json = engine::openai_custom_id_json(j);
+    MOERT_ASSIGN_OR_RETURN(nlohmann::json request, engine::openai_to_request(j, context.created));
+    chat_endpoint = request.contains("messages");
+    if (chat_endpoint) chat_source = nlohmann::ordered_json::parse(line).at("body");
+    j = std::move(request);
+  } else {
+    if (j.is_object() && j.contains("id")) *id_json = j["id"].dump();
+    if (j.is_object() && j.contains("messages")) chat_source = nlohmann::ordered_json::parse(line);
+  }
+  if (!j.is_object()) return invalid_argument("a request must be a JSON object");
+  MOERT_RETURN_IF_ERROR(resolve_text_keys(context.text, context.model_dir, j, chat_source));
+  if (context.defaults != nullptr) apply_generation_defaults(*context.defaults, j);
+  // A chat without max_tokens may use the whole context, as the OpenAI API does.
+  if (chat_endpoint && !j.contains("max_tokens") && j.contains("prompt_token_ids") && j["prompt_token_ids"].is_array()) {
+    j["max_tokens"] = std::max<int64_t>(1, context.max_position_embeddings - static_cast<int64_t>(j["prompt_token_ids"].size()));
+  }
+  MOERT_ASSIGN_OR_RETURN(engine::Request request, engine::parse_request(j));
+  if (*openai && (context.text == nullptr || context.text->token_text() == nullptr)) {
+    return invalid_argument("OpenAI batch results hold text, which needs the checkpoint's tokenizer (tokenizer.json in " +
+                            context.model_dir + ")");
+  }
+  return std::make_pair(j.dump(), std::move(request));
+}
+
 ParsedInput read_requests(const std::string& input_path, const std::unordered_set<std::string>& done,
-                          const engine::Engine& engine, const TextCodec* codec, const std::string& model_dir) {
+                          const RequestContext& context, engine::OutputFile& writer) {
   std::ifstream input(input_path);
   if (!input) throw CommandError("cannot open input " + input_path);
   ParsedInput parsed;
   std::unordered_set<std::string> seen;
+  std::optional<bool> openai_file;  // the shape of the first line that parsed, for lines that do not
   std::string line;
   for (int line_number = 1; std::getline(input, line); ++line_number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    if (codec != nullptr) {  // text prompts become ids here, before any rank parses the line
-      Result<std::string> encoded = codec->encode_line(line);
-      if (encoded.is_ok()) line = std::move(encoded).value();
-    } else if (line.find("\"prompt\"") != std::string::npos && line.find("\"prompt_token_ids\"") == std::string::npos) {
-      ++parsed.failed_lines;
-      MOERT_ERROR(input_path << " line " << line_number << ": " << text_prompt_without_tokenizer(model_dir).message());
-      continue;
+    bool openai = false;
+    std::string id_json = "null";
+    Result<std::pair<std::string, engine::Request>> resolved = resolve_request(line, context, &openai, &id_json);
+    if (resolved.is_ok() || id_json != "null") openai_file = openai_file.value_or(openai);
+    if (!resolved.is_ok() && id_json == "null") openai = openai_file.value_or(openai);
+    Status status = resolved.is_ok() ? Status::ok() : resolved.status();
+    if (status.is_ok() && !seen.insert(resolved->second.id_json).second) {
+      status = invalid_argument(std::string(openai ? "custom_id" : "request id") + " " + id_json + " appears twice");
+      id_json = "null";  // the error line must not mark the first one as done
     }
-    Result<engine::Request> request = engine::parse_request_line(line);
-    Status status = request.is_ok() ? Status::ok() : request.status();
-    if (status.is_ok() && !seen.insert(request->id_json).second) {
-      status = invalid_argument("request id '" + request->id + "' appears twice");
-    }
-    if (status.is_ok() && done.count(request->id_json)) {
+    if (status.is_ok() && done.count(resolved->second.id_json)) {
       ++parsed.skipped;
       continue;
     }
-    if (status.is_ok()) status = engine.check_request(*request);
+    if (status.is_ok()) status = context.engine.check_request(resolved->second);
     if (!status.is_ok()) {
       ++parsed.failed_lines;
+      // Its error line is in the output already (an earlier run of this job).
+      if (done.count(id_json) || (id_json == "null" && done.count(engine::error_line_key(std::to_string(line_number))))) {
+        continue;
+      }
       MOERT_ERROR(input_path << " line " << line_number << ": " << status.message());
+      const Status written = writer.write_line(engine::format_error_line(id_json, status.message(), line_number, openai));
+      if (!written.is_ok()) throw CommandError(written.message());
       continue;
     }
-    parsed.blocks.push_back(parallel::request_block_estimate(*request, engine.config().block_size));
-    parsed.lines.push_back(line);
+    parsed.blocks.push_back(parallel::request_block_estimate(resolved->second, context.engine.config().block_size));
+    parsed.lines.push_back(std::move(resolved->first));
   }
   return parsed;
 }
@@ -75,6 +127,7 @@ ParsedInput read_requests(const std::string& input_path, const std::unordered_se
 int run_serve_batch(const std::vector<std::string>& args) {
   po::options_description options("moert run options");
   std::string model_dir, input_path, output_path, placement_path, save_placement_path, balance = "none", routing;
+  std::string generation_mode = "auto";
   bool resume = false;
   EngineOptions engine_options;
   SpecOptions spec_options;
@@ -89,6 +142,10 @@ int run_serve_batch(const std::vector<std::string>& args) {
       ("resume", po::bool_switch(&resume),
        "continue the job that wrote --output (same model, input and result-changing options, checked against "
        "OUTPUT.manifest.json): its finished ids are skipped, a torn last line is cut")
+      ("generation-config", po::value(&generation_mode)->default_value("auto"),
+       "auto: requests that do not set temperature, top_p, top_k, repetition_penalty or max_tokens get the values of "
+       "the checkpoint's generation_config.json (as vLLM does); none: moert's defaults (greedy, 16 tokens). EOS ids "
+       "stop generation either way (unless a request sets ignore_eos)")
       ("progress-interval", po::value(&job.progress_interval_s)->default_value(2.0), "seconds between progress lines on stderr")
       ("expert-placement", po::value(&placement_path),
        "expert placement JSON (experts/placement/placement.h), e.g. saved by an earlier --balance=replicate job; "
@@ -113,6 +170,9 @@ int run_serve_batch(const std::vector<std::string>& args) {
     throw CommandError("--request-routing '" + routing + "' is not prefix or free-blocks");
   }
   job.prefix_routing = routing == "prefix";
+  if (generation_mode != "auto" && generation_mode != "none") {
+    throw CommandError("--generation-config '" + generation_mode + "' is not auto or none");
+  }
   throw_if_error(parallel::validate_batch_job_config(job));
   if (job.balance == parallel::BalanceMode::kReplicate && !placement_path.empty()) {
     throw CommandError("--balance=replicate computes its own placement; drop --expert-placement " + placement_path +
@@ -129,7 +189,8 @@ int run_serve_batch(const std::vector<std::string>& args) {
   std::optional<engine::EngineConfig> config;
   std::optional<experts::ExpertPlacement> placement;
   std::unique_ptr<engine::OutputFile> writer;
-  std::unique_ptr<TextCodec> codec;  // rank 0: text prompts and result text (launch/text_io.h)
+  std::unique_ptr<CheckpointText> text;  // tokenizer and chat template, on every rank (launch/text_io.h)
+  std::optional<GenerationDefaults> generation;
   std::unique_ptr<SpecSetup> spec_setup;
   std::unordered_set<std::string> done;
   JobFields fields;
@@ -155,7 +216,11 @@ int run_serve_batch(const std::vector<std::string>& args) {
       throw CommandError(placement_path + " has " + std::to_string(placement->num_layers()) +
                          " layers, the model " + std::to_string(loaded->config.num_layers) + " (or give 1 for all)");
     }
+    text = CheckpointText::load(model_dir);
+    generation = value_or_throw(load_generation_defaults(model_dir, loaded->config));
+    config->eos_token_ids = generation->eos_token_ids;
     fields = job_fields(*loaded, *config, spec_options, *spec_setup, job, *placement, routing);
+    fields["text"] = text_files_digest(model_dir, generation_mode);
   } catch (const CommandError& e) {
     setup_error = e.what();
   }
@@ -169,7 +234,6 @@ int run_serve_batch(const std::vector<std::string>& args) {
       check_distinct_paths(input_path, output_path, job.metrics_path);
       engine::OutputManifest manifest = output_manifest(fields);
       manifest["input"] = value_or_throw(digest_of_file(input_path));
-      codec = TextCodec::load_if_present(model_dir);
       writer = value_or_throw(engine::OutputFile::open(output_path, manifest, resume));
       done = writer->finished_ids();
       if (writer->cut_bytes() > 0) {
@@ -193,13 +257,21 @@ int run_serve_batch(const std::vector<std::string>& args) {
   forward.set_routed_experts(&experts);
   engine::Engine engine(forward, *config);
   engine.set_proposer(spec_setup->start(pool, *config));
+  engine.set_token_text(text->token_text());
+  job.token_text = text->token_text();
 
   // Rank 0 reads and checks the requests, then every rank receives its share.
   ParsedInput parsed;
   setup_error.reset();
   if (root) {
     try {
-      parsed = read_requests(input_path, done, engine, codec.get(), model_dir);
+      const RequestContext context{engine,
+                                   text.get(),
+                                   generation_mode == "auto" ? &*generation : nullptr,
+                                   model_dir,
+                                   static_cast<int64_t>(std::time(nullptr)),
+                                   model.config.max_position_embeddings};
+      parsed = read_requests(input_path, done, context, *writer);
     } catch (const CommandError& e) {
       setup_error = e.what();
     }
@@ -208,7 +280,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   agree_on_setup(*transport, setup_error);
   Result<parallel::BatchJobReport> report = serve_request_lines(
       *transport, engine, forward, experts, job, parsed.lines, parsed.blocks, [&](const std::string& line) -> Status {
-        const Status written = writer->write_line(codec != nullptr ? codec->decode_line(line) : line);
+        const Status written = writer->write_line(line);
         return written.is_ok() ? written : io_error(written.message() + " (" + output_path + ")");
       });
   if (!report.is_ok()) throw CommandError(report.status().message());

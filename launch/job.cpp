@@ -94,11 +94,24 @@ JobFields job_fields(const LoadedModel& model, const engine::EngineConfig& engin
   return f;
 }
 
+std::string text_files_digest(const std::string& model_dir, const std::string& mode) {
+  Digest digest;
+  digest.add(mode);
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"}) {
+    const std::filesystem::path path = std::filesystem::path(model_dir) / name;
+    std::error_code error;
+    const Result<std::string> file = std::filesystem::exists(path, error) ? digest_of_file(path.string())
+                                                                          : Result<std::string>(std::string("absent"));
+    digest.add(std::string("|") + name + "=" + (file.is_ok() ? *file : "unreadable"));
+  }
+  return digest.hex();
+}
+
 engine::OutputManifest output_manifest(const JobFields& fields) {
   engine::OutputManifest manifest;
   for (const char* key : {"model", "kv_cache_dtype", "spec", "spec_k", "spec_max_k", "spec_ngram", "draft_model", "balance",
-                          "balance_gamma"}) {
-    manifest[key] = fields.at(key);
+                          "balance_gamma", "text"}) {
+    if (fields.count(key) > 0) manifest[key] = fields.at(key);
   }
   return manifest;
 }

@@ -50,7 +50,11 @@ using JobFields = std::map<std::string, std::string>;
 JobFields job_fields(const LoadedModel& model, const engine::EngineConfig& engine, const SpecOptions& spec_options,
                      const SpecSetup& spec, const parallel::BatchJobConfig& job,
                      const experts::ExpertPlacement& placement, const std::string& routing);
-// The fields that change results (model, KV dtype, speculation, bias balancing): what an
+// The digest of the checkpoint's text files (tokenizer.json, tokenizer_config.json,
+// chat_template.jinja, generation_config.json; absent ones count as absent) plus `mode`
+// (--generation-config): the "text" field of a job, which changes results.
+std::string text_files_digest(const std::string& model_dir, const std::string& mode);
+// The fields that change results (model, KV dtype, speculation, bias balancing, text): what an
 // output's manifest records (runtime/engine/output_file.h) besides the input's digest.
 engine::OutputManifest output_manifest(const JobFields& fields);
 // Collective: rank 0 compares every rank's fields with its own; on any difference every rank

@@ -1,36 +1,56 @@
-// Text in and text out for `moert run` (docs/tokenizer.md): rank 0 turns a request's "prompt"
-// text into "prompt_token_ids" with the checkpoint's tokenizer before anything else reads the
-// line, and adds "text" (the decode of each sample's ids, special tokens skipped) to every
-// result line. Without tokenizer.json (or in a build without the tokenizer) id requests work
-// as before and a text prompt is an error for its line.
+// A checkpoint's text side for the commands (docs/generation.md, docs/chat_template.md): its
+// tokenizer (tokenizer.json) and chat template (tokenizer_config.json or chat_template.jinja),
+// when the checkpoint has them and moert was built with them. Every rank of `moert run` loads
+// it: the coordinator turns "prompt" text and "messages" into ids, every rank decodes its
+// outputs and watches for stop strings (engine::TokenText).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "runtime/engine/token_text.h"
 
 namespace moert::launch {
 
-class TextCodec {
+class CheckpointText {
  public:
-  // The tokenizer of model_dir when it holds tokenizer.json, else null. Throws CommandError
-  // for a tokenizer.json moert cannot load (naming the file and the problem).
-  static std::unique_ptr<TextCodec> load_if_present(const std::string& model_dir);
-  ~TextCodec();
+  // The tokenizer and chat template of model_dir, whichever are present. Throws CommandError
+  // for files moert cannot load (naming the file and the problem).
+  static std::unique_ptr<CheckpointText> load(const std::string& model_dir);
+  ~CheckpointText();
 
-  // `line` with "prompt" (a string) replaced by "prompt_token_ids"; other lines unchanged.
-  Result<std::string> encode_line(const std::string& line) const;
-  // `line` (a result) with "text" added to each of its outputs.
-  std::string decode_line(const std::string& line) const;
+  bool has_tokenizer() const;
+  bool has_chat_template() const;
+  // Ids of `text` (added tokens recognised, no BOS/EOS added); an error without a tokenizer.
+  Result<std::vector<int32_t>> encode(const std::string& text) const;
+  // decode(ids) with or without special tokens; needs the tokenizer.
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const;
+  // The prompt text of a chat: the template rendered with the messages, tools (null: none),
+  // extra template variables (chat_template_kwargs, an object or null) and the generation
+  // prompt. Errors name the problem (no template, a template error, bad messages).
+  Result<std::string> render_chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                  const nlohmann::ordered_json& kwargs, bool add_generation_prompt) const;
+  // The engine's view of the tokenizer; null without one. Lives as long as this object.
+  const engine::TokenText* token_text() const;
 
  private:
   struct Impl;
-  explicit TextCodec(std::unique_ptr<Impl> impl);
+  explicit CheckpointText(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
-// What a line with a text "prompt" gets when there is no tokenizer.
-Status text_prompt_without_tokenizer(const std::string& model_dir);
+// The request keys (docs/requests.md) that the coordinator resolves into prompt_token_ids:
+// "prompt" -> encode; "messages" (+ "tools", "chat_template_kwargs", "add_generation_prompt",
+// default true) -> render_chat -> encode. `text` may be null (then such keys are an error
+// naming what is missing). Other keys are left alone. `chat_source` is the object that holds
+// the messages, tools and chat_template_kwargs with their keys in the order the input wrote
+// them (request is a nlohmann::json, whose objects are sorted).
+Status resolve_text_keys(const CheckpointText* text, const std::string& model_dir, nlohmann::json& request,
+                         const nlohmann::ordered_json& chat_source);
 
 }  // namespace moert::launch

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "runtime/sampling/logit_adjustments.h"
+#include "runtime/sampling/stop_strings.h"
 #include "runtime/speculative/rejection_sampler.h"
 
 #include "core/check.h"
@@ -54,6 +56,9 @@ Status Engine::check_request(const Request& request) const {
   const std::string who = "request '" + request.id + "'";
   MOERT_RETURN_IF_ERROR(sampling::validate_sampling_params(request.params).with_context(who));
   if (request.prompt.empty()) return invalid_argument(who + " has an empty prompt");
+  if (!request.params.stop.empty() && token_text_ == nullptr) {
+    return invalid_argument(who + ": 'stop' strings need the checkpoint's tokenizer (tokenizer.json)");
+  }
   for (size_t i = 0; i < request.prompt.size(); ++i) {
     if (request.prompt[i] < 0 || request.prompt[i] >= c.vocab_size) {
       return invalid_argument(who + ": prompt token " + std::to_string(request.prompt[i]) + " at index " +
@@ -82,8 +87,16 @@ Status Engine::add_request(Request request) {
   MOERT_RETURN_IF_ERROR(check_request(request));
   const int64_t idx = next_request_idx_++;
   const SeqId seq = next_seq_id_++;
+  request.params.eos_token_ids = config_.eos_token_ids;
   RequestState state;
   state.samples.resize(static_cast<size_t>(request.params.n));
+  if (token_text_ != nullptr) {
+    state.texts.resize(state.samples.size());
+    for (size_t s = 0; s < state.samples.size(); ++s) {
+      state.samples[s].text.emplace();
+      state.texts[s].stream = token_text_->open_stream();
+    }
+  }
   state.added = std::chrono::steady_clock::now();
   scheduler_.add_sequence(seq, request.prompt, request.params.n);
   owners_[seq] = {idx, 0};
@@ -109,7 +122,8 @@ Status Engine::propose_drafts() {
     const int64_t generated = static_cast<int64_t>(state.samples[static_cast<size_t>(owner.sample_idx)].token_ids.size());
     // At most max_tokens are emitted: K accepted drafts + 1 final token must fit.
     const int64_t room = state.request.params.max_tokens - generated - 1;
-    if (room < 1) {
+    // Drafts are verified against unadjusted rows: history-dependent logits are not drafted for.
+    if (room < 1 || state.request.params.adjusts_logits()) {
       scheduler_.set_spec_tokens(seq, {});
       continue;
     }
@@ -258,8 +272,13 @@ void Engine::sample_and_append(SeqId seq, const float* logits, std::vector<Reque
     SampleOutput& sample = state.samples[static_cast<size_t>(target_owner.sample_idx)];
     const double uniform = sampling::counter_uniform(seed, static_cast<uint64_t>(target_owner.sample_idx),
                                                      static_cast<uint64_t>(sample.token_ids.size()));
-    const int32_t token = sampling::sample_token(logits, vocab, params, uniform, &scratch_probs_);
-    if (push_token(target, token) && ++state.samples_finished == params.n) {
+    const float* row = logits;
+    if (params.adjusts_logits()) {
+      sampling::adjust_logits(logits, vocab, params, state.request.prompt, sample.token_ids, &adjusted_logits_);
+      row = adjusted_logits_.data();
+    }
+    const int32_t token = sampling::sample_token(row, vocab, params, uniform, &scratch_probs_);
+    if (push_token(target, token, logits) && ++state.samples_finished == params.n) {
       finish_request(owner.request_idx, finished);
       return;
     }
@@ -276,6 +295,7 @@ void Engine::finish_request(int64_t request_idx, std::vector<RequestOutput>& fin
   RequestOutput output;
   output.id = state.request.id;
   output.id_json = state.request.id_json;
+  output.openai_json = state.request.openai_json;
   output.prompt_tokens = static_cast<int64_t>(state.request.prompt.size());
   for (const SampleOutput& s : state.samples) output.output_tokens += static_cast<int64_t>(s.token_ids.size());
   output.cached_prompt_tokens = state.cached_prompt_tokens;
@@ -314,8 +334,8 @@ void Engine::verify_and_append(SeqId seq, const float* logits, std::vector<Reque
   const spec::SpecVerifyResult result = spec::verify_draft(input, params, uniforms.view(), &residual_);
   stats_.acceptance.record(num_draft, result.num_accepted);
   depth_.observe_pass(num_draft, result.num_accepted);
-  for (int32_t token : result.tokens) {
-    if (push_token(seq, token)) {
+  for (size_t j = 0; j < result.tokens.size(); ++j) {
+    if (push_token(seq, result.tokens[j], logits + j * static_cast<size_t>(vocab))) {
       if (++state.samples_finished == params.n) finish_request(owner.request_idx, finished);
       return;
     }
@@ -323,18 +343,34 @@ void Engine::verify_and_append(SeqId seq, const float* logits, std::vector<Reque
   scheduler_.accept_spec_tokens(seq, result.num_accepted);
 }
 
-bool Engine::push_token(SeqId seq, int32_t token) {
+bool Engine::push_token(SeqId seq, int32_t token, const float* logits) {
   const SeqOwner owner = owners_.at(seq);
   RequestState& state = requests_.at(owner.request_idx);
+  const sampling::SamplingParams& params = state.request.params;
   SampleOutput& sample = state.samples[static_cast<size_t>(owner.sample_idx)];
   sample.token_ids.push_back(token);
+  if (params.logprobs >= 0) {
+    sample.logprobs.push_back(sampling::token_logprob(logits, model_.config().vocab_size, token, params.logprobs));
+  }
   if (owner.sample_idx == 0 && (state.first_token_s < 0.0 || config_.record_token_times)) {
     const double at = seconds_since(state.started.value_or(state.added));
     if (state.first_token_s < 0.0) state.first_token_s = at;
     if (config_.record_token_times) state.token_times_s.push_back(at);
   }
-  std::optional<std::string> reason =
-      sampling::finish_reason(state.request.params, token, static_cast<int>(sample.token_ids.size()));
+  const int num_generated = static_cast<int>(sample.token_ids.size());
+  std::optional<std::string> reason = sampling::finish_reason(params, token, num_generated);
+  if (reason == "stop" && std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token) !=
+                              params.stop_token_ids.end()) {
+    sample.stop_token = token;
+  }
+  if (!state.texts.empty()) {
+    if (append_text(state, owner.sample_idx, token)) {
+      reason = "stop";
+    } else if (reason.has_value()) {
+      finish_text(state, owner.sample_idx);
+      if (sample.stop_string.has_value()) reason = "stop";
+    }
+  }
   if (!reason.has_value()) {
     scheduler_.append_token(seq, token);
     return false;
@@ -344,6 +380,34 @@ bool Engine::push_token(SeqId seq, int32_t token) {
   scheduler_.finish_sequence(seq);
   if (proposer_ != nullptr) proposer_->release(seq);
   owners_.erase(seq);
+  return true;
+}
+
+bool Engine::append_text(RequestState& state, int sample_idx, int32_t token) {
+  SampleOutput& sample = state.samples[static_cast<size_t>(sample_idx)];
+  *sample.text += state.texts[static_cast<size_t>(sample_idx)].stream->push(token);
+  return search_stop_strings(state, sample_idx);
+}
+
+void Engine::finish_text(RequestState& state, int sample_idx) {
+  SampleOutput& sample = state.samples[static_cast<size_t>(sample_idx)];
+  *sample.text += state.texts[static_cast<size_t>(sample_idx)].stream->finish();
+  search_stop_strings(state, sample_idx);
+}
+
+bool Engine::search_stop_strings(RequestState& state, int sample_idx) {
+  SampleOutput& sample = state.samples[static_cast<size_t>(sample_idx)];
+  SampleText& text = state.texts[static_cast<size_t>(sample_idx)];
+  const std::vector<std::string>& stops = state.request.params.stop;
+  const size_t searched = text.searched_bytes;
+  text.searched_bytes = sample.text->size();
+  // Before min_tokens no stop rule applies: that text is never searched (as in vLLM).
+  if (stops.empty() || static_cast<int>(sample.token_ids.size()) < state.request.params.min_tokens) return false;
+  const std::optional<sampling::StopMatch> match = sampling::find_stop_string(*sample.text, searched, stops);
+  if (!match.has_value()) return false;
+  sample.text->resize(match->position);
+  sample.stop_string = stops[match->stop_index];
+  sample.stop_token.reset();
   return true;
 }
 

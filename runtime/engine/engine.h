@@ -21,7 +21,9 @@
 #include "runtime/engine/model_runner.h"
 #include "core/status.h"
 #include "runtime/engine/scheduler.h"
+#include "runtime/engine/token_text.h"
 #include "runtime/model/transformer.h"
+#include "runtime/sampling/logprobs.h"
 #include "runtime/sampling/sampler.h"
 #include "runtime/speculative/adaptive_depth.h"
 #include "runtime/speculative/depth_controller.h"
@@ -35,16 +37,28 @@ struct Request {
   std::vector<int32_t> prompt;
   sampling::SamplingParams params;
   uint64_t default_seed = 0;  // used when params.seed == -1 (derived from the id by the reader)
+  // The OpenAI batch request this came from, as a JSON object (request_io.h, "openai"): its
+  // result is written in the OpenAI batch output shape. Empty: moert's own format.
+  std::string openai_json;
 };
 
 struct SampleOutput {
   std::vector<int32_t> token_ids;
   std::string finish_reason;  // "stop" or "length"
+  // With a TokenText (Engine::set_token_text): the decoded text, special tokens skipped, cut
+  // before a stop string.
+  std::optional<std::string> text;
+  // Why "stop": a stop string, or a stop token id (null for an EOS id, as vLLM reports it).
+  std::optional<std::string> stop_string;
+  std::optional<int32_t> stop_token;
+  // With params.logprobs >= 0: one entry per token of token_ids.
+  std::vector<sampling::TokenLogprob> logprobs;
 };
 
 struct RequestOutput {
   std::string id;
   std::string id_json;  // Request::id_json
+  std::string openai_json;  // Request::openai_json
   std::vector<SampleOutput> outputs;  // [n], by sample index
   int64_t prompt_tokens = 0;
   int64_t output_tokens = 0;          // over all samples
@@ -70,6 +84,9 @@ struct EngineConfig {
   // Expert-parallel ranks step in lock-step: run the model (with no tokens) even when
   // this rank has nothing scheduled, so it takes part in every MoE layer's exchanges.
   bool forward_when_idle = false;
+  // The model's end-of-sequence ids (generation_config.json): every request stops on them
+  // unless it sets ignore_eos (SamplingParams::eos_token_ids).
+  std::vector<int32_t> eos_token_ids;
   SchedulerConfig scheduler;
   // Speculative decoding (used when a proposer is set): K drafts per sequence and pass, or
   // with adaptive, K in [0, max_num_draft] chosen every step (depth_controller.h).
@@ -116,8 +133,12 @@ class Engine {
   int num_used_kv_blocks() const { return kv_.num_used_blocks(); }
   size_t num_running() const { return scheduler_.num_running(); }
 
-  // Speculative decoding through `proposer` (must outlive the engine; null: off).
+  // Speculative decoding through `proposer` (must outlive the engine; null: off). Requests
+  // whose logits depend on their history (penalties, min_tokens) are not drafted for.
   void set_proposer(spec::Proposer* proposer) { proposer_ = proposer; }
+  // Output text and stop strings through `text` (must outlive the engine; null: ids only,
+  // and requests with stop strings are refused). Set before adding requests.
+  void set_token_text(const TokenText* text) { token_text_ = text; }
 
   // Runs one iteration; returns the requests that finished in it.
   Result<std::vector<RequestOutput>> step();
@@ -126,9 +147,15 @@ class Engine {
   const EngineConfig& config() const { return config_; }
 
  private:
+  // The text side of one sample (with a TokenText).
+  struct SampleText {
+    std::unique_ptr<TokenTextStream> stream;
+    size_t searched_bytes = 0;  // text already searched for stop strings
+  };
   struct RequestState {
     Request request;
     std::vector<SampleOutput> samples;
+    std::vector<SampleText> texts;  // [n] with a TokenText, else empty
     int samples_finished = 0;
     bool forked = false;
     int64_t cached_prompt_tokens = -1;
@@ -152,8 +179,17 @@ class Engine {
   // Moves a request whose samples all finished into `finished`.
   void finish_request(int64_t request_idx, std::vector<RequestOutput>& finished);
   uint64_t seed_of(const RequestState& state) const;
-  // Returns true when the sample finished.
-  bool push_token(SeqId seq, int32_t token);
+  // Appends `token`, sampled from the raw logits row `logits` (for log-probabilities), to
+  // the sample of `seq` and applies the stop rules. Returns true when the sample finished.
+  bool push_token(SeqId seq, int32_t token, const float* logits);
+  // Adds the decoded text of `token` to the sample; true when a stop string completed (the
+  // text is then cut before it).
+  bool append_text(RequestState& state, int sample_idx, int32_t token);
+  // Flushes the sample's decoder at its end (the held-back text may complete a stop string).
+  void finish_text(RequestState& state, int sample_idx);
+  // Looks for a stop string in the text added since the last search; on a match cuts the
+  // text before it, records it and returns true.
+  bool search_stop_strings(RequestState& state, int sample_idx);
   void record_kv_stats();
   // This step's chunks as the runner wants them (block tables copied from the cache).
   RunnerBatch runner_batch(const StepPlan& plan);
@@ -171,6 +207,8 @@ class Engine {
   SeqId next_seq_id_ = 1;
   EngineStats stats_;
   std::vector<double> scratch_probs_;
+  std::vector<float> adjusted_logits_;
+  const TokenText* token_text_ = nullptr;
   spec::Proposer* proposer_ = nullptr;
   spec::DepthController depth_;
   std::unordered_map<SeqId, spec::Draft> drafts_;  // proposed for this step

@@ -5,25 +5,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/digest.h"
 #include "core/strict_json.h"
+#include "runtime/engine/openai_batch.h"
 
 namespace moert::engine {
 namespace {
 
 using nlohmann::json;
 
-uint64_t fnv1a(const std::string& text) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (unsigned char ch : text) hash = (hash ^ ch) * 0x100000001b3ull;
-  return hash;
-}
-
-Result<std::vector<int32_t>> int_list(const json& j, const char* key) {
-  if (!j.is_array()) return invalid_argument(std::string("'") + key + "' must be a list of integers");
+Result<std::vector<int32_t>> int_list(const json& j, const std::string& key) {
+  if (!j.is_array()) return invalid_argument("'" + key + "' must be a list of integers");
   std::vector<int32_t> values;
   for (size_t i = 0; i < j.size(); ++i) {
     if (!j[i].is_number_integer() || j[i].get<int64_t>() < INT32_MIN || j[i].get<int64_t>() > INT32_MAX) {
-      return invalid_argument(std::string("'") + key + "'[" + std::to_string(i) + "] = " + j[i].dump() +
+      return invalid_argument("'" + key + "'[" + std::to_string(i) + "] = " + j[i].dump() +
                               " is not an integer token id");
     }
     values.push_back(j[i].get<int32_t>());
@@ -31,22 +27,88 @@ Result<std::vector<int32_t>> int_list(const json& j, const char* key) {
   return values;
 }
 
-Result<double> number(const json& j, const char* key) {
-  if (!j.is_number()) return invalid_argument(std::string("'") + key + "' = " + j.dump() + " must be a number");
-  return j.get<double>();
+Result<float> number(const json& j, const std::string& key) {
+  if (!j.is_number()) return invalid_argument("'" + key + "' = " + j.dump() + " must be a number");
+  return static_cast<float>(j.get<double>());
 }
 
-Result<int64_t> integer(const json& j, const char* key) {
-  if (!j.is_number_integer()) return invalid_argument(std::string("'") + key + "' = " + j.dump() + " must be an integer");
-  return j.get<int64_t>();
+Result<int> int32_value(const json& j, const std::string& key) {
+  if (!j.is_number_integer()) return invalid_argument("'" + key + "' = " + j.dump() + " must be an integer");
+  MOERT_ASSIGN_OR_RETURN(int64_t v, json_integer_in_range(j, "'" + key + "'", INT32_MIN, INT32_MAX));
+  return static_cast<int>(v);
+}
+
+// "stop": a string or a list of strings (OpenAI allows both; null is none).
+Result<std::vector<std::string>> stop_strings(const json& j) {
+  if (j.is_null()) return std::vector<std::string>{};
+  if (j.is_string()) return std::vector<std::string>{j.get<std::string>()};
+  if (!j.is_array()) return invalid_argument("'stop' must be a string or a list of strings");
+  std::vector<std::string> stops;
+  for (const json& s : j) {
+    if (!s.is_string()) return invalid_argument("'stop' must be a string or a list of strings, got " + s.dump());
+    stops.push_back(s.get<std::string>());
+  }
+  return stops;
+}
+
+// Reads one request key into `request`.
+Status read_key(const std::string& key, const json& value, Request& request) {
+  sampling::SamplingParams& p = request.params;
+  if (key == "prompt_token_ids") {
+    MOERT_ASSIGN_OR_RETURN(request.prompt, int_list(value, key));
+  } else if (key == "stop_token_ids") {
+    MOERT_ASSIGN_OR_RETURN(p.stop_token_ids, int_list(value, key));
+  } else if (key == "stop") {
+    MOERT_ASSIGN_OR_RETURN(p.stop, stop_strings(value));
+  } else if (key == "temperature") {
+    MOERT_ASSIGN_OR_RETURN(p.temperature, number(value, key));
+  } else if (key == "top_p") {
+    MOERT_ASSIGN_OR_RETURN(p.top_p, number(value, key));
+  } else if (key == "presence_penalty") {
+    MOERT_ASSIGN_OR_RETURN(p.presence_penalty, number(value, key));
+  } else if (key == "frequency_penalty") {
+    MOERT_ASSIGN_OR_RETURN(p.frequency_penalty, number(value, key));
+  } else if (key == "repetition_penalty") {
+    MOERT_ASSIGN_OR_RETURN(p.repetition_penalty, number(value, key));
+  } else if (key == "top_k") {
+    MOERT_ASSIGN_OR_RETURN(p.top_k, int32_value(value, key));
+  } else if (key == "n") {
+    MOERT_ASSIGN_OR_RETURN(p.n, int32_value(value, key));
+  } else if (key == "max_tokens") {
+    MOERT_ASSIGN_OR_RETURN(p.max_tokens, int32_value(value, key));
+  } else if (key == "min_tokens") {
+    MOERT_ASSIGN_OR_RETURN(p.min_tokens, int32_value(value, key));
+  } else if (key == "logprobs") {
+    if (!value.is_null()) {
+      MOERT_ASSIGN_OR_RETURN(p.logprobs, int32_value(value, key));
+    }
+  } else if (key == "seed") {
+    if (!value.is_number_integer()) return invalid_argument("'seed' = " + value.dump() + " must be an integer");
+    p.seed = value.get<int64_t>();
+  } else if (key == "ignore_eos") {
+    if (!value.is_boolean()) return invalid_argument("'ignore_eos' = " + value.dump() + " must be true or false");
+    p.ignore_eos = value.get<bool>();
+  } else if (key == "openai") {
+    if (!value.is_object()) return invalid_argument("'openai' must be an object");
+    request.openai_json = value.dump();
+  } else if (key == "prompt" || key == "messages") {
+    return invalid_argument("'" + key + "' needs the checkpoint's tokenizer" +
+                            (key == "messages" ? std::string(" and chat template") : std::string()) +
+                            " (tokenizer.json); give 'prompt_token_ids'");
+  } else {
+    return invalid_argument("unknown key '" + key + "'");
+  }
+  return Status::ok();
 }
 
 }  // namespace
 
 Result<Request> parse_request_line(const std::string& line) {
-  Result<json> parsed = parse_strict_json(line, "the request");
-  if (!parsed.is_ok()) return parsed.status();
-  json j = std::move(parsed).value();
+  MOERT_ASSIGN_OR_RETURN(json j, parse_strict_json(line, "the request"));
+  return parse_request(j);
+}
+
+Result<Request> parse_request(const json& j) {
   if (!j.is_object()) return invalid_argument("a request must be a JSON object");
   Request request;
   if (!j.contains("id")) return invalid_argument("missing 'id'");
@@ -54,47 +116,43 @@ Result<Request> parse_request_line(const std::string& line) {
   if (j["id"].is_null()) return invalid_argument("'id' is null");
   request.id = j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump();
   request.id_json = j["id"].dump();
-  if (!j.contains("prompt_token_ids")) return invalid_argument("request '" + request.id + "' lacks 'prompt_token_ids'");
-  sampling::SamplingParams& p = request.params;
+  const std::string who = "request '" + request.id + "'";
   for (auto& [key, value] : j.items()) {
     if (key == "id") continue;
-    Status status = Status::ok();
-    if (key == "prompt_token_ids") {
-      Result<std::vector<int32_t>> tokens = int_list(value, "prompt_token_ids");
-      if (tokens.is_ok()) request.prompt = std::move(tokens).value(); else status = tokens.status();
-    } else if (key == "stop_token_ids") {
-      Result<std::vector<int32_t>> tokens = int_list(value, "stop_token_ids");
-      if (tokens.is_ok()) p.stop_token_ids = std::move(tokens).value(); else status = tokens.status();
-    } else if (key == "temperature" || key == "top_p") {
-      Result<double> v = number(value, key.c_str());
-      if (v.is_ok()) (key == "temperature" ? p.temperature : p.top_p) = static_cast<float>(*v); else status = v.status();
-    } else if (key == "top_k" || key == "n" || key == "max_tokens" || key == "seed") {
-      Result<int64_t> v = integer(value, key.c_str());
-      if (!v.is_ok()) {
-        status = v.status();
-      } else if (key == "seed") {
-        p.seed = *v;
-      } else if (*v < INT32_MIN || *v > INT32_MAX) {
-        status = invalid_argument("'" + key + "' = " + std::to_string(*v) + " is out of range");
-      } else {
-        (key == "top_k" ? p.top_k : key == "n" ? p.n : p.max_tokens) = static_cast<int>(*v);
-      }
-    } else if (key == "prompt") {
-      status = unsupported("'prompt' text needs a tokenizer, which moert does not have yet: give 'prompt_token_ids'");
-    } else {
-      status = invalid_argument("unknown key '" + key + "'");
-    }
-    if (!status.is_ok()) return status.with_context("request '" + request.id + "'");
+    MOERT_RETURN_IF_ERROR(read_key(key, value, request).with_context(who));
   }
-  MOERT_RETURN_IF_ERROR(sampling::validate_sampling_params(p).with_context("request '" + request.id + "'"));
-  request.default_seed = fnv1a(request.id);
+  if (!j.contains("prompt_token_ids")) return invalid_argument(who + " lacks 'prompt_token_ids'");
+  MOERT_RETURN_IF_ERROR(sampling::validate_sampling_params(request.params).with_context(who));
+  request.default_seed = fnv1a_64(request.id);
   return request;
 }
 
-std::string format_output_line(const RequestOutput& output) {
+namespace {
+
+double rounded_seconds(double s) { return std::round(s * 1e6) / 1e6; }
+
+json native_logprobs(const std::vector<sampling::TokenLogprob>& logprobs) {
+  json entries = json::array();
+  for (const sampling::TokenLogprob& entry : logprobs) {
+    json top = json::array();
+    for (const auto& [id, logprob] : entry.top) top.push_back({id, logprob});
+    entries.push_back({{"token_id", entry.token}, {"logprob", entry.logprob}, {"top", top}});
+  }
+  return entries;
+}
+
+}  // namespace
+
+std::string format_output_line(const RequestOutput& output, const TokenText* text) {
+  if (!output.openai_json.empty()) return format_openai_output(output, text);
   json outputs = json::array();
   for (const SampleOutput& sample : output.outputs) {
-    outputs.push_back({{"token_ids", sample.token_ids}, {"finish_reason", sample.finish_reason}});
+    json o = {{"token_ids", sample.token_ids}, {"finish_reason", sample.finish_reason}};
+    if (sample.text.has_value()) o["text"] = *sample.text;
+    if (sample.stop_string.has_value()) o["stop_reason"] = *sample.stop_string;
+    if (sample.stop_token.has_value()) o["stop_reason"] = *sample.stop_token;
+    if (!sample.logprobs.empty()) o["logprobs"] = native_logprobs(sample.logprobs);
+    outputs.push_back(std::move(o));
   }
   json j = {{"id", output.id_json.empty() ? json(output.id) : json::parse(output.id_json)},
             {"outputs", outputs},
@@ -102,17 +160,27 @@ std::string format_output_line(const RequestOutput& output) {
             {"output_tokens", output.output_tokens},
             {"cached_prompt_tokens", output.cached_prompt_tokens},
             {"num_preemptions", output.num_preemptions},
-            {"time_s", std::round(output.time_s * 1e6) / 1e6},
-            {"queue_s", std::round(output.queue_s * 1e6) / 1e6},
-            {"ttft_s", std::round(output.ttft_s * 1e6) / 1e6},
-            {"e2e_s", std::round(output.e2e_s * 1e6) / 1e6}};
+            {"time_s", rounded_seconds(output.time_s)},
+            {"queue_s", rounded_seconds(output.queue_s)},
+            {"ttft_s", rounded_seconds(output.ttft_s)},
+            {"e2e_s", rounded_seconds(output.e2e_s)}};
   if (!output.token_times_s.empty()) {
     json times = json::array();
-    for (double t : output.token_times_s) times.push_back(std::round(t * 1e6) / 1e6);
+    for (double t : output.token_times_s) times.push_back(rounded_seconds(t));
     j["token_times_s"] = times;
   }
-  return j.dump();
+  // Generated text may end inside a character only when cut by max_tokens; such bytes become U+FFFD.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
+
+std::string format_error_line(const std::string& id_json, const std::string& message, int line_number,
+                              bool openai_shape) {
+  if (openai_shape) return format_openai_error(id_json, message, line_number);
+  const json j = {{"id", json::parse(id_json)}, {"error", {{"message", message}, {"line", line_number}}}};
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string error_line_key(const std::string& line_number) { return "line:" + line_number; }
 
 Result<std::unordered_set<std::string>> read_finished_ids(const std::string& path, int* torn_lines) {
   std::unordered_set<std::string> ids;
@@ -123,11 +191,19 @@ Result<std::unordered_set<std::string>> read_finished_ids(const std::string& pat
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("id") || !j.contains("outputs")) {
+    const bool openai = !j.is_discarded() && j.is_object() && j.contains("custom_id");
+    const bool result = !j.is_discarded() && j.is_object() && j.contains("id") &&
+                        (j.contains("outputs") || j.contains("error") || openai);
+    if (!result) {
       ++*torn_lines;
       continue;
     }
-    ids.insert(j["id"].dump());
+    const json& id = openai ? j["custom_id"] : j["id"];
+    if (!id.is_null()) {
+      ids.insert(id.dump());
+    } else if (j.contains("error") && j["error"].is_object() && j["error"].contains("line")) {
+      ids.insert(error_line_key(j["error"]["line"].dump()));  // a line whose id could not be read
+    }
   }
   return ids;
 }

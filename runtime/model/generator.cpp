@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/digest.h"
 #include "core/host_memory.h"
 #include "quant/bf16.h"
 #include "core/tensor.h"
@@ -32,12 +33,6 @@ uint64_t splitmix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
-}
-
-uint64_t fnv1a(const std::string& text) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (unsigned char ch : text) hash = (hash ^ ch) * 0x100000001b3ull;
-  return hash;
 }
 
 // Counter-based: element i of a tensor depends only on (seed, name, i).
@@ -259,8 +254,11 @@ Status write_random_checkpoint(const ModelConfig& config, uint64_t seed, const s
   int64_t total_bytes = 0;
   for (const TensorSpec& spec : specs) {
     std::optional<int64_t> bytes = int64_t{dtype_bits(spec.dtype) / 8};
-    for (int64_t d : spec.shape) bytes = bytes ? checked_mul(*bytes, d) : std::nullopt;
-    if (!bytes || __builtin_add_overflow(total_bytes, *bytes, &total_bytes)) {
+    for (int64_t d : spec.shape) {
+      if (bytes.has_value()) bytes = checked_mul(bytes.value(), d);
+    }
+    const int64_t tensor_bytes = bytes.value_or(-1);
+    if (tensor_bytes < 0 || __builtin_add_overflow(total_bytes, tensor_bytes, &total_bytes)) {
       return invalid_argument("tensor '" + spec.name + "' of shape " + shape_to_string(spec.shape) +
                               " is too large to generate");
     }
@@ -279,11 +277,11 @@ Status write_random_checkpoint(const ModelConfig& config, uint64_t seed, const s
   // Fill element ranges in parallel; values depend on (seed, name, index) only.
   for (size_t s = 0; s < specs.size(); ++s) {
     const TensorSpec& spec = specs[s];
-    const uint64_t key = splitmix64(seed ^ fnv1a(spec.name));
+    const uint64_t key = splitmix64(seed ^ fnv1a_64(spec.name));
     const TensorView& view = buffers[s].view();
     const int64_t rows = spec.shape.size() == 2 ? spec.shape[0] : 1;
     const int64_t row_length = rows > 0 ? view.numel() / rows : 1;
-    const uint64_t direction_key = splitmix64(seed ^ fnv1a("router-skew-direction"));
+    const uint64_t direction_key = splitmix64(seed ^ fnv1a_64("router-skew-direction"));
     pool.parallel_for(view.numel(), 4096, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         float value = random_value(spec, key, i);

@@ -17,6 +17,7 @@
 #include "experts/placement/eplb.h"
 #include "experts/router.h"
 #include "core/check.h"
+#include "core/digest.h"
 #include "core/log.h"
 #include "runtime/engine/request_io.h"
 
@@ -202,12 +203,13 @@ std::vector<int> assign_requests(const std::vector<int64_t>& request_blocks, con
 
 uint64_t prefix_key(const std::vector<int32_t>& prompt, int block_size) {
   if (block_size < 1 || static_cast<int64_t>(prompt.size()) <= block_size) return 0;
-  uint64_t hash = 0xcbf29ce484222325ull;
+  std::string bytes;  // the ids little-endian, whatever the host's byte order
   for (int i = 0; i < block_size; ++i) {
     for (int byte = 0; byte < 4; ++byte) {
-      hash = (hash ^ ((static_cast<uint32_t>(prompt[static_cast<size_t>(i)]) >> (8 * byte)) & 0xffu)) * 0x100000001b3ull;
+      bytes.push_back(static_cast<char>((static_cast<uint32_t>(prompt[static_cast<size_t>(i)]) >> (8 * byte)) & 0xffu));
     }
   }
+  const uint64_t hash = fnv1a_64(bytes);
   return hash == 0 ? 1 : hash;
 }
 
@@ -338,13 +340,13 @@ ProgressSnapshot progress_snapshot(const JobProgress& progress, const BatchJobCo
 // in which the rank finished them).
 Status collect_step_at_root(comm::Transport& transport, const StepMetrics& mine,
                             const std::vector<engine::RequestOutput>& outputs, std::ofstream* metrics,
-                            int64_t kv_cache_bytes_per_token,
+                            int64_t kv_cache_bytes_per_token, const engine::TokenText* token_text,
                             const std::function<Status(const std::string&)>& write_line, BatchJobReport& report,
                             JobProgress& progress) {
   std::vector<uint8_t> blob;
   append_bytes(blob, &mine, sizeof(mine));
   for (const engine::RequestOutput& output : outputs) {
-    const std::string line = engine::format_output_line(output) + "\n";
+    const std::string line = engine::format_output_line(output, token_text) + "\n";
     append_bytes(blob, line.data(), line.size());
   }
   Result<std::vector<std::vector<uint8_t>>> gathered = transport.gatherv(blob.data(), blob.size(), 0);
@@ -536,7 +538,7 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
     if (!outputs.is_ok()) return fail(outputs.status());
 
     // 2. Results and metrics to the coordinator.
-    const Status collected = collect_step_at_root(transport, mine, *outputs, metrics.get(), config.kv_cache_bytes_per_token,
+    const Status collected = collect_step_at_root(transport, mine, *outputs, metrics.get(), config.kv_cache_bytes_per_token, config.token_text,
                                                    write_line, report, progress);
     if (!collected.is_ok()) return fail(collected);
     ++report.steps;

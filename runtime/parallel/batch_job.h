@@ -46,6 +46,8 @@ struct BatchJobConfig {
   // redrawn in place when stderr is a terminal (and this is true), else a log line every
   // progress_interval_s.
   bool progress_bar_on_terminal = true;
+  // Names tokens in the log-probabilities of result lines (request_io.h); may be null.
+  const engine::TokenText* token_text = nullptr;
 };
 // invalid_argument naming the option for gamma < 0, interval < 1, redundant slots < 0.
 Status validate_batch_job_config(const BatchJobConfig& config);

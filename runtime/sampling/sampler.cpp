@@ -55,6 +55,26 @@ Status validate_sampling_params(const SamplingParams& p) {
   if (p.max_tokens < 1) {
     return invalid_argument("max_tokens = " + value_text(p.max_tokens) + " must be >= 1");
   }
+  if (p.min_tokens < 0 || p.min_tokens > p.max_tokens) {
+    return invalid_argument("min_tokens = " + value_text(p.min_tokens) + " must be in [0, max_tokens = " +
+                            value_text(p.max_tokens) + "]");
+  }
+  for (const auto& [name, value] : {std::pair<const char*, float>{"presence_penalty", p.presence_penalty},
+                                    std::pair<const char*, float>{"frequency_penalty", p.frequency_penalty}}) {
+    if (!(value >= -2.0f && value <= 2.0f)) {
+      return invalid_argument(std::string(name) + " = " + value_text(value) + " must be in [-2, 2]");
+    }
+  }
+  if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0.0f) {
+    return invalid_argument("repetition_penalty = " + value_text(p.repetition_penalty) + " must be finite and > 0");
+  }
+  if (p.logprobs < -1 || p.logprobs > kMaxLogprobs) {
+    return invalid_argument("logprobs = " + value_text(p.logprobs) + " must be in [0, " + value_text(kMaxLogprobs) +
+                            "] (or absent)");
+  }
+  for (const std::string& stop : p.stop) {
+    if (stop.empty()) return invalid_argument("a 'stop' string is empty");
+  }
   return Status::ok();
 }
 
@@ -171,10 +191,15 @@ double counter_uniform(uint64_t seed, uint64_t stream, uint64_t counter) {
   return static_cast<double>(h >> 11) * 0x1.0p-53;
 }
 
+bool is_stop_token(const SamplingParams& p, int32_t token) {
+  const auto contains = [token](const std::vector<int32_t>& ids) {
+    return std::find(ids.begin(), ids.end(), token) != ids.end();
+  };
+  return contains(p.stop_token_ids) || (!p.ignore_eos && contains(p.eos_token_ids));
+}
+
 std::optional<std::string> finish_reason(const SamplingParams& p, int32_t token, int num_generated) {
-  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end()) {
-    return "stop";
-  }
+  if (num_generated >= p.min_tokens && is_stop_token(p, token)) return "stop";
   if (num_generated >= p.max_tokens) return "length";
   return std::nullopt;
 }

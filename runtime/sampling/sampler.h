@@ -21,6 +21,9 @@
 
 namespace moert::sampling {
 
+// The most alternatives a request may ask log-probabilities for (OpenAI allows 20).
+inline constexpr int kMaxLogprobs = 20;
+
 // Per-request sampling parameters as in the JSONL input. Validate once with
 // validate_sampling_params() before handing them to the functions below.
 struct SamplingParams {
@@ -43,12 +46,39 @@ struct SamplingParams {
   // Generating any of these finishes the sample with "stop" (the token is kept in the
   // output). Default none.
   std::vector<int32_t> stop_token_ids;
+  // The model's end-of-sequence ids (generation_config.json, docs/generation.md), filled by
+  // the engine, not by requests: they finish a sample with "stop" like stop_token_ids, unless
+  // ignore_eos. Default none.
+  std::vector<int32_t> eos_token_ids;
+  bool ignore_eos = false;
+  // Strings that finish a sample with "stop" when the decoded text contains one (also across
+  // token boundaries); the text is cut before it. Needs the checkpoint's tokenizer (engine).
+  std::vector<std::string> stop;
+  // No stop rule (stop ids, EOS, stop strings) applies before this many tokens; stop and EOS
+  // ids are masked out of the logits until then. Default 0.
+  int min_tokens = 0;
+  // Penalties (logit_adjustments.h), applied to the logits before temperature: OpenAI's
+  // presence and frequency penalties over the generated tokens ([-2, 2], 0 = off) and the
+  // CTRL/Hugging Face repetition penalty over prompt and generated tokens (> 0, 1 = off).
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  // -1: no log-probabilities; k in [0, 20]: the log-probability of every sampled token under
+  // the model's raw distribution plus the k most likely alternatives (logprobs.h).
+  int logprobs = -1;
 
   bool is_greedy() const { return temperature == 0.0f; }
+  // True when the logits must be adjusted with the sample's token history before sampling
+  // (penalties, or min_tokens still masking stop ids): logit_adjustments.h.
+  bool adjusts_logits() const {
+    return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f || min_tokens > 0;
+  }
 };
 
 // Checks: temperature finite and >= 0, top_k >= 0, top_p in (0, 1], n >= 1,
-// max_tokens >= 1. The error names the value, e.g. "top_p = 1.5 must be in (0, 1]".
+// max_tokens >= 1, min_tokens in [0, max_tokens], presence and frequency penalties in
+// [-2, 2], repetition_penalty finite and > 0, logprobs in [-1, 20], stop strings non-empty.
+// The error names the value, e.g. "top_p = 1.5 must be in (0, 1]".
 Status validate_sampling_params(const SamplingParams& p);
 
 // Writes into *probs ([V], resized) the distribution after temperature, top-k and top-p,
@@ -79,8 +109,12 @@ int32_t sample_from_distribution(const std::vector<double>& probs, double unifor
 double counter_uniform(uint64_t seed, uint64_t stream, uint64_t counter);
 
 // Stop rule after `token` was generated; num_generated counts the sample's generated
-// tokens including `token`. Returns "stop" if token is in stop_token_ids (checked first),
-// "length" if num_generated >= max_tokens, otherwise nullopt (continue).
+// tokens including `token`. Returns "stop" if num_generated >= min_tokens and token is in
+// stop_token_ids or (unless ignore_eos) eos_token_ids (checked first), "length" if
+// num_generated >= max_tokens, otherwise nullopt (continue). Stop strings are the engine's.
+// is_stop_token tells the stop ids and EOS ids that finish_reason would stop on (min_tokens
+// aside): what min_tokens masks.
 std::optional<std::string> finish_reason(const SamplingParams& p, int32_t token, int num_generated);
+bool is_stop_token(const SamplingParams& p, int32_t token);
 
 }  // namespace moert::sampling

@@ -252,19 +252,28 @@ TEST(CliRun, ServesABatchSkipsBadLinesAndResumes) {
             R"("max_tokens": )" + std::to_string(3 + r) + "}\n";
   }
   text += "{broken json\n";
-  text += R"({"id": "sampled", "prompt_token_ids": [4, 4, 4], "max_tokens": 5, "temperature": 0.9, "n": 2, "seed": 1})" "\n";
+  text += R"({"id": "sampled", "prompt_token_ids": [4, 4, 4], "max_tokens": 5, "temperature": 0.9, "n": 2, "seed": 1, "ignore_eos": true})" "\n";
   testing::write_file(input, text);
   const std::string output = scratch / "out.jsonl";
   const std::string run = moert() + " run --model " + model + " --input " + input + " --output " + output + " --threads 2";
   const testing::CommandResult first = run_command(run);
   EXPECT_EQ(first.exit_code, 3) << first.err;  // one malformed line
-  EXPECT_NE(first.err.find("in.jsonl line 7: the request is not valid JSON"), std::string::npos) << first.err;
+  EXPECT_NE(first.err.find("in.jsonl line 7: the line is not valid JSON"), std::string::npos) << first.err;
   EXPECT_NE(first.err.find("summary: "), std::string::npos);
   EXPECT_NE(first.err.find("prefix-cache hit rate"), std::string::npos);
   const std::vector<nlohmann::json> lines = read_jsonl(output);
-  ASSERT_EQ(lines.size(), 7u);
+  ASSERT_EQ(lines.size(), 8u);  // 7 results and the error line of line 7
   std::map<std::string, nlohmann::json> by_id;
-  for (const auto& line : lines) by_id[line["id"]] = line;
+  for (const auto& line : lines) {
+    if (line.contains("outputs")) {
+      by_id[line["id"]] = line;
+    } else {
+      EXPECT_TRUE(line["id"].is_null()) << line;
+      EXPECT_EQ(line["error"]["line"], 7) << line;
+      EXPECT_NE(line["error"]["message"].get<std::string>().find("not valid JSON"), std::string::npos) << line;
+    }
+  }
+  ASSERT_EQ(by_id.size(), 7u);
   for (int r = 0; r < 6; ++r) {
     const nlohmann::json& line = by_id.at("r" + std::to_string(r));
     EXPECT_EQ(line["outputs"][0]["token_ids"].size(), static_cast<size_t>(3 + r));
@@ -285,8 +294,10 @@ TEST(CliRun, ServesABatchSkipsBadLinesAndResumes) {
   EXPECT_EQ(second.exit_code, 3);
   EXPECT_NE(second.err.find("2 finished, 5 skipped"), std::string::npos) << second.err;
   const std::vector<nlohmann::json> resumed = read_jsonl(output);
-  ASSERT_EQ(resumed.size(), 7u);
-  for (const auto& line : resumed) EXPECT_EQ(line["outputs"], by_id.at(line["id"])["outputs"]) << line["id"];
+  ASSERT_EQ(resumed.size(), 8u);  // the error line is not written twice
+  for (const auto& line : resumed) {
+    if (line.contains("outputs")) EXPECT_EQ(line["outputs"], by_id.at(line["id"])["outputs"]) << line["id"];
+  }
 }
 
 TEST(CliRun, BenchPrintsThroughput) {
@@ -654,7 +665,15 @@ TEST(CliResources, ImpossibleRequestsFailBeforeAllocating) {
   const testing::CommandResult capped = run_command(run + (scratch / "o4.jsonl") + " --max-seqs 3 --threads 1");
   EXPECT_EQ(capped.exit_code, 3) << capped.err;  // one request refused, the other served
   EXPECT_NE(capped.err.find("n = 5 samples exceed --max-seqs = 3"), std::string::npos) << capped.err;
-  EXPECT_EQ(read_jsonl(scratch / "o4.jsonl").size(), 1u);
+  const std::vector<nlohmann::json> capped_lines = read_jsonl(scratch / "o4.jsonl");
+  ASSERT_EQ(capped_lines.size(), 2u);  // the result of b and the error line of a
+  for (const nlohmann::json& line : capped_lines) {
+    if (line["id"] == "a") {
+      EXPECT_NE(line["error"]["message"].get<std::string>().find("n = 5 samples exceed"), std::string::npos) << line;
+    } else {
+      EXPECT_EQ(line["outputs"].size(), 2u) << line;
+    }
+  }
 }
 
 

@@ -13,6 +13,7 @@
 #include "runtime/model/kv_cache_groups.h"
 #include "runtime/model/generator.h"
 #include "runtime/model/reference_forward.h"
+#include "runtime/sampling/logit_adjustments.h"
 #include "tests/runtime/engine/serve_all.h"
 #include "tests/support/test_support.h"
 
@@ -444,6 +445,102 @@ TEST_F(EngineOnGeneratedModel, StopTokensAndBadRequests) {
   const size_t stop_at = std::find(tokens.begin(), tokens.end(), tokens[2]) - tokens.begin();
   EXPECT_EQ(stopped.at("g").outputs[0].finish_reason, "stop");
   EXPECT_EQ(stopped.at("g").outputs[0].token_ids, std::vector<int32_t>(tokens.begin(), tokens.begin() + stop_at + 1));
+}
+
+// Token text for tests: id i reads as two letters ("ab" for 1), special-free.
+class LetterText final : public TokenText {
+ public:
+  static std::string piece(int32_t id) {
+    return {static_cast<char>('a' + id % 26), static_cast<char>('a' + (id / 26) % 26)};
+  }
+  class Stream final : public TokenTextStream {
+   public:
+    std::string push(int32_t id) override { return piece(id); }
+    std::string finish() override { return {}; }
+  };
+  std::unique_ptr<TokenTextStream> open_stream() const override { return std::make_unique<Stream>(); }
+  std::string token_piece(int32_t id) const override { return piece(id); }
+};
+
+// EOS, ignore_eos, min_tokens, stop strings across tokens, penalties and log-probabilities
+// (docs/generation.md), against the plain greedy run and a float64 reference loop.
+TEST_F(EngineOnGeneratedModel, GenerationControls) {
+  const LetterText text;
+  Request greedy;
+  greedy.id = "g";
+  greedy.prompt = {3, 4, 5, 6};
+  greedy.params.max_tokens = 12;
+  const auto serve = [&](const Request& request, const EngineConfig& config = EngineConfig{}) {
+    return testing::serve_all(*transformer_, config, {request}, nullptr, nullptr, &text).at("g").outputs[0];
+  };
+  const SampleOutput plain = serve(greedy);
+  const std::vector<int32_t> tokens = plain.token_ids;
+  ASSERT_EQ(tokens.size(), 12u);
+  std::string plain_text;
+  for (int32_t id : tokens) plain_text += LetterText::piece(id);
+  EXPECT_EQ(plain.text, plain_text);
+
+  // EOS stops with "stop" and no stop_reason; ignore_eos runs to max_tokens.
+  EngineConfig with_eos;
+  with_eos.eos_token_ids = {tokens[3]};
+  const size_t eos_at = std::find(tokens.begin(), tokens.end(), tokens[3]) - tokens.begin();
+  const SampleOutput eos = serve(greedy, with_eos);
+  EXPECT_EQ(eos.finish_reason, "stop");
+  EXPECT_FALSE(eos.stop_token.has_value());
+  EXPECT_EQ(eos.token_ids, std::vector<int32_t>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(eos_at) + 1));
+  Request ignoring = greedy;
+  ignoring.params.ignore_eos = true;
+  EXPECT_EQ(serve(ignoring, with_eos).token_ids, tokens);
+  // min_tokens masks EOS until then: no EOS among the first 6 tokens.
+  Request at_least = greedy;
+  at_least.params.min_tokens = 6;
+  const SampleOutput masked = serve(at_least, with_eos);
+  ASSERT_GE(masked.token_ids.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_NE(masked.token_ids[i], tokens[3]) << i;
+
+  // A stop string made of the end of token 5's text and the start of token 6's.
+  Request stopping = greedy;
+  const std::string stop = plain_text.substr(2 * 5 + 1, 2);
+  stopping.params.stop = {"zzzz-never", stop};
+  const size_t stop_position = plain_text.find(stop);
+  const SampleOutput stopped = serve(stopping);
+  EXPECT_EQ(stopped.finish_reason, "stop");
+  EXPECT_EQ(stopped.stop_string, stop);
+  EXPECT_EQ(stopped.text, plain_text.substr(0, stop_position));
+  EXPECT_EQ(stopped.token_ids, std::vector<int32_t>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(
+                                                                                        (stop_position + 2 + 1) / 2)));
+  // Without a TokenText a stop string is refused.
+  Engine no_text(*transformer_, EngineConfig{});
+  EXPECT_NE(no_text.add_request(stopping).message().find("'stop' strings need the checkpoint's tokenizer"),
+            std::string::npos);
+
+  // Penalties and log-probabilities against a float64 reference loop over the reference forward.
+  Request penalised = greedy;
+  penalised.params.repetition_penalty = 1.2f;
+  penalised.params.frequency_penalty = -2.0f;  // negative: repeats are encouraged, so they happen
+  penalised.params.presence_penalty = -1.0f;
+  penalised.params.logprobs = 3;
+  const SampleOutput got = serve(penalised);
+  ReferenceForward reference(model_->config, model_->weights, pool_);
+  DenseKvCache cache = reference.new_cache();
+  std::vector<int32_t> generated;
+  std::vector<float> logits = reference.forward(cache, greedy.prompt).value();
+  const size_t vocab = static_cast<size_t>(model_->config.vocab_size);
+  std::vector<float> adjusted;
+  ASSERT_EQ(got.logprobs.size(), got.token_ids.size());
+  for (size_t i = 0; i < got.token_ids.size(); ++i) {
+    const float* row = logits.data() + logits.size() - vocab;
+    sampling::adjust_logits(row, static_cast<int>(vocab), penalised.params, greedy.prompt, generated, &adjusted);
+    const int32_t expected = static_cast<int32_t>(std::max_element(adjusted.begin(), adjusted.end()) - adjusted.begin());
+    ASSERT_EQ(got.token_ids[i], expected) << i;
+    const sampling::TokenLogprob want = sampling::token_logprob(row, static_cast<int>(vocab), expected, 3);
+    EXPECT_NEAR(got.logprobs[i].logprob, want.logprob, 1e-4) << i;
+    ASSERT_EQ(got.logprobs[i].top.size(), 3u);
+    EXPECT_EQ(got.logprobs[i].top[0].first, want.top[0].first) << i;
+    generated.push_back(expected);
+    logits = reference.forward(cache, {expected}).value();
+  }
+  EXPECT_NE(got.token_ids, tokens);  // the penalties changed something
 }
 
 }  // namespace

@@ -55,7 +55,10 @@ TEST(RequestIo, OutputFileManifestResumeAndTornLines) {
   RequestOutput output;
   output.id = "r1";
   output.id_json = "\"r1\"";
-  output.outputs = {{{4, 5}, "length"}};
+  SampleOutput sample;
+  sample.token_ids = {4, 5};
+  sample.finish_reason = "length";
+  output.outputs = {sample};
   output.prompt_tokens = 3;
   output.output_tokens = 2;
   {

@@ -16,9 +16,11 @@ inline std::map<std::string, engine::RequestOutput> serve_all(const TransformerF
                                                               const engine::EngineConfig& config,
                                                               const std::vector<engine::Request>& requests,
                                                               spec::Proposer* proposer = nullptr,
-                                                              engine::EngineStats* stats = nullptr) {
+                                                              engine::EngineStats* stats = nullptr,
+                                                              const engine::TokenText* text = nullptr) {
   engine::Engine server(model, config);
   server.set_proposer(proposer);
+  server.set_token_text(text);
   for (const engine::Request& request : requests) {
     const Status added = server.add_request(request);
     EXPECT_TRUE(added.is_ok()) << added.to_string();
