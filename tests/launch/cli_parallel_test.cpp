@@ -569,6 +569,147 @@ TEST(CliParallelText, PromptTextInDecodedTextOutOnOneAndTwoRanks) {
   EXPECT_NE(no_tokenizer.err.find("'prompt' text needs the tokenizer"), std::string::npos) << no_tokenizer.err;
 }
 
+// An OpenAI Batch API file (docs/requests.md) with chats and text completions on 1 and 2 ranks:
+// every result is in the batch output shape, its text is the tokenizer's decode of its ids
+// (cut before a stop string), chats are rendered with the checkpoint's template, EOS ids and
+// sampling defaults come from generation_config.json, and each malformed line gets its own
+// error line while the rest run.
+TEST(CliParallelText, OpenAiBatchFileOnOneAndTwoRanks) {
+  testing::ScratchDir scratch("cli-parallel-openai");
+  const std::string moert = testing::moert_binary(), model = scratch / "m";
+  ASSERT_EQ(run_command(moert + " make-model --arch qwen3_moe --preset tiny --vocab-size 151669 --hidden-size 64 "
+                                "--num-layers 2 --num-heads 2 --num-kv-heads 1 --head-dim 32 --expert-size 64 --out " + model)
+                .exit_code, 0);
+  const std::string tokenizer_dir = std::string(MOERT_TOKENIZER_DATA_DIR) + "/qwen3";
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+    std::filesystem::copy_file(tokenizer_dir + "/" + file, model + "/" + file);
+  }
+  // Qwen3's generation_config.json: two EOS ids and sampling defaults.
+  testing::write_file(model + "/generation_config.json",
+                      R"({"bos_token_id": 151643, "do_sample": true, "eos_token_id": [151645, 151643],
+                          "pad_token_id": 151643, "temperature": 0.6, "top_k": 20, "top_p": 0.95})");
+  const text::Tokenizer tokenizer = text::Tokenizer::load(tokenizer_dir);
+  const auto line = [](const std::string& id, const std::string& url, const nlohmann::json& body) {
+    return nlohmann::json({{"custom_id", id}, {"method", "POST"}, {"url", url}, {"body", body}}).dump() + "\n";
+  };
+  const std::string chat_url = "/v1/chat/completions", completion_url = "/v1/completions";
+  std::string input;
+  input += line("chat-greedy", chat_url,
+                {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "Hi there"}}}}, {"max_tokens", 6},
+                 {"temperature", 0}});
+  input += line("chat-sampled", chat_url,
+                {{"model", "tiny"},
+                 {"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "你好 🌍"}}}},
+                 {"max_completion_tokens", 7}, {"n", 2}, {"seed", 5}, {"logprobs", true}, {"top_logprobs", 2}});
+  input += "{this is not json\n";
+  input += line("text", completion_url, {{"model", "tiny"}, {"prompt", "def f(x):\n\treturn"}, {"max_tokens", 5},
+                                          {"temperature", 0}, {"logprobs", 1}});
+  input += line("ids", completion_url, {{"model", "tiny"}, {"prompt", tokenizer.encode("Hello world")},
+                                         {"max_tokens", 4}, {"temperature", 0}, {"presence_penalty", 1.5}});
+  input += line("unsupported", completion_url, {{"model", "tiny"}, {"prompt", "x"}, {"logit_bias", {{"1", 5}}}});
+  input += line("no-messages", chat_url, {{"model", "tiny"}});
+  testing::write_file(scratch / "batch.jsonl", input);
+
+  // The greedy text completion without a stop string, to build one that spans tokens.
+  std::map<std::string, nlohmann::json> single;
+  for (const std::string launcher : {std::string(), mpirun(2)}) {
+    const std::string out = scratch / (launcher.empty() ? "one.jsonl" : "two.jsonl");
+    const testing::CommandResult result = run_command(launcher + moert + " run --model " + model + " --input " +
+                                                      (scratch / "batch.jsonl") + " --output " + out +
+                                                      " --threads 1 --kv-cache-mb 64");
+    EXPECT_EQ(result.exit_code, 3) << result.err;  // three bad lines
+    std::map<std::string, nlohmann::json> lines;
+    int errors = 0;
+    std::istringstream in(testing::read_file(out));
+    for (std::string text; std::getline(in, text);) {
+      const nlohmann::json j = nlohmann::json::parse(text);
+      if (!j["error"].is_null()) {
+        ++errors;
+        EXPECT_TRUE(j["response"].is_null()) << j;
+        const std::string message = j["error"]["message"];
+        if (j["custom_id"] == "unsupported") {
+          EXPECT_NE(message.find("'body.logit_bias' is not supported"), std::string::npos) << message;
+        } else if (j["custom_id"] == "no-messages") {
+          EXPECT_NE(message.find("'body.messages' is missing"), std::string::npos) << message;
+        } else {
+          EXPECT_TRUE(j["custom_id"].is_null()) << j;
+          EXPECT_NE(message.find("not valid JSON"), std::string::npos) << message;
+        }
+        continue;
+      }
+      lines[j["custom_id"]] = j;
+    }
+    EXPECT_EQ(errors, 3);
+    ASSERT_EQ(lines.size(), 4u);
+    for (const auto& [id, j] : lines) {
+      SCOPED_TRACE(id);
+      EXPECT_EQ(j["response"]["status_code"], 200);
+      const nlohmann::json& body = j["response"]["body"];
+      EXPECT_EQ(body["model"], "tiny");
+      int64_t completion_tokens = 0;
+      for (const nlohmann::json& choice : body["choices"]) {
+        const std::vector<int32_t> ids = choice["token_ids"].get<std::vector<int32_t>>();
+        completion_tokens += static_cast<int64_t>(ids.size());
+        const nlohmann::json text = body["object"] == "chat.completion" ? choice["message"]["content"] : choice["text"];
+        EXPECT_EQ(text, tokenizer.decode(ids, true));
+        // EOS ends a choice with "stop"; otherwise max_tokens with "length".
+        const bool eos = !ids.empty() && (ids.back() == 151645 || ids.back() == 151643);
+        EXPECT_EQ(choice["finish_reason"], eos ? "stop" : "length");
+      }
+      EXPECT_EQ(body["usage"]["completion_tokens"], completion_tokens);
+    }
+    const nlohmann::json& greedy = lines.at("chat-greedy")["response"]["body"];
+    EXPECT_EQ(greedy["object"], "chat.completion");
+    EXPECT_EQ(greedy["usage"]["prompt_tokens"],
+              tokenizer.encode("<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n").size());
+    const nlohmann::json& sampled = lines.at("chat-sampled")["response"]["body"];
+    ASSERT_EQ(sampled["choices"].size(), 2u);
+    for (const nlohmann::json& choice : sampled["choices"]) {
+      ASSERT_EQ(choice["logprobs"]["content"].size(), choice["token_ids"].size());
+      for (const nlohmann::json& entry : choice["logprobs"]["content"]) {
+        EXPECT_LE(entry["logprob"].get<double>(), 0.0);
+        EXPECT_EQ(entry["top_logprobs"].size(), 2u);
+        EXPECT_GE(entry["top_logprobs"][0]["logprob"].get<double>(), entry["logprob"].get<double>() - 1e-9);
+      }
+    }
+    const nlohmann::json& text_body = lines.at("text")["response"]["body"];
+    EXPECT_EQ(text_body["object"], "text_completion");
+    EXPECT_EQ(text_body["usage"]["prompt_tokens"], tokenizer.encode("def f(x):\n\treturn").size());
+    EXPECT_EQ(text_body["choices"][0]["logprobs"]["tokens"].size(), text_body["choices"][0]["token_ids"].size());
+    if (launcher.empty()) {
+      single = lines;
+    } else {
+      for (const auto& [id, j] : lines) {
+        EXPECT_EQ(j["response"]["body"]["choices"], single.at(id)["response"]["body"]["choices"]) << id;
+      }
+    }
+  }
+
+  // A stop string that spans two tokens of the greedy completion ends it there and is not emitted.
+  const nlohmann::json& choice = single.at("text")["response"]["body"]["choices"][0];
+  const std::vector<int32_t> ids = choice["token_ids"].get<std::vector<int32_t>>();
+  ASSERT_GE(ids.size(), 3u);
+  const std::vector<int32_t> one_id(ids.begin(), ids.begin() + 1), two_ids(ids.begin(), ids.begin() + 2);
+  const std::string first_one = tokenizer.decode(one_id, true), first_two = tokenizer.decode(two_ids, true);
+  ASSERT_FALSE(first_one.empty());
+  ASSERT_GT(first_two.size(), first_one.size());
+  const std::string stop = first_one.substr(first_one.size() - 1) + first_two.substr(first_one.size(), 1);
+  testing::write_file(scratch / "stop.jsonl",
+                      line("stop", completion_url, {{"model", "tiny"}, {"prompt", "def f(x):\n\treturn"}, {"max_tokens", 5},
+                                                    {"temperature", 0}, {"stop", {"never-there", stop}}}));
+  const testing::CommandResult stopped = run_command(mpirun(2) + moert + " run --model " + model + " --input " +
+                                                     (scratch / "stop.jsonl") + " --output " + (scratch / "stop.out.jsonl") +
+                                                     " --threads 1 --kv-cache-mb 64");
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.err;
+  const nlohmann::json result = nlohmann::json::parse(testing::read_file(scratch / "stop.out.jsonl"));
+  const nlohmann::json& stopped_choice = result["response"]["body"]["choices"][0];
+  EXPECT_EQ(stopped_choice["finish_reason"], "stop");
+  EXPECT_EQ(stopped_choice["stop_reason"], stop);
+  const std::string full = tokenizer.decode(ids, true);
+  EXPECT_EQ(stopped_choice["text"], full.substr(0, full.find(stop)));
+  EXPECT_EQ(stopped_choice["token_ids"], nlohmann::json(std::vector<int32_t>(ids.begin(), ids.begin() + 2)));
+}
+
 }  // namespace
 }  // namespace moert
 #endif

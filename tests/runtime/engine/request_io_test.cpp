@@ -1,4 +1,5 @@
 #include "runtime/engine/output_file.h"
+#include "runtime/engine/openai_batch.h"
 #include "runtime/engine/request_io.h"
 
 #include <gtest/gtest.h>
@@ -96,6 +97,125 @@ TEST(RequestIo, OutputFileManifestResumeAndTornLines) {
   EXPECT_EQ(*read_finished_ids(path, &torn), (std::unordered_set<std::string>{"\"r1\"", "3"}));
   EXPECT_EQ(torn, 0);
   EXPECT_FALSE(OutputFile::open(scratch.path(), manifest, false).is_ok());  // a directory
+}
+
+}  // namespace
+}  // namespace moert::engine
+
+namespace moert::engine {
+namespace {
+
+TEST(RequestIo, GenerationControlFields) {
+  Result<Request> r = parse_request_line(
+      R"({"id": "c", "prompt_token_ids": [1], "max_tokens": 8, "stop": "\n\n", "ignore_eos": true, "min_tokens": 2,
+          "presence_penalty": 0.5, "frequency_penalty": -0.25, "repetition_penalty": 1.1, "logprobs": 3})");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->params.stop, std::vector<std::string>{"\n\n"});
+  EXPECT_TRUE(r->params.ignore_eos);
+  EXPECT_EQ(r->params.min_tokens, 2);
+  EXPECT_FLOAT_EQ(r->params.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r->params.frequency_penalty, -0.25f);
+  EXPECT_FLOAT_EQ(r->params.repetition_penalty, 1.1f);
+  EXPECT_EQ(r->params.logprobs, 3);
+  r = parse_request_line(R"({"id": "c", "prompt_token_ids": [1], "stop": ["a", "b"], "logprobs": null})");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->params.stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(r->params.logprobs, -1);
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"id": "a", "prompt_token_ids": [1], "stop": [1]})", "'stop' must be a string or a list of strings"},
+      {R"({"id": "a", "prompt_token_ids": [1], "ignore_eos": 1})", "'ignore_eos' = 1 must be true or false"},
+      {R"({"id": "a", "prompt_token_ids": [1], "min_tokens": 99})", "min_tokens = 99"},
+      {R"({"id": "a", "prompt_token_ids": [1], "logprobs": 4294967299})", "is outside [-2147483648, 2147483647]"},
+      {R"({"id": "a", "prompt": "hi"})", "'prompt' needs the checkpoint's tokenizer"},
+  };
+  for (const auto& [line, needle] : cases) {
+    const Status status = parse_request_line(line).status();
+    EXPECT_NE(status.message().find(needle), std::string::npos) << line << ": " << status.to_string();
+  }
+}
+
+TEST(OpenAiBatch, TranslatesChatAndCompletionBodies) {
+  const nlohmann::json chat = nlohmann::json::parse(R"({"custom_id": "c1", "method": "POST", "url": "/v1/chat/completions",
+      "body": {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 9,
+               "temperature": 0.5, "logprobs": true, "top_logprobs": 2, "stop": "x", "seed": 3, "user": "u"}})");
+  ASSERT_TRUE(is_openai_batch_line(chat));
+  Result<nlohmann::json> r = openai_to_request(chat, 1700000000);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ((*r)["id"], "c1");
+  EXPECT_EQ((*r)["max_tokens"], 9);
+  EXPECT_EQ((*r)["logprobs"], 2);
+  EXPECT_EQ((*r)["messages"][0]["content"], "hi");
+  EXPECT_EQ((*r)["openai"], nlohmann::json::parse(
+                                R"({"custom_id": "c1", "endpoint": "chat", "model": "m", "created": 1700000000})"));
+  const nlohmann::json completion = nlohmann::json::parse(
+      R"({"custom_id": "p1", "method": "POST", "url": "/v1/completions", "body": {"model": "m", "prompt": [5, 6], "logprobs": 1}})");
+  r = openai_to_request(completion, 0);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ((*r)["prompt_token_ids"], nlohmann::json({5, 6}));
+  EXPECT_EQ((*r)["logprobs"], 1);
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"custom_id": 5, "url": "/v1/completions", "body": {"prompt": "a"}})", "'custom_id' must be a string"},
+      {R"({"custom_id": "a", "url": "/v1/embeddings", "body": {}})", "is not /v1/chat/completions"},
+      {R"({"custom_id": "a", "method": "GET", "url": "/v1/completions", "body": {"prompt": "a"}})", "'method'"},
+      {R"({"custom_id": "a", "url": "/v1/completions", "body": {"prompt": "a", "logit_bias": {}}})",
+       "'body.logit_bias' is not supported"},
+      {R"({"custom_id": "a", "url": "/v1/completions", "body": {"messages": []}})", "'body.messages' is not supported by moert on /v1/completions"},
+      {R"({"custom_id": "a", "url": "/v1/chat/completions", "body": {"prompt": "x"}})", "not supported"},
+      {R"({"custom_id": "a", "url": "/v1/chat/completions", "body": {}})", "'body.messages' is missing"},
+      {R"({"custom_id": "a", "url": "/v1/completions", "body": {"prompt": ["a", "b"]}})", "one prompt per batch line"},
+      {R"({"custom_id": "a", "url": "/v1/completions", "body": {"prompt": "a", "stream": true}})", "'body.stream' must be false"},
+  };
+  for (const auto& [line, needle] : bad) {
+    const Status status = openai_to_request(nlohmann::json::parse(line), 0).status();
+    EXPECT_NE(status.message().find(needle), std::string::npos) << line << ": " << status.to_string();
+  }
+}
+
+TEST(OpenAiBatch, OutputAndErrorLinesHaveTheBatchShape) {
+  RequestOutput output;
+  output.id = "c1";
+  output.openai_json = R"({"custom_id": "c1", "endpoint": "chat", "model": "m", "created": 7})";
+  SampleOutput sample;
+  sample.token_ids = {4, 5};
+  sample.text = "hello";
+  sample.finish_reason = "stop";
+  sample.stop_string = "\n";
+  sample.logprobs = {{4, -0.5, {{4, -0.5}, {9, -1.5}}}, {5, -0.25, {{5, -0.25}, {1, -2.0}}}};
+  output.outputs = {sample};
+  output.prompt_tokens = 3;
+  output.output_tokens = 2;
+  const nlohmann::json line = nlohmann::json::parse(format_output_line(output));
+  EXPECT_EQ(line["custom_id"], "c1");
+  EXPECT_TRUE(line["error"].is_null());
+  EXPECT_EQ(line["response"]["status_code"], 200);
+  const nlohmann::json& body = line["response"]["body"];
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["created"], 7);
+  EXPECT_EQ(body["choices"][0]["message"], nlohmann::json::parse(R"({"role": "assistant", "content": "hello"})"));
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(body["choices"][0]["stop_reason"], "\n");
+  EXPECT_EQ(body["choices"][0]["logprobs"]["content"][1]["top_logprobs"][1]["logprob"], -2.0);
+  EXPECT_EQ(body["usage"], nlohmann::json::parse(R"({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5})"));
+  output.openai_json = R"({"custom_id": "c1", "endpoint": "completions", "model": "m", "created": 7})";
+  const nlohmann::json completion = nlohmann::json::parse(format_output_line(output));
+  EXPECT_EQ(completion["response"]["body"]["object"], "text_completion");
+  EXPECT_EQ(completion["response"]["body"]["choices"][0]["text"], "hello");
+  EXPECT_EQ(completion["response"]["body"]["choices"][0]["logprobs"]["token_logprobs"], nlohmann::json({-0.5, -0.25}));
+  const nlohmann::json error = nlohmann::json::parse(format_error_line("\"c2\"", "bad thing", 4, true));
+  EXPECT_EQ(error["custom_id"], "c2");
+  EXPECT_TRUE(error["response"].is_null());
+  EXPECT_EQ(error["error"]["message"], "bad thing");
+
+  // Error lines and OpenAI lines count as done on resume.
+  testing::ScratchDir scratch("openai-batch");
+  const std::string path = scratch / "out.jsonl";
+  testing::write_file(path, format_output_line(output) + "\n" + format_error_line("\"c2\"", "x", 4, true) + "\n" +
+                                format_error_line("null", "not JSON", 9, false) + "\n" +
+                                format_error_line("7", "too long", 10, false) + "\n");
+  int torn = 0;
+  EXPECT_EQ(*read_finished_ids(path, &torn),
+            (std::unordered_set<std::string>{"\"c1\"", "\"c2\"", error_line_key("9"), "7"}));
+  EXPECT_EQ(torn, 0);
 }
 
 }  // namespace
