@@ -1,7 +1,7 @@
-// moert tokenize: text (and, with a chat template, chats) to token ids and back with the
-// checkpoint's own tokenizer (text/tokenizer, docs/tokenizer.md). One output line per input
-// line, in input order: {"ids": [...], "decoded": ..., "decoded_skip_special": ...}, or
-// {"error": "..."} for a line that cannot be tokenized (the others still are; exit code 3).
+// moert tokenize: text, and chats through the checkpoint's chat template, to token ids and
+// back with the checkpoint's own tokenizer (docs/tokenizer.md, docs/chat_template.md). One
+// output line per input line, in input order: {"ids": [...], "decoded": ..., "decoded_skip_special": ...},
+// or {"error": "..."} for a line that cannot be tokenized (the others still are; exit code 3).
 #include <boost/program_options.hpp>
 #include <fstream>
 #include <iostream>
@@ -13,31 +13,58 @@
 #include "launch/commands.h"
 #include "launch/job.h"
 
-#if MOERT_WITH_TEXT
-#include "text/tokenizer/tokenizer.h"
-#endif
+#include "launch/text_io.h"
 
 namespace po = boost::program_options;
 
 namespace moert::launch {
+namespace {
+
+// The ids of one input line: {"text"} encoded as is, or {"messages"} rendered with the chat
+// template (add_generation_prompt on) and encoded the same way.
+Result<std::vector<int32_t>> tokenize_line(const CheckpointText& text, const std::string& model_dir,
+                                           const std::string& line) {
+  MOERT_ASSIGN_OR_RETURN(nlohmann::json request, parse_strict_json(line, "the line"));
+  if (!request.is_object()) return invalid_argument("a line must be a JSON object");
+  for (auto& [key, value] : request.items()) {
+    if (key != "text" && key != "messages" && key != "tools" && key != "chat_template_kwargs") {
+      return invalid_argument("unknown key '" + key + "' (a line holds 'text' or 'messages')");
+    }
+  }
+  if (request.contains("text") == request.contains("messages")) {
+    return invalid_argument("a line must hold either 'text' (a string) or 'messages'");
+  }
+  if (request.contains("text")) {
+    if (!request["text"].is_string()) return invalid_argument("'text' must be a string");
+    return text.encode(request["text"].get<std::string>());
+  }
+  MOERT_RETURN_IF_ERROR(resolve_text_keys(&text, model_dir, request, nlohmann::ordered_json::parse(line)));
+  return request["prompt_token_ids"].get<std::vector<int32_t>>();
+}
+
+}  // namespace
 
 int run_tokenize(const std::vector<std::string>& args) {
   po::options_description options("moert tokenize options");
   std::string model_dir, input_path, output_path;
   options.add_options()
       ("help,h", "show this help")
-      ("model", po::value(&model_dir)->required(), "directory holding tokenizer.json (a checkpoint, or just its tokenizer files)")
-      ("input", po::value(&input_path)->required(), "one JSON object a line: {\"text\": ...}")
+      ("model", po::value(&model_dir)->required(),
+       "directory holding tokenizer.json (a checkpoint, or just its tokenizer files; tokenizer_config.json or "
+       "chat_template.jinja for chats)")
+      ("input", po::value(&input_path)->required(),
+       "one JSON object a line: {\"text\": ...} or {\"messages\": [...], \"tools\": ..., \"chat_template_kwargs\": {...}}")
       ("output", po::value(&output_path)->required(), "results, one line per input line (\"-\": stdout)");
   po::variables_map vm;
   if (!parse_command_line(args, options, &vm)) return 0;
-#if MOERT_WITH_TEXT
   check_input_file(input_path);
-  std::unique_ptr<text::Tokenizer> tokenizer;
-  try {
-    tokenizer = std::make_unique<text::Tokenizer>(text::Tokenizer::load(model_dir));
-  } catch (const std::runtime_error& e) {
-    throw CommandError(e.what());
+  const std::unique_ptr<CheckpointText> text = CheckpointText::load(model_dir);
+  if (!text->has_tokenizer()) {
+#if MOERT_WITH_TEXT
+    throw CommandError("no tokenizer.json in " + model_dir);
+#else
+    throw CommandError("this moert was built without the tokenizer (PCRE2 / utf8proc were not found)");
+#endif
   }
   std::ifstream input(input_path);
   std::ofstream file;
@@ -50,31 +77,20 @@ int run_tokenize(const std::vector<std::string>& args) {
   int failed = 0, line_number = 0;
   for (std::string line; std::getline(input, line);) {
     ++line_number;
+    Result<std::vector<int32_t>> ids = tokenize_line(*text, model_dir, line);
     nlohmann::json result;
-    Result<nlohmann::json> request = parse_strict_json(line, "the line");
-    std::string error = request.is_ok() ? "" : request.status().message();
-    if (error.empty() && (!request->is_object() || !request->contains("text") || !request->at("text").is_string())) {
-      error = request->is_object() && request->contains("messages")
-                  ? "'messages' need a chat template, which moert tokenize does not render yet: give 'text'"
-                  : "a line must be an object with a string 'text'";
-    }
-    if (error.empty()) {
-      const std::vector<int32_t> ids = tokenizer->encode(request->at("text").get<std::string>());
-      result = {{"ids", ids}, {"decoded", tokenizer->decode(ids, false)}, {"decoded_skip_special", tokenizer->decode(ids, true)}};
+    if (ids.is_ok()) {
+      result = {{"ids", *ids}, {"decoded", text->decode(*ids, false)}, {"decoded_skip_special", text->decode(*ids, true)}};
     } else {
       ++failed;
-      std::cerr << "moert tokenize: " << input_path << " line " << line_number << ": " << error << "\n";
-      result = {{"error", error}};
+      std::cerr << "moert tokenize: " << input_path << " line " << line_number << ": " << ids.status().message() << "\n";
+      result = {{"error", ids.status().message()}};
     }
     out << result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   }
   out.flush();
   if (!out) throw CommandError("write to " + output_path + " failed");
   return failed > 0 ? 3 : 0;
-#else
-  (void)model_dir;
-  throw CommandError("this moert was built without the tokenizer (PCRE2 / utf8proc were not found)");
-#endif
 }
 
 }  // namespace moert::launch

@@ -174,7 +174,7 @@ Status resolve_text_keys(const CheckpointText* text, const std::string& model_di
     request.erase("prompt");
   } else {
     const nlohmann::json& messages = request["messages"];
-    if (!messages.is_array() || messages.empty()) return invalid_argument("'messages' must be a non-empty list");
+    if (!messages.is_array()) return invalid_argument("'messages' must be a list");
     const nlohmann::json generation_prompt = request.value("add_generation_prompt", nlohmann::json(true));
     if (!generation_prompt.is_boolean()) return invalid_argument("'add_generation_prompt' must be true or false");
     const nlohmann::json kwargs = request.value("chat_template_kwargs", nlohmann::json());
