@@ -192,21 +192,19 @@ int run_bench(const std::vector<std::string>& args) {
     for (int run = 0; run < o.warmup + o.repeats; ++run) {
       engine::Engine engine(forward, run_config);  // a fresh KV pool: no hits from earlier runs
       engine.set_proposer(proposer);
-      std::vector<std::string> lines;
-      std::vector<int64_t> blocks;
+      RequestBatch batch;
       if (root) {
-        lines = make_request_lines(o, input_lines, model.config.vocab_size, num_requests, batch_size, run);
-        for (const std::string& line : lines) {
+        for (std::string& line : make_request_lines(o, input_lines, model.config.vocab_size, num_requests, batch_size, run)) {
           Result<engine::Request> request = engine::parse_request_line(line);
           const Status fits = request.is_ok() ? engine.check_request(*request) : request.status();
           if (!fits.is_ok()) transport.abort(1, "bench request: " + fits.message());
-          blocks.push_back(parallel::request_block_estimate(*request, run_config.block_size));
+          batch.add(std::move(line), *request, run_config.block_size);
         }
       }
       bench::RunMeasurement measurement;
       const auto start = std::chrono::steady_clock::now();
       Result<parallel::BatchJobReport> report = serve_request_lines(
-          transport, engine, forward, experts, job, lines, blocks, [&](const std::string& line) -> Status {
+          transport, engine, forward, experts, job, batch, [&](const std::string& line) -> Status {
             Result<bench::RequestTiming> timing = bench::timing_from_output_line(line);
             if (!timing.is_ok()) return timing.status();
             measurement.requests.push_back(std::move(timing).value());

@@ -30,8 +30,7 @@ namespace {
 
 // Rank 0's view of the input file.
 struct ParsedInput {
-  std::vector<std::string> lines;    // requests to serve (request_io.h keys, ids resolved), in input order
-  std::vector<int64_t> blocks;       // their KV block estimates
+  RequestBatch requests;             // to serve (request_io.h keys, text resolved), in input order
   int failed_lines = 0;
   int skipped = 0;                   // already in the output file
 };
@@ -116,8 +115,7 @@ ParsedInput read_requests(const std::string& input_path, const std::unordered_se
       if (!written.is_ok()) throw CommandError(written.message());
       continue;
     }
-    parsed.blocks.push_back(parallel::request_block_estimate(resolved->second, context.engine.config().block_size));
-    parsed.lines.push_back(std::move(resolved->first));
+    parsed.requests.add(std::move(resolved->first), resolved->second, context.engine.config().block_size);
   }
   return parsed;
 }
@@ -279,7 +277,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   }
   agree_on_setup(*transport, setup_error);
   Result<parallel::BatchJobReport> report = serve_request_lines(
-      *transport, engine, forward, experts, job, parsed.lines, parsed.blocks, [&](const std::string& line) -> Status {
+      *transport, engine, forward, experts, job, parsed.requests, [&](const std::string& line) -> Status {
         const Status written = writer->write_line(line);
         return written.is_ok() ? written : io_error(written.message() + " (" + output_path + ")");
       });

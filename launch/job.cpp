@@ -41,21 +41,21 @@ void agree_on_setup(comm::Transport& transport, const std::optional<std::string>
   }
 }
 
+void RequestBatch::add(std::string line, const engine::Request& request, int block_size) {
+  lines.push_back(std::move(line));
+  blocks.push_back(parallel::request_block_estimate(request, block_size));
+  prefix_keys.push_back(parallel::prefix_key(request.prompt, block_size));
+}
+
 Result<parallel::BatchJobReport> serve_request_lines(comm::Transport& transport, engine::Engine& engine,
                                                      TransformerForward& model, parallel::ExpertParallelExperts& experts,
-                                                     const parallel::BatchJobConfig& job,
-                                                     const std::vector<std::string>& lines,
-                                                     const std::vector<int64_t>& blocks,
+                                                     const parallel::BatchJobConfig& job, const RequestBatch& batch,
                                                      const std::function<Status(const std::string&)>& write_line) {
-  std::vector<uint64_t> prefix_keys;  // rank 0, cache-aware routing
-  if (job.prefix_routing && engine.config().enable_prefix_caching) {
-    for (const std::string& line : lines) {
-      Result<engine::Request> request = engine::parse_request_line(line);
-      prefix_keys.push_back(request.is_ok() ? parallel::prefix_key(request->prompt, engine.config().block_size) : 0);
-    }
-  }
+  // Empty keys: the free-block rule alone (cache-aware routing needs the prefix cache).
+  const bool cache_aware = job.prefix_routing && engine.config().enable_prefix_caching;
   Result<std::vector<std::string>> mine = parallel::distribute_request_lines(
-      transport, lines, blocks, prefix_keys, engine.config().num_kv_blocks - 1, nullptr);
+      transport, batch.lines, batch.blocks, cache_aware ? batch.prefix_keys : std::vector<uint64_t>{},
+      engine.config().num_kv_blocks - 1, nullptr);
   if (!mine.is_ok()) transport.abort(1, "distributing requests: " + mine.status().message());
   for (const std::string& line : *mine) {
     Result<engine::Request> request = engine::parse_request_line(line);
@@ -65,7 +65,7 @@ Result<parallel::BatchJobReport> serve_request_lines(comm::Transport& transport,
     }
   }
   parallel::BatchJobConfig config = job;
-  config.total_requests = static_cast<int64_t>(lines.size());  // rank 0 holds them all
+  config.total_requests = static_cast<int64_t>(batch.size());  // rank 0 holds them all
   return parallel::serve_in_lockstep(transport, engine, model, experts, config, write_line);
 }
 

@@ -33,15 +33,23 @@ JobTransport make_job_transport();
 // error; the others throw one naming the first failing rank, so every rank exits non-zero.
 void agree_on_setup(comm::Transport& transport, const std::optional<std::string>& local_error);
 
-// Collective: rank 0 passes the request lines (checked) and their KV block estimates, the
-// others empty vectors. Each rank adds its share to `engine`, then all serve in lock-step;
+// The requests rank 0 hands out: their lines (request_io.h keys, checked), KV block estimates
+// and prefix keys (parallel::prefix_key, for cache-aware routing), in input order.
+struct RequestBatch {
+  std::vector<std::string> lines;
+  std::vector<int64_t> blocks;
+  std::vector<uint64_t> prefix_keys;
+  void add(std::string line, const engine::Request& request, int block_size);
+  size_t size() const { return lines.size(); }
+};
+
+// Collective: rank 0 passes the batch, the others an empty one. Each rank adds its share to
+// `engine`, then all serve in lock-step;
 // write_line is called at rank 0 for every finished request. A rank that cannot take a
 // request aborts the job naming it.
 Result<parallel::BatchJobReport> serve_request_lines(comm::Transport& transport, engine::Engine& engine,
                                                      TransformerForward& model, parallel::ExpertParallelExperts& experts,
-                                                     const parallel::BatchJobConfig& job,
-                                                     const std::vector<std::string>& lines,
-                                                     const std::vector<int64_t>& blocks,
+                                                     const parallel::BatchJobConfig& job, const RequestBatch& batch,
                                                      const std::function<Status(const std::string&)>& write_line);
 
 // What every rank of a job must agree on, name -> value: the moert build, the model (its

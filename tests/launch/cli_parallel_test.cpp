@@ -504,6 +504,18 @@ TEST(CliParallelAgreement, RanksStartedDifferentlyAreRefused) {
 namespace moert {
 namespace {
 
+// A tiny Qwen3-MoE model over the real Qwen3 vocabulary (151,669 ids) with the Qwen3 tokenizer
+// files (tokenizer.json, tokenizer_config.json with its chat template) at `model`.
+void make_qwen3_vocabulary_model(const std::string& model) {
+  ASSERT_EQ(run_command(testing::moert_binary() +
+                        " make-model --arch qwen3_moe --preset tiny --vocab-size 151669 --hidden-size 64 "
+                        "--num-layers 2 --num-heads 2 --num-kv-heads 1 --head-dim 32 --expert-size 64 --out " + model)
+                .exit_code, 0);
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+    std::filesystem::copy_file(std::string(MOERT_TOKENIZER_DATA_DIR) + "/qwen3/" + file, model + "/" + file);
+  }
+}
+
 // Text in, text out: a tiny model over the real Qwen3 vocabulary (151,669 ids) with the
 // Qwen3 tokenizer files; "prompt" text is tokenized at rank 0 exactly as the tokenizer does,
 // and every output's "text" is the tokenizer's decode of its ids, on 1 and 2 ranks; a text
@@ -511,13 +523,8 @@ namespace {
 TEST(CliParallelText, PromptTextInDecodedTextOutOnOneAndTwoRanks) {
   testing::ScratchDir scratch("cli-parallel-text");
   const std::string moert = testing::moert_binary(), model = scratch / "m";
-  ASSERT_EQ(run_command(moert + " make-model --arch qwen3_moe --preset tiny --vocab-size 151669 --hidden-size 64 "
-                                "--num-layers 2 --num-heads 2 --num-kv-heads 1 --head-dim 32 --expert-size 64 --out " + model)
-                .exit_code, 0);
+  ASSERT_NO_FATAL_FAILURE(make_qwen3_vocabulary_model(model));
   const std::string tokenizer_dir = std::string(MOERT_TOKENIZER_DATA_DIR) + "/qwen3";
-  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
-    std::filesystem::copy_file(tokenizer_dir + "/" + file, model + "/" + file);
-  }
   const text::Tokenizer tokenizer = text::Tokenizer::load(tokenizer_dir);
   const std::vector<std::string> prompts = {"Hello world, how are", "<|im_start|>user\n你好 🌍<|im_end|>",
                                             "def f(x):\n\treturn x ** 2  # square", "Ünïcödé  spaces\r\n"};
@@ -527,6 +534,8 @@ TEST(CliParallelText, PromptTextInDecodedTextOutOnOneAndTwoRanks) {
     text += nlohmann::json({{"id", "i" + std::to_string(i)}, {"prompt_token_ids", tokenizer.encode(prompts[i])},
                             {"max_tokens", 5 + 3 * i}}).dump() + "\n";
   }
+  // A chat in moert's own line shape, rendered with the checkpoint's template (Qwen3's).
+  text += R"({"id": "chat", "messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 4})" "\n";
   testing::write_file(scratch / "in.jsonl", text);
   std::map<std::string, nlohmann::json> single;
   for (const std::string launcher : {std::string(), mpirun(2)}) {
@@ -541,7 +550,10 @@ TEST(CliParallelText, PromptTextInDecodedTextOutOnOneAndTwoRanks) {
       const nlohmann::json j = nlohmann::json::parse(line);
       lines[j["id"]] = j;
     }
-    ASSERT_EQ(lines.size(), 2 * prompts.size());
+    ASSERT_EQ(lines.size(), 2 * prompts.size() + 1);
+    EXPECT_EQ(lines.at("chat")["prompt_tokens"],
+              tokenizer.encode("<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n").size());
+    lines.erase("chat");
     for (size_t i = 0; i < prompts.size(); ++i) {
       const nlohmann::json& by_text = lines.at("p" + std::to_string(i));
       const nlohmann::json& by_ids = lines.at("i" + std::to_string(i));
@@ -577,13 +589,8 @@ TEST(CliParallelText, PromptTextInDecodedTextOutOnOneAndTwoRanks) {
 TEST(CliParallelText, OpenAiBatchFileOnOneAndTwoRanks) {
   testing::ScratchDir scratch("cli-parallel-openai");
   const std::string moert = testing::moert_binary(), model = scratch / "m";
-  ASSERT_EQ(run_command(moert + " make-model --arch qwen3_moe --preset tiny --vocab-size 151669 --hidden-size 64 "
-                                "--num-layers 2 --num-heads 2 --num-kv-heads 1 --head-dim 32 --expert-size 64 --out " + model)
-                .exit_code, 0);
+  ASSERT_NO_FATAL_FAILURE(make_qwen3_vocabulary_model(model));
   const std::string tokenizer_dir = std::string(MOERT_TOKENIZER_DATA_DIR) + "/qwen3";
-  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
-    std::filesystem::copy_file(tokenizer_dir + "/" + file, model + "/" + file);
-  }
   // Qwen3's generation_config.json: two EOS ids and sampling defaults.
   testing::write_file(model + "/generation_config.json",
                       R"({"bos_token_id": 151643, "do_sample": true, "eos_token_id": [151645, 151643],
