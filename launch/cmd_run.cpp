@@ -42,7 +42,7 @@ struct RequestContext {
   const GenerationDefaults* defaults;  // null: --generation-config none
   std::string model_dir;
   int64_t created = 0;               // Unix time of the job's start, for OpenAI results
-  int64_t max_position_embeddings = 0;
+  int64_t max_sequence_length = 0;    // Engine::max_sequence_length
 };
 
 // One input line -> a request line the ranks parse, or an error. `openai` tells whether the
@@ -67,9 +67,10 @@ Result<std::pair<std::string, engine::Request>> resolve_request(const std::strin
   if (!j.is_object()) return invalid_argument("a request must be a JSON object");
   MOERT_RETURN_IF_ERROR(resolve_text_keys(context.text, context.model_dir, j, chat_source));
   if (context.defaults != nullptr) apply_generation_defaults(*context.defaults, j);
-  // A chat without max_tokens may use the whole context, as the OpenAI API does.
+  // A chat without max_tokens may use the rest of the context (as the OpenAI API does), as far
+  // as the KV pool can hold it.
   if (chat_endpoint && !j.contains("max_tokens") && j.contains("prompt_token_ids") && j["prompt_token_ids"].is_array()) {
-    j["max_tokens"] = std::max<int64_t>(1, context.max_position_embeddings - static_cast<int64_t>(j["prompt_token_ids"].size()));
+    j["max_tokens"] = std::max<int64_t>(1, context.max_sequence_length - static_cast<int64_t>(j["prompt_token_ids"].size()));
   }
   MOERT_ASSIGN_OR_RETURN(engine::Request request, engine::parse_request(j));
   if (*openai && (context.text == nullptr || context.text->token_text() == nullptr)) {
@@ -268,7 +269,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
                                    generation_mode == "auto" ? &*generation : nullptr,
                                    model_dir,
                                    static_cast<int64_t>(std::time(nullptr)),
-                                   model.config.max_position_embeddings};
+                                   engine.max_sequence_length()};
       parsed = read_requests(input_path, done, context, *writer);
     } catch (const CommandError& e) {
       setup_error = e.what();

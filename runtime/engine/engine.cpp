@@ -83,6 +83,15 @@ Status Engine::check_request(const Request& request) const {
   return Status::ok();
 }
 
+int64_t Engine::max_sequence_length() const {
+  int64_t fits = 0, too_long = static_cast<int64_t>(model_.config().max_position_embeddings) + 1;
+  while (too_long - fits > 1) {  // invariant: fits can be held (0 trivially), too_long cannot (or is past the model)
+    const int64_t middle = fits + (too_long - fits) / 2;
+    (scheduler_.can_ever_fit(middle) ? fits : too_long) = middle;
+  }
+  return fits;
+}
+
 Status Engine::add_request(Request request) {
   MOERT_RETURN_IF_ERROR(check_request(request));
   const int64_t idx = next_request_idx_++;

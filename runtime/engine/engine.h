@@ -128,6 +128,9 @@ class Engine {
   Status add_request(Request request);
   // The checks of add_request without adding (a coordinator validates before assigning).
   Status check_request(const Request& request) const;
+  // The longest sequence (prompt + generated tokens) a request can have: the model's
+  // max_position_embeddings, or less when the KV pool could not hold that many.
+  int64_t max_sequence_length() const;
   bool has_unfinished() const { return scheduler_.has_unfinished(); }
   // KV blocks held by sequences now (the null block excluded).
   int num_used_kv_blocks() const { return kv_.num_used_blocks(); }

@@ -509,6 +509,11 @@ TEST_F(EngineOnGeneratedModel, GenerationControls) {
   EXPECT_EQ(stopped.text, plain_text.substr(0, stop_position));
   EXPECT_EQ(stopped.token_ids, std::vector<int32_t>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(
                                                                                         (stop_position + 2 + 1) / 2)));
+  // The longest sequence: the model's context, or what the KV pool holds (4 usable blocks of 16).
+  EXPECT_EQ(Engine(*transformer_, EngineConfig{}).max_sequence_length(), model_->config.max_position_embeddings);
+  EngineConfig small_pool;
+  small_pool.num_kv_blocks = 5;
+  EXPECT_EQ(Engine(*transformer_, small_pool).max_sequence_length(), 64);
   // Without a TokenText a stop string is refused.
   Engine no_text(*transformer_, EngineConfig{});
   EXPECT_NE(no_text.add_request(stopping).message().find("'stop' strings need the checkpoint's tokenizer"),
