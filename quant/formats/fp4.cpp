@@ -53,15 +53,16 @@ Result<Nvfp4Tensor> nvfp4_quantize_impl(const float* x, int64_t rows, int64_t co
   t.global_scale = global_scale;
   t.packed.resize(static_cast<size_t>(rows * cols / 2));
   t.block_scales.resize(static_cast<size_t>(rows * cols / kNvfp4BlockSize));
-  const float six_global = 6.0f * global_scale;
   for (int64_t b = 0; b < rows * cols / kNvfp4BlockSize; ++b) {
     const float* blk = x + b * kNvfp4BlockSize;
     const float amax_blk = finite_amax(blk, kNvfp4BlockSize);
-    // §1a: s = amax_blk / (6 * weight_scale_2); the zero test comes after the division (a
-    // ratio that underflows also becomes 1.0), then the clamp at 2^-9 (and 448: ModelOpt's
-    // static path; on the dynamic path s <= 448 up to rounding, which e4m3 RNE absorbs anyway).
-    // amax_blk == 0 is tested first so an all-zero tensor does not divide 0 by 0.
-    float s = amax_blk == 0.0f ? 0.0f : amax_blk / six_global;
+    // docs/quant-formats.md: s = (amax_blk / 6) / weight_scale_2, two float32 divisions in
+    // ModelOpt's order (6 * weight_scale_2 as one divisor rounds differently for ~0.07% of
+    // blocks); the zero test comes after the division (a ratio that underflows also becomes
+    // 1.0), then the clamp at 2^-9 (and 448: ModelOpt's static path; on the dynamic path
+    // s <= 448 up to rounding, which e4m3 RNE absorbs anyway). amax_blk == 0 is tested first
+    // so an all-zero tensor does not divide 0 by 0.
+    float s = amax_blk == 0.0f ? 0.0f : (amax_blk / 6.0f) / global_scale;
     if (s == 0.0f) s = 1.0f;
     s = std::clamp(s, kMinBlockScale, kE4m3Max);
     const uint8_t scale_code = e4m3_encode(s);

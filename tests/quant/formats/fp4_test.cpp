@@ -3,6 +3,7 @@
 // relative MSE against the simulation in §5b.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -329,6 +330,33 @@ TEST(Mxfp4, RoundTripRelativeMseMatchesSimulation) {
   EXPECT_NEAR(mxfp4_round_trip_mse(laplace, Mxfp4ScaleRule::kRoundUp), 0.01752, 0.001752);
   // And NVFP4 beats MXFP4 on the same data (§5a, §5b).
   EXPECT_LT(nvfp4_round_trip_mse(normal), 0.8 * mxfp4_round_trip_mse(normal, Mxfp4ScaleRule::kOcpFloor));
+}
+
+// The block scale is (amax / 6) / weight_scale_2 in float32, ModelOpt's order: over many
+// blocks of BF16 values some E4M3 codes differ from amax / (6 * weight_scale_2), and every
+// code matches the first.
+TEST(Nvfp4, BlockScaleDividesBySixFirst) {
+  // A tensor amax of 3.5 makes the exact scale of a block 128 * amax_blk: blocks whose amax is
+  // an E4M3 midpoint / 128 have exact scales on the midpoints, where the last bit of the
+  // float32 quotient (which the order of the divisions decides) picks the code.
+  const float global_scale = 3.5f / (6.0f * 448.0f);
+  std::vector<float> amaxes;
+  for (int e = -6; e <= 7; ++e) {
+    for (int m = 0; m < 8; ++m) amaxes.push_back(std::ldexp(8.0f + static_cast<float>(m) + 0.5f, e - 3) / 128.0f);
+  }
+  const int64_t blocks = static_cast<int64_t>(amaxes.size());
+  std::vector<float> x(static_cast<size_t>(blocks * kNvfp4BlockSize), 0.0f);
+  for (int64_t b = 0; b < blocks; ++b) x[static_cast<size_t>(b * kNvfp4BlockSize + b % 5)] = amaxes[static_cast<size_t>(b)];
+  const Nvfp4Tensor t = nvfp4_quantize_with_global_scale(x.data(), blocks, kNvfp4BlockSize, global_scale).value();
+  int differ = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float amax = amaxes[static_cast<size_t>(b)];
+    const uint8_t expected = e4m3_encode(std::clamp((amax / 6.0f) / global_scale, 0x1p-9f, 448.0f));
+    const uint8_t other_order = e4m3_encode(std::clamp(amax / (6.0f * global_scale), 0x1p-9f, 448.0f));
+    EXPECT_EQ(t.block_scales[static_cast<size_t>(b)], expected) << "block " << b << ", amax " << amax;
+    differ += expected != other_order;
+  }
+  EXPECT_GT(differ, 0) << "no block tells the two orders apart: the test would not catch the other one";
 }
 
 }  // namespace
