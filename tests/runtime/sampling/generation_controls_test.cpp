@@ -105,7 +105,9 @@ TEST(TokenLogprob, MatchesAFloat64LogSoftmax) {
   for (size_t k = 0; k < 5; ++k) {
     const int32_t id = result.top[k].first;
     EXPECT_NEAR(result.top[k].second, static_cast<double>(logits[static_cast<size_t>(id)]) - std::log(sum), 1e-12);
-    if (k > 0) EXPECT_GE(result.top[k - 1].second, result.top[k].second);
+    if (k > 0) {
+      EXPECT_GE(result.top[k - 1].second, result.top[k].second);
+    }
   }
   EXPECT_EQ(token_logprob(logits.data(), 50, 7, 0).logprob, -std::numeric_limits<double>::infinity());
   EXPECT_TRUE(token_logprob(logits.data(), 50, 7, 0).top.empty());
