@@ -299,7 +299,9 @@ TEST(CliRun, ServesABatchSkipsBadLinesAndResumes) {
   const std::vector<nlohmann::json> resumed = read_jsonl(output);
   ASSERT_EQ(resumed.size(), 8u);  // the error line is not written twice
   for (const auto& line : resumed) {
-    if (line.contains("outputs")) EXPECT_EQ(line["outputs"], by_id.at(line["id"])["outputs"]) << line["id"];
+    if (line.contains("outputs")) {
+      EXPECT_EQ(line["outputs"], by_id.at(line["id"])["outputs"]) << line["id"];
+    }
   }
 }
 
