@@ -11,7 +11,10 @@ if [ "${1:-}" = "--sanitize" ]; then
   shift
   export MOERT_BUILD_DIR="${MOERT_SANITIZE_BUILD_DIR:-$(cd "$here/.." && pwd)/build-sanitize}"
   # Benchmarks are not tests; CUDA is compile-only here and does not need a second check.
-  bash "$here/build.sh" -DMOERT_SANITIZE=ON -DMOERT_BUILD_BENCHMARKS=OFF -DMOERT_WITH_CUDA=OFF
+  # -O1 (AddressSanitizer's advice) compiles in half the time of -O3; kernels that ask for -O3
+  # keep it.
+  bash "$here/build.sh" -DMOERT_SANITIZE=ON -DMOERT_BUILD_BENCHMARKS=OFF -DMOERT_WITH_CUDA=OFF \
+    -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG"
   source "$here/env.sh"
   cd "$MOERT_BUILD_DIR"
   # detect_leaks: the thread pool's workers and MPI keep allocations alive until exit on purpose.
