@@ -375,24 +375,25 @@ bool ends_with_text(const std::string& text, const char* suffix) {
   return text.size() >= s.size() && text.compare(text.size() - s.size(), s.size(), s) == 0;
 }
 
-// The first element of `view` that `bad` rejects, as a message, or "".
-template <typename Element, typename Bad>
-std::string first_bad(const TensorView& view, Bad bad) {
+// The first element of `view` that `problem` names, as "WHY at element I", or "". `problem`
+// returns a static description, or nullptr for a good value: the scan over every weight of a
+// checkpoint makes no string per element.
+template <typename Element, typename Problem>
+std::string first_problem(const TensorView& view, Problem problem) {
   const auto* data = view.as<const Element>();
   const int64_t count = view.numel();
   for (int64_t i = 0; i < count; ++i) {
-    const std::string why = bad(data[i]);
-    if (!why.empty()) return why + " at element " + std::to_string(i);
+    if (const char* why = problem(data[i])) return std::string(why) + " at element " + std::to_string(i);
   }
   return "";
 }
 
-std::string float_problem(float value, bool scale, bool global_scale) {
+const char* float_problem(float value, bool scale, bool global_scale) {
   if (std::isnan(value)) return "NaN";
   if (std::isinf(value)) return "Inf";
-  if (scale && value < 0.0f) return "a negative scale " + std::to_string(value);
+  if (scale && value < 0.0f) return "a negative scale";
   if (global_scale && value == 0.0f) return "a zero global scale";
-  return "";
+  return nullptr;
 }
 
 }  // namespace
@@ -406,24 +407,30 @@ Status check_checkpoint_values(const io::Checkpoint& checkpoint) {
     std::string problem;
     switch (view.dtype) {
       case DType::kF32:
-        problem = first_bad<float>(view, [&](float v) { return float_problem(v, scale, global_scale); });
+        problem = first_problem<float>(view, [&](float v) { return float_problem(v, scale, global_scale); });
         break;
       case DType::kBF16:
-        problem = first_bad<uint16_t>(view, [&](uint16_t v) { return float_problem(quant::bf16_to_f32(v), scale, global_scale); });
+        problem = first_problem<uint16_t>(
+            view, [&](uint16_t v) { return float_problem(quant::bf16_to_f32(v), scale, global_scale); });
         break;
       case DType::kF16:
-        problem = first_bad<uint16_t>(view, [&](uint16_t v) { return (v & 0x7C00) == 0x7C00 ? std::string((v & 0x3FF) ? "NaN" : "Inf") : ""; });
+        problem = first_problem<uint16_t>(view, [](uint16_t v) -> const char* {
+          if ((v & 0x7C00) != 0x7C00) return nullptr;
+          return (v & 0x3FF) ? "NaN" : "Inf";
+        });
         break;
       case DType::kF8E4M3:  // e4m3fn: 0x7F / 0xFF are NaN, there is no Inf
-        problem = first_bad<uint8_t>(view, [&](uint8_t v) {
-          if ((v & 0x7F) == 0x7F) return std::string("NaN");
-          if (scale && (v & 0x80) && (v & 0x7F)) return std::string("a negative scale");
-          return std::string();
+        problem = first_problem<uint8_t>(view, [&](uint8_t v) -> const char* {
+          if ((v & 0x7F) == 0x7F) return "NaN";
+          if (scale && (v & 0x80) && (v & 0x7F)) return "a negative scale";
+          return nullptr;
         });
         break;
       case DType::kU8:  // packed FP4 cannot be NaN; E8M0 scales (MXFP4 `_scales`) can
         if (ends_with_text(name, "_scales")) {
-          problem = first_bad<uint8_t>(view, [](uint8_t v) { return v == 0xFF ? std::string("the E8M0 NaN code") : ""; });
+          problem = first_problem<uint8_t>(view, [](uint8_t v) -> const char* {
+            return v == 0xFF ? "the E8M0 NaN code" : nullptr;
+          });
         }
         break;
       default:
