@@ -14,6 +14,9 @@ command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
 [ -e /usr/lib/aarch64-linux-gnu/libboost_program_options.so ] || need+=(libboost-program-options-dev:arm64)
 [ -e /usr/lib/aarch64-linux-gnu/libgtest.a ] || need+=(libgtest-dev:arm64)
 [ -e /usr/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake ] || need+=(nlohmann-json3-dev)
+# The tokenizer's PCRE2 and utf8proc (multiarch: they install beside the host's).
+[ -e /usr/lib/aarch64-linux-gnu/pkgconfig/libpcre2-8.pc ] || need+=(libpcre2-dev:arm64)
+[ -e /usr/lib/aarch64-linux-gnu/pkgconfig/libutf8proc.pc ] || need+=(libutf8proc-dev:arm64)
 command -v cmake >/dev/null || need+=(cmake)
 command -v ccache >/dev/null || need+=(ccache)
 if [ ${#need[@]} -gt 0 ]; then
