@@ -22,9 +22,14 @@ bool is_sampling_field(const std::string& key) {
 // The 32 hex digits that name a request in ids (stable: from its custom_id).
 std::string request_hex(const std::string& custom_id_json) { return digest_of(custom_id_json); }
 
+// The text of one token in log-probabilities (its id in decimal without a tokenizer).
+std::string piece_of(const TokenText* text, int32_t id) {
+  return text != nullptr ? text->token_piece(id) : std::to_string(id);
+}
+
 // Text of one token as OpenAI reports it, and its bytes.
 json logprob_entry(const TokenText* text, int32_t id, double logprob) {
-  const std::string piece = text != nullptr ? text->token_piece(id) : std::to_string(id);
+  const std::string piece = piece_of(text, id);
   json bytes = json::array();
   for (unsigned char ch : piece) bytes.push_back(static_cast<int>(ch));
   return {{"token", piece}, {"logprob", logprob}, {"bytes", bytes}};
@@ -46,11 +51,11 @@ json completion_logprobs(const SampleOutput& sample, const TokenText* text) {
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
   size_t offset = 0;
   for (const sampling::TokenLogprob& entry : sample.logprobs) {
-    const std::string piece = text != nullptr ? text->token_piece(entry.token) : std::to_string(entry.token);
+    const std::string piece = piece_of(text, entry.token);
     tokens.push_back(piece);
     token_logprobs.push_back(entry.logprob);
     json top = json::object();
-    for (const auto& [id, logprob] : entry.top) top[text != nullptr ? text->token_piece(id) : std::to_string(id)] = logprob;
+    for (const auto& [id, logprob] : entry.top) top[piece_of(text, id)] = logprob;
     top_logprobs.push_back(top);
     offsets.push_back(offset);
     offset += piece.size();
