@@ -56,16 +56,20 @@ RotaryEmbedding::RotaryEmbedding(int head_dim, int rotary_dim, double theta, con
   attention_factor_ = tables.attention_factor;
 }
 
+void RotaryEmbedding::cos_sin(int64_t position, float* cos, float* sin) const {
+  for (int i = 0; i < rotary_dim_ / 2; ++i) {
+    const double angle = static_cast<double>(position) * inv_freq_[static_cast<size_t>(i)];
+    cos[i] = static_cast<float>(std::cos(angle) * attention_factor_);
+    sin[i] = static_cast<float>(std::sin(angle) * attention_factor_);
+  }
+}
+
 void RotaryEmbedding::apply(float* heads, int num_heads, int64_t position) const {
   const int half = rotary_dim_ / 2;
   float cos_table[512];
   float sin_table[512];
   MOERT_CHECK(half <= 512, "rotary_dim = " << rotary_dim_ << " exceeds 1024");
-  for (int i = 0; i < half; ++i) {
-    const double angle = static_cast<double>(position) * inv_freq_[static_cast<size_t>(i)];
-    cos_table[i] = static_cast<float>(std::cos(angle) * attention_factor_);
-    sin_table[i] = static_cast<float>(std::sin(angle) * attention_factor_);
-  }
+  cos_sin(position, cos_table, sin_table);
   // Channel pair j: (j, j + half) rotate-half, (2j, 2j + 1) interleaved.
   const int second_offset = pairing_ == RopePairing::kRotateHalf ? half : 1;
   const int stride = pairing_ == RopePairing::kRotateHalf ? 1 : 2;

@@ -51,6 +51,9 @@ class RotaryEmbedding {
   // Rotates `num_heads` heads laid out contiguously ([num_heads, head_dim]) in place for
   // token position `position`. Angles are computed in float64 and rounded once to float.
   void apply(float* heads, int num_heads, int64_t position) const;
+  // The factors apply() uses at `position`: cos[j], sin[j] for j < rotary_dim / 2 (float64
+  // angle, times the attention factor, rounded once). Other backends rotate with these.
+  void cos_sin(int64_t position, float* cos, float* sin) const;
 
  private:
   int head_dim_;

@@ -100,6 +100,13 @@ class Backend {
   virtual void gated_add(float* x, const float* y, const float* gate_logits, int64_t num_rows, int64_t dim) = 0;
   // dst[i] = src[i] for i < count (device memory on both sides).
   virtual void copy(float* dst, const float* src, int64_t count) = 0;
+  // Byte copy where each side is on this backend's device or in host memory (uploads,
+  // downloads, tests filling a KV pool). Completes before it returns.
+  virtual void copy_bytes(void* dst, const void* src, int64_t bytes) = 0;
+  // Host memory that stays unchanged while this backend lives (the model's weights,
+  // runtime/model/weights.h for_each_weight_region): a backend may keep a device copy of
+  // any part of it, made on first use. The CPU reads it in place and does nothing here.
+  virtual void register_host_weights(const void* /*data*/, int64_t /*bytes*/) {}
   // Strided 2-D copy: dst[r * dst_stride + i] = src[r * src_stride + i] for r < R, i < width.
   virtual void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t num_rows,
                          int64_t width) = 0;

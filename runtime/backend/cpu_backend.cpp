@@ -109,6 +109,10 @@ void CpuBackend::copy(float* dst, const float* src, int64_t count) {
   if (count > 0) std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(count));
 }
 
+void CpuBackend::copy_bytes(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+}
+
 void CpuBackend::copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t num_rows,
                            int64_t width) {
   for (int64_t r = 0; r < num_rows; ++r) std::copy_n(src + r * src_stride, width, dst + r * dst_stride);

@@ -45,6 +45,7 @@ class CpuBackend : public Backend {
   void add(float* x, const float* y, int64_t count) override;
   void gated_add(float* x, const float* y, const float* gate_logits, int64_t num_rows, int64_t dim) override;
   void copy(float* dst, const float* src, int64_t count) override;
+  void copy_bytes(void* dst, const void* src, int64_t bytes) override;
   void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t num_rows,
                  int64_t width) override;
   void per_head_linear(const float* weights, int num_heads, int64_t out_features, int64_t in_features, const float* x,

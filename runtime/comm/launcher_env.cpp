@@ -22,4 +22,14 @@ int local_rank_count() {
   return 1;
 }
 
+int local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    if (const char* text = std::getenv(name)) {
+      const int value = std::atoi(text);
+      if (value >= 0) return value;
+    }
+  }
+  return 0;
+}
+
 }  // namespace moert::comm

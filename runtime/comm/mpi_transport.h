@@ -55,5 +55,8 @@ bool launched_by_mpi();
 // Ranks of this job on this node, from the launcher's environment (Open MPI, MPICH / PMI,
 // Slurm); 1 when not launched by one.
 int local_rank_count();
+// This process's rank among the ranks of its node (Open MPI, MPICH/Hydra, Slurm); 0 when
+// not launched by one of them.
+int local_rank();
 
 }  // namespace moert::comm

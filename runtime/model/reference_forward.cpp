@@ -14,14 +14,21 @@ void DenseKvCache::attend(backend::Backend& backend, int layer, const attention:
   const int64_t kv_width = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
   std::vector<float>& keys = keys_[static_cast<size_t>(layer)];
   std::vector<float>& values = values_[static_cast<size_t>(layer)];
-  keys.insert(keys.end(), k, k + num_tokens * kv_width);
-  values.insert(values.end(), v, v + num_tokens * kv_width);
+  // k and v are on the backend's device; the history stays in host memory (this is the
+  // simple reference path).
+  const size_t old_size = keys.size();
+  const int64_t new_floats = num_tokens * kv_width;
+  keys.resize(old_size + static_cast<size_t>(new_floats));
+  values.resize(keys.size());
+  backend.copy_bytes(keys.data() + old_size, k, new_floats * static_cast<int64_t>(sizeof(float)));
+  backend.copy_bytes(values.data() + old_size, v, new_floats * static_cast<int64_t>(sizeof(float)));
   backend.contiguous_attention(q, num_tokens, keys.data(), values.data(), length_, c.num_heads, c.num_kv_heads,
                                c.head_dim, variant, out);
 }
 
-ReferenceForward::ReferenceForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool)
-    : transformer_(config, weights, pool) {}
+ReferenceForward::ReferenceForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
+                                   backend::Backend* backend)
+    : transformer_(config, weights, pool, backend) {}
 
 Result<std::vector<float>> ReferenceForward::forward(DenseKvCache& cache, const std::vector<int32_t>& tokens) const {
   ForwardBatch batch;

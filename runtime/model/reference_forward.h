@@ -29,7 +29,9 @@ class DenseKvCache : public AttentionContext {
 
 class ReferenceForward {
  public:
-  ReferenceForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool);
+  // Computes on `backend` (must outlive this object; null: a CpuBackend over `pool`).
+  ReferenceForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
+                   backend::Backend* backend = nullptr);
 
   DenseKvCache new_cache() const { return DenseKvCache(transformer_.config()); }
 

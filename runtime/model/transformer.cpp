@@ -28,6 +28,7 @@ TransformerForward::TransformerForward(const ModelConfig& config, const ModelWei
       backend_(backend == nullptr ? *owned_backend_ : *backend),
       rope_(model_rotary_embedding(config)),
       local_experts_(config) {
+  for_each_weight_region(weights, [this](const void* data, int64_t bytes) { backend_.register_host_weights(data, bytes); });
   const std::vector<LayerSpec> specs = build_layer_specs(*config.arch, config);
   for (size_t layer = 0; layer < specs.size(); ++layer) {
     attention::AttentionVariant variant;

@@ -517,4 +517,82 @@ Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir) {
   return model;
 }
 
+namespace {
+
+void visit_view(const TensorView& view, const std::function<void(const void*, int64_t)>& visit) {
+  if (view.data == nullptr) return;
+  const std::optional<uint64_t> bytes = dtype_storage_bytes(view.dtype, static_cast<uint64_t>(view.numel()));
+  if (bytes.has_value()) visit(view.data, static_cast<int64_t>(*bytes));
+}
+
+void visit_floats(const std::vector<float>& values, const std::function<void(const void*, int64_t)>& visit) {
+  if (!values.empty()) visit(values.data(), static_cast<int64_t>(values.size() * sizeof(float)));
+}
+
+void visit_weight(const quant::LinearWeight& weight, const std::function<void(const void*, int64_t)>& visit) {
+  if (!weight.packed.has_value()) {
+    visit_view(weight.dense, visit);
+    return;
+  }
+  // The whole packed storage of the weight: data, then the scales.
+  const quant::QuantizedWeightView& q = *weight.packed;
+  const int64_t elements = q.rows * q.cols;
+  switch (q.format) {
+    case quant::WeightFormat::kNvfp4:
+      visit(q.data, elements / 2);
+      visit(q.scales, elements / 16);
+      break;
+    case quant::WeightFormat::kMxfp4:
+      visit(q.data, elements / 2);
+      visit(q.scales, elements / 32);
+      break;
+    case quant::WeightFormat::kFp8Block:
+      visit(q.data, elements);
+      visit(q.block_scale_inv, static_cast<int64_t>(sizeof(float)) * ((q.rows + 127) / 128) * ((q.cols + 127) / 128));
+      break;
+    case quant::WeightFormat::kFp8Tensor:
+      visit(q.data, elements);
+      break;
+  }
+}
+
+void visit_linear(const Linear& linear, const std::function<void(const void*, int64_t)>& visit) {
+  visit_weight(linear.weight, visit);
+  visit_floats(linear.bias, visit);
+}
+
+void visit_mlp(const GatedMlp& mlp, const std::function<void(const void*, int64_t)>& visit) {
+  for (const Linear* linear : {&mlp.gate, &mlp.up, &mlp.down}) visit_linear(*linear, visit);
+}
+
+}  // namespace
+
+void for_each_weight_region(const ModelWeights& weights,
+                            const std::function<void(const void* data, int64_t bytes)>& visit) {
+  visit_view(weights.embed_tokens, visit);
+  visit_floats(weights.final_norm, visit);
+  visit_weight(weights.lm_head, visit);
+  for (const LayerWeights& layer : weights.layers) {
+    visit_floats(layer.input_norm, visit);
+    visit_floats(layer.post_attention_norm, visit);
+    const AttentionWeights& a = layer.attention;
+    for (const Linear* linear : {&a.q, &a.k, &a.v, &a.o, &a.q_a, &a.kv_a}) visit_linear(*linear, visit);
+    for (const std::vector<float>* values : {&a.q_norm, &a.k_norm, &a.sinks, &a.q_a_norm, &a.kv_a_norm}) {
+      visit_floats(*values, visit);
+    }
+    visit_view(a.key_absorb, visit);
+    visit_view(a.value_up, visit);
+    if (layer.is_moe) {
+      const MoeWeights& moe = layer.moe;
+      visit_view(moe.router, visit);
+      visit_floats(moe.router_bias, visit);
+      for (const GatedMlp& expert : moe.experts) visit_mlp(expert, visit);
+      if (moe.shared_expert.has_value()) visit_mlp(*moe.shared_expert, visit);
+      visit_view(moe.shared_expert_gate, visit);
+    } else {
+      visit_mlp(layer.dense_mlp, visit);
+    }
+  }
+}
+
 }  // namespace moert

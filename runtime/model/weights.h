@@ -4,6 +4,7 @@
 // correction biases) are widened to F32 copies.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -104,6 +105,12 @@ std::string model_digest(const ModelConfig& config, const io::Checkpoint& checkp
 // all-zero block), global scales (`weight_scale_2`, per-tensor FP8 `weight_scale`) > 0,
 // E8M0 scales not the NaN code. Errors name the tensor, the element and the value.
 Status check_checkpoint_values(const io::Checkpoint& checkpoint);
+
+// Calls visit(data, bytes) for every host region the forward reads: each matrix (dense, or
+// a packed weight's data and scales), norm, bias and per-head matrix. Backends that keep
+// device copies register these (Backend::register_host_weights).
+void for_each_weight_region(const ModelWeights& weights,
+                            const std::function<void(const void* data, int64_t bytes)>& visit);
 
 Result<ModelWeights> bind_model_weights(const ModelConfig& config, const io::Checkpoint& checkpoint);
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir);

@@ -147,7 +147,16 @@ void ExpertParallelExperts::run(backend::Backend& backend, int layer, const MoeW
       {weights, static_cast<size_t>(num_tokens * top_k)}, num_tokens, top_k);
   if (!plan.is_ok()) fail(plan.status());
   const DispatchRowFormat format{dim, top_k};
-  const std::vector<std::byte> send = pack_dispatch_rows(*plan, h, format);
+  // The exchange runs on host memory (MPI; the NCCL device path is the GPU expert-parallel
+  // work): a device backend's rows come to the host here and the combined rows go back.
+  const bool on_device = backend.device().kind != DeviceKind::kCpu;
+  std::vector<float> host_h, host_out;
+  if (on_device) {
+    host_h.resize(static_cast<size_t>(num_tokens * dim));
+    backend.to_host(h, num_tokens * dim, host_h.data());
+    host_out.resize(host_h.size());
+  }
+  const std::vector<std::byte> send = pack_dispatch_rows(*plan, on_device ? host_h.data() : h, format);
 
   // 2. DISPATCH, with the overlapped work (shared experts) while it is in flight.
   auto exchange_start = std::chrono::steady_clock::now();
@@ -196,7 +205,8 @@ void ExpertParallelExperts::run(backend::Backend& backend, int layer, const MoeW
   stats_.all_to_all_s += seconds_since(exchange_start);
   stats_.combine_bytes_sent += bytes_to_peers(combine_send, rank);
   experts::combine_contributions(*plan, returned, static_cast<int>(dim),
-                                 {out, static_cast<size_t>(num_tokens * dim)});
+                                 {on_device ? host_out.data() : out, static_cast<size_t>(num_tokens * dim)});
+  if (on_device) backend.copy_bytes(out, host_out.data(), num_tokens * dim * static_cast<int64_t>(sizeof(float)));
 }
 
 }  // namespace moert::parallel
