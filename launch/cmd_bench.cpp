@@ -136,6 +136,7 @@ int run_bench(const std::vector<std::string>& args) {
 
   std::unique_ptr<LoadedModel> loaded;
   std::optional<engine::EngineConfig> config;
+  std::unique_ptr<backend::Backend> device_backend;  // null: the CPU backend over `pool`
   std::optional<experts::ExpertPlacement> placement;
   std::unique_ptr<SpecSetup> spec_setup;
   std::vector<std::string> input_lines;
@@ -143,7 +144,9 @@ int run_bench(const std::vector<std::string>& args) {
   std::optional<std::string> setup_error;
   try {
     loaded = value_or_throw(load_model(o.model_dir));
-    config = resolve_engine_config(engine_options, loaded->config);
+    device_backend = open_device_backend(engine_options);
+    config = resolve_engine_config(engine_options, loaded->config,
+                                   device_backend ? device_backend->preferred_kv_cache_dtype() : DType::kF32);
     config->forward_when_idle = true;
     config->record_token_times = true;
     spec_setup = std::make_unique<SpecSetup>(spec_options, loaded->config, &*config);
@@ -170,11 +173,11 @@ int run_bench(const std::vector<std::string>& args) {
   const LoadedModel& model = *loaded;
   if (root) {
     std::cout << "model: " << describe_model_config(model.config) << "\n"
-              << describe_engine_config(*config, threads) << ", " << ranks << " rank(s)\n"
+              << describe_engine_config(*config, threads) << ", device " << engine_options.device << ", " << ranks << " rank(s)\n"
               << spec_setup->describe() << "\n";
   }
   ThreadPool pool(threads);
-  TransformerForward forward(model.config, model.weights, pool);
+  TransformerForward forward(model.config, model.weights, pool, device_backend.get());
   parallel::ExpertParallelExperts experts(model.config, std::move(*placement), transport);
   forward.set_routed_experts(&experts);
   spec::Proposer* proposer = spec_setup->start(pool, *config);

@@ -186,6 +186,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   // Setup on every rank; errors are agreed on so that no rank waits for a dead peer.
   std::unique_ptr<LoadedModel> loaded;
   std::optional<engine::EngineConfig> config;
+  std::unique_ptr<backend::Backend> device_backend;  // null: the CPU backend over `pool`
   std::optional<experts::ExpertPlacement> placement;
   std::unique_ptr<engine::OutputFile> writer;
   std::unique_ptr<CheckpointText> text;  // tokenizer and chat template, on every rank (launch/text_io.h)
@@ -197,7 +198,9 @@ int run_serve_batch(const std::vector<std::string>& args) {
   std::optional<std::string> setup_error;
   try {
     loaded = value_or_throw(load_model(model_dir));
-    config = resolve_engine_config(engine_options, loaded->config);
+    device_backend = open_device_backend(engine_options);
+    config = resolve_engine_config(engine_options, loaded->config,
+                                   device_backend ? device_backend->preferred_kv_cache_dtype() : DType::kF32);
     config->forward_when_idle = true;
     job.kv_cache_bytes_per_token = value_or_throw(engine::kv_cache_bytes_per_token(loaded->config, config->kv_cache_dtype));
     spec_setup = std::make_unique<SpecSetup>(spec_options, loaded->config, &*config);
@@ -247,11 +250,11 @@ int run_serve_batch(const std::vector<std::string>& args) {
   const LoadedModel& model = *loaded;
   if (root) {
     MOERT_INFO("model: " << describe_model_config(model.config));
-    MOERT_INFO(describe_engine_config(*config, threads) << ", " << transport->world_size() << " rank(s)");
+    MOERT_INFO(describe_engine_config(*config, threads) << ", device " << engine_options.device << ", " << transport->world_size() << " rank(s)");
     MOERT_INFO(spec_setup->describe());
   }
   ThreadPool pool(threads);
-  TransformerForward forward(model.config, model.weights, pool);
+  TransformerForward forward(model.config, model.weights, pool, device_backend.get());
   parallel::ExpertParallelExperts experts(model.config, std::move(*placement), *transport);
   forward.set_routed_experts(&experts);
   engine::Engine engine(forward, *config);

@@ -7,6 +7,7 @@
 
 #include "launch/commands.h"
 #include "core/thread_pool.h"
+#include "runtime/backend/backend_factory.h"
 #include "runtime/io/npy.h"
 #include "runtime/model/reference_forward.h"
 #include "runtime/model/weights.h"
@@ -29,22 +30,26 @@ int run_score(const std::vector<std::string>& args) {
   std::string model_dir, tokens_text, out_prefix;
   int num_generate = 32;
   int threads = 0;
+  std::string device = "cpu";
   options.add_options()
       ("help,h", "show this help")
       ("model", po::value(&model_dir)->required(), "Hugging Face model directory")
       ("tokens", po::value(&tokens_text)->required(), "prompt token ids, comma separated (e.g. 1,2,3)")
       ("num-tokens,n", po::value(&num_generate)->default_value(32), "greedy tokens to generate")
       ("out", po::value(&out_prefix), "write PREFIX.json, PREFIX.prompt_logits.npy, PREFIX.gen_logits.npy")
-      ("threads", po::value(&threads)->default_value(0), "worker threads (0: MOERT_NUM_THREADS or all cores)");
+      ("threads", po::value(&threads)->default_value(0), "worker threads (0: MOERT_NUM_THREADS or all cores)")
+      ("device", po::value(&device)->default_value("cpu"), "where the model computes: cpu or cuda (GPU 0)");
   po::variables_map vm;
   if (!parse_command_line(args, options, &vm)) return 0;
   if (num_generate < 0) throw CommandError("--num-tokens = " + std::to_string(num_generate) + " must be >= 0");
   const std::vector<int> parsed = parse_int_list(tokens_text, "tokens");
   const std::vector<int32_t> prompt(parsed.begin(), parsed.end());
 
+  const std::unique_ptr<backend::Backend> device_backend =
+      value_or_throw(backend::open_device(value_or_throw(backend::parse_device(device)), 0));
   std::unique_ptr<LoadedModel> model = value_or_throw(load_model(model_dir));
   ThreadPool pool(threads > 0 ? threads : default_num_threads());
-  ReferenceForward forward(model->config, model->weights, pool);
+  ReferenceForward forward(model->config, model->weights, pool, device_backend.get());
   const GreedyOutput output = value_or_throw(greedy_generate(forward, prompt, num_generate));
 
   std::cout << "model: " << describe_model_config(model->config) << "\n";

@@ -9,6 +9,7 @@
 #include "launch/commands.h"
 #include "core/host_memory.h"
 #include "core/thread_pool.h"
+#include "runtime/backend/backend_factory.h"
 #include "runtime/comm/mpi_transport.h"
 #include "runtime/engine/model_runner.h"
 
@@ -28,10 +29,21 @@ void add_engine_options(po::options_description& options, EngineOptions& v) {
       ("max-seqs", po::value(&v.max_seqs)->default_value(64), "sequences running at once")
       ("no-prefix-caching", po::bool_switch(&v.no_prefix_caching), "disable prefix caching")
       ("kv-cache-dtype", po::value(&v.kv_cache_dtype)->default_value("auto"),
-       "KV cache elements: auto (the backend's choice: f32 on the CPU), f32, bf16, fp8_e4m3 (per-block scale)")
+       "KV cache elements: auto (the backend's choice: f32 on the CPU, bf16 on CUDA), f32, bf16, fp8_e4m3 "
+       "(per-block scale)")
+      ("device", po::value(&v.device)->default_value("cpu"),
+       "where the model computes: cpu, or cuda (rank r of a node on GPU r % GPUs)")
       ("threads", po::value(&v.threads)->default_value("auto"),
        "worker threads per rank, 1..4096 (auto: MOERT_NUM_THREADS, else the CPUs of the process's affinity mask, split "
        "among the ranks on this node when the launcher did not bind them)");
+}
+
+std::unique_ptr<backend::Backend> open_device_backend(const EngineOptions& values) {
+  const Result<backend::DeviceChoice> choice = backend::parse_device(values.device);
+  if (!choice.is_ok()) throw CommandError(choice.status().message());
+  Result<std::unique_ptr<backend::Backend>> opened = backend::open_device(*choice, comm::local_rank());
+  if (!opened.is_ok()) throw CommandError(opened.status().message());
+  return std::move(*opened);
 }
 
 engine::EngineConfig resolve_engine_config(const EngineOptions& v, const ModelConfig& model, DType auto_kv_cache_dtype) {

@@ -19,6 +19,17 @@
 namespace moert::attention {
 namespace {
 
+// The smallest power of two >= x (x > 0, finite), exactly: frexp gives x = m * 2^e with m in
+// [0.5, 1), so x is 2^(e - 1) when m == 0.5 and lies below 2^e otherwise. (log2 / ceil would
+// depend on the rounding of log2 just above a power of two.) The CUDA twin is
+// runtime/cuda/device_math.h power_of_two_at_least.
+float power_of_two_at_least(float x) {
+  int exponent = 0;
+  const float mantissa = std::frexp(x, &exponent);
+  return mantissa == 0.5f ? x : std::ldexp(1.0f, exponent);
+}
+
+
 // Row stride (floats) of one slot: [KVH, Dh].
 int64_t slot_stride(const PagedKvLayer& layer) { return static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim; }
 
@@ -253,7 +264,7 @@ void write_fp8_row(const PagedKvLayer& layer, uint8_t* cache, float* scales, int
     float amax = 0.0f;
     for (int64_t d = 0; d < head_dim; ++d) amax = std::max(amax, std::fabs(values[d]));
     MOERT_CHECK(std::isfinite(amax), "non-finite K/V value written to an F8_E4M3 cache (slot " << slot << ")");
-    const float needed = amax > 0.0f ? std::exp2(std::ceil(std::log2(amax / quant::kE4m3Max))) : 0.0f;
+    const float needed = amax > 0.0f ? power_of_two_at_least(amax / quant::kE4m3Max) : 0.0f;
     float& scale = scales[block * layer.num_kv_heads + head];
     if (offset == 0) {
       scale = needed;

@@ -124,6 +124,18 @@ class Backend {
   virtual void gather_rows(const float* src, int64_t dim, const int64_t* rows, int64_t num_rows, float* dst) = 0;
   // Sampling entry point for greedy rows: out[r] = argmax of logits[r, :V], lowest id on ties.
   virtual void argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, int32_t* out) = 0;
+  // One row's draw, as sampling::sample_token takes it (runtime/sampling/sampler.h):
+  // temperature 0 is greedy; top_k 0 and top_p 1 are off; uniform in [0, 1).
+  struct RowSampling {
+    float temperature = 0.0f;
+    int top_k = 0;
+    float top_p = 1.0f;
+    double uniform = 0.0;
+  };
+  // out[r] = the token drawn from logits[r, :V] under rows[r], so the logits need not leave
+  // the device. out is host data. A backend's draw may differ from sample_token only where
+  // the uniform falls within float64 rounding of a cumulative-mass boundary.
+  virtual void sample_rows(const float* logits, int64_t vocab, std::span<const RowSampling> rows, int32_t* out) = 0;
 };
 
 }  // namespace moert::backend

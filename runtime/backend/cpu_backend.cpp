@@ -13,6 +13,7 @@
 #include "quant/cpu/apply_linear.h"
 #include "quant/bf16.h"
 #include "runtime/backend/reference_ops.h"
+#include "runtime/sampling/sampler.h"
 
 namespace moert::backend {
 
@@ -145,6 +146,18 @@ void CpuBackend::gather_rows(const float* src, int64_t dim, const int64_t* rows,
 
 void CpuBackend::argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, int32_t* out) {
   for (int64_t r = 0; r < num_rows; ++r) out[r] = reference_argmax(logits + r * vocab, vocab);
+}
+
+void CpuBackend::sample_rows(const float* logits, int64_t vocab, std::span<const RowSampling> rows, int32_t* out) {
+  std::vector<double> scratch;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    sampling::SamplingParams params;
+    params.temperature = rows[r].temperature;
+    params.top_k = rows[r].top_k;
+    params.top_p = rows[r].top_p;
+    out[r] = sampling::sample_token(logits + static_cast<int64_t>(r) * vocab, static_cast<int>(vocab), params,
+                                    rows[r].uniform, &scratch);
+  }
 }
 
 }  // namespace moert::backend

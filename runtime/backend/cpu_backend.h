@@ -53,6 +53,8 @@ class CpuBackend : public Backend {
   void to_host(const float* src, int64_t count, float* host_dst) override { copy(host_dst, src, count); }
   void gather_rows(const float* src, int64_t dim, const int64_t* rows, int64_t num_rows, float* dst) override;
   void argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, int32_t* out) override;
+  // sampling::sample_token per row: the engine's host path, draw for draw.
+  void sample_rows(const float* logits, int64_t vocab, std::span<const RowSampling> rows, int32_t* out) override;
 
   ThreadPool& pool() const { return pool_; }
 

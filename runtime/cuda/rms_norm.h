@@ -1,21 +1,15 @@
-// CUDA RMSNorm, the device twin of rms_norm_rows (runtime/model/reference_forward.h).
-// Host launchers only: raw device pointers, sizes and a stream. No CUDA headers here.
+// CUDA RMSNorm, the device twin of backend::reference_rms_norm: host launcher only (device
+// pointers, sizes, a stream; no CUDA headers).
 #pragma once
 
 #include <cstdint>
 
-struct CUstream_st;
+#include "runtime/cuda/namespace.h"
 
-namespace moert::cuda {
+namespace moert::MOERT_CUDA_NS {
 
-// Number of visible CUDA devices; 0 when there is no driver or no device.
-int device_count();
-
-// x: [rows, dim] device memory, normalised in place: x * rsqrt(mean(x^2) + eps) * weight.
-// Returns 0 on success or the CUDA error code.
+// x: [R, dim], normalised in place: x * rsqrt(mean(x^2) + eps) * weight[dim]. The sum of
+// squares is reduced in float64, like the CPU. Returns 0 or the CUDA error code.
 int rms_norm_rows(float* x, int64_t num_rows, int64_t dim, const float* weight, float eps, CUstream_st* stream);
 
-// Host-memory convenience for tests: copies in, runs, copies back, synchronises.
-int rms_norm_rows_host(float* x, int64_t num_rows, int64_t dim, const float* weight, float eps);
-
-}  // namespace moert::cuda
+}  // namespace moert::MOERT_CUDA_NS

@@ -193,7 +193,15 @@ Result<std::vector<RequestOutput>> Engine::step() {
   const RunnerBatch batch = runner_batch(plan);
   const int64_t num_tokens = plan.num_tokens();
   const auto forward_start = std::chrono::steady_clock::now();
-  MOERT_ASSIGN_OR_RETURN(std::vector<float> logits, runner_->run(batch));
+  // Plain draws are made on the backend: the step's logits then never leave its device.
+  const std::optional<std::vector<backend::Backend::RowSampling>> draws = backend_draws(plan);
+  std::vector<float> logits;
+  std::vector<int32_t> drawn;
+  if (draws.has_value()) {
+    MOERT_ASSIGN_OR_RETURN(drawn, runner_->run_and_sample(batch, *draws));
+  } else {
+    MOERT_ASSIGN_OR_RETURN(logits, runner_->run(batch));
+  }
   const double forward_s = seconds_since(forward_start);
   stats_.forward_s += forward_s;
   depth_.observe_target_step(num_tokens, forward_s);
@@ -210,6 +218,10 @@ Result<std::vector<RequestOutput>> Engine::step() {
   size_t row = 0;
   for (const ScheduledChunk& scheduled : plan.chunks) {
     if (!scheduled.samples) continue;
+    if (!drawn.empty()) {
+      sample_and_append(scheduled.seq, nullptr, finished, drawn[row++]);
+      continue;
+    }
     const float* rows = logits.data() + row * vocab;
     if (scheduled.num_spec_tokens > 0) {
       verify_and_append(scheduled.seq, rows, finished);
@@ -259,7 +271,27 @@ void Engine::record_kv_stats() {
 
 // Samples the next token of `seq` from its logits row. A request with n > 1 forks its
 // n - 1 further samples here, at its first sampling point, all drawing from the same row.
-void Engine::sample_and_append(SeqId seq, const float* logits, std::vector<RequestOutput>& finished) {
+std::optional<std::vector<backend::Backend::RowSampling>> Engine::backend_draws(const StepPlan& plan) const {
+  std::vector<backend::Backend::RowSampling> draws;
+  for (const ScheduledChunk& scheduled : plan.chunks) {
+    if (!scheduled.samples) continue;
+    const SeqOwner owner = owners_.at(scheduled.seq);
+    const RequestState& state = requests_.at(owner.request_idx);
+    const sampling::SamplingParams& params = state.request.params;
+    const bool forks = params.n > 1 && !state.forked;
+    if (scheduled.num_spec_tokens > 0 || params.adjusts_logits() || params.logprobs >= 0 || forks) return std::nullopt;
+    const SampleOutput& sample = state.samples[static_cast<size_t>(owner.sample_idx)];
+    // The uniform sample_and_append would draw with.
+    draws.push_back({params.temperature, params.top_k, params.top_p,
+                     sampling::counter_uniform(seed_of(state), static_cast<uint64_t>(owner.sample_idx),
+                                               static_cast<uint64_t>(sample.token_ids.size()))});
+  }
+  if (draws.empty()) return std::nullopt;
+  return draws;
+}
+
+void Engine::sample_and_append(SeqId seq, const float* logits, std::vector<RequestOutput>& finished,
+                               std::optional<int32_t> drawn) {
   const SeqOwner owner = owners_.at(seq);
   RequestState& state = requests_.at(owner.request_idx);
   const sampling::SamplingParams& params = state.request.params;
@@ -281,12 +313,17 @@ void Engine::sample_and_append(SeqId seq, const float* logits, std::vector<Reque
     SampleOutput& sample = state.samples[static_cast<size_t>(target_owner.sample_idx)];
     const double uniform = sampling::counter_uniform(seed, static_cast<uint64_t>(target_owner.sample_idx),
                                                      static_cast<uint64_t>(sample.token_ids.size()));
-    const float* row = logits;
-    if (params.adjusts_logits()) {
-      sampling::adjust_logits(logits, vocab, params, state.request.prompt, sample.token_ids, &adjusted_logits_);
-      row = adjusted_logits_.data();
+    int32_t token = 0;
+    if (drawn.has_value()) {
+      token = *drawn;  // backend_draws: a plain draw with this uniform, no fork
+    } else {
+      const float* row = logits;
+      if (params.adjusts_logits()) {
+        sampling::adjust_logits(logits, vocab, params, state.request.prompt, sample.token_ids, &adjusted_logits_);
+        row = adjusted_logits_.data();
+      }
+      token = sampling::sample_token(row, vocab, params, uniform, &scratch_probs_);
     }
-    const int32_t token = sampling::sample_token(row, vocab, params, uniform, &scratch_probs_);
     if (push_token(target, token, logits) && ++state.samples_finished == params.n) {
       finish_request(owner.request_idx, finished);
       return;

@@ -173,7 +173,12 @@ class Engine {
     int sample_idx = 0;
   };
 
-  void sample_and_append(SeqId seq, const float* logits, std::vector<RequestOutput>& finished);
+  // `drawn`: the token the backend already drew for this row (logits then null).
+  void sample_and_append(SeqId seq, const float* logits, std::vector<RequestOutput>& finished,
+                         std::optional<int32_t> drawn = std::nullopt);
+  // The backend draws of this step's rows when every sampling row is a plain draw (no
+  // penalties, log-probabilities, pending forks or drafts), else nullopt (host sampling).
+  std::optional<std::vector<backend::Backend::RowSampling>> backend_draws(const StepPlan& plan) const;
   // Verifies the step's drafts of `seq` against logits [1 + K, V] and appends the emitted
   // tokens (accepted drafts, then the recovered or bonus token).
   void verify_and_append(SeqId seq, const float* logits, std::vector<RequestOutput>& finished);

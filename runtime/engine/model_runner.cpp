@@ -122,7 +122,8 @@ PagedModelRunner::PagedModelRunner(const TransformerForward& model, std::vector<
   }
 }
 
-Result<std::vector<float>> PagedModelRunner::run(const RunnerBatch& batch) {
+template <typename Forward>
+auto PagedModelRunner::run_step(const RunnerBatch& batch, Forward&& run_forward) {
   backend::Backend& backend = model_.backend();
   const size_t num_groups = groups_.size();
   std::vector<attention::PagedKvLayer> views;  // [num_layers]
@@ -176,7 +177,20 @@ Result<std::vector<float>> PagedModelRunner::run(const RunnerBatch& batch) {
     step.plan.kv_last_page_len = step.last_page_len.data();
   }
   PagedAttentionContext context(views, layer_group_, steps, model_.config().num_heads);
-  return model_.forward(forward, context);
+  return run_forward(forward, context);
+}
+
+Result<std::vector<float>> PagedModelRunner::run(const RunnerBatch& batch) {
+  return run_step(batch, [&](const ForwardBatch& forward, AttentionContext& attention) {
+    return model_.forward(forward, attention);
+  });
+}
+
+Result<std::vector<int32_t>> PagedModelRunner::run_and_sample(const RunnerBatch& batch,
+                                                              std::span<const backend::Backend::RowSampling> rows) {
+  return run_step(batch, [&](const ForwardBatch& forward, AttentionContext& attention) {
+    return model_.forward_and_sample(forward, attention, rows);
+  });
 }
 
 Result<int64_t> kv_cache_bytes_per_block(const ModelConfig& model, int block_size, DType dtype) {

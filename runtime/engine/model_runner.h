@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "attention/cache/kv_cache_manager.h"
@@ -61,6 +62,10 @@ class ModelRunner {
   // empty batch still runs the model with no tokens (expert-parallel ranks without work
   // take part in every exchange).
   virtual Result<std::vector<float>> run(const RunnerBatch& batch) = 0;
+  // The same step, with requested row r drawn on the model's backend under rows[r] instead
+  // of its logits being returned (Backend::sample_rows): the tokens, in row order.
+  virtual Result<std::vector<int32_t>> run_and_sample(const RunnerBatch& batch,
+                                                      std::span<const backend::Backend::RowSampling> rows) = 0;
 };
 
 class PagedModelRunner final : public ModelRunner {
@@ -72,8 +77,13 @@ class PagedModelRunner final : public ModelRunner {
   const ModelConfig& config() const override { return model_.config(); }
   const std::vector<attention::KvCacheSpec>& kv_cache_groups() const override { return groups_; }
   Result<std::vector<float>> run(const RunnerBatch& batch) override;
+  Result<std::vector<int32_t>> run_and_sample(const RunnerBatch& batch,
+                                              std::span<const backend::Backend::RowSampling> rows) override;
 
  private:
+  // Applies the batch's block copies and hands `forward` the step's tokens and attention.
+  template <typename Forward>
+  auto run_step(const RunnerBatch& batch, Forward&& forward);
   // One storage slot, allocated by the backend; `view` points into the buffers. Groups of
   // the same shape share slots (layer j of every group uses slot j: a block id belongs to
   // one group at a time), else every layer has its own.

@@ -41,6 +41,25 @@ TransformerForward::TransformerForward(const ModelConfig& config, const ModelWei
 }
 
 Result<std::vector<float>> TransformerForward::forward(const ForwardBatch& batch, AttentionContext& attention) const {
+  MOERT_ASSIGN_OR_RETURN(Buffer logits_on_device, device_logits(batch, attention));
+  std::vector<float> logits(static_cast<size_t>(logits_on_device.view().numel()));
+  backend_.to_host(logits_on_device.data<float>(), logits_on_device.view().numel(), logits.data());
+  return logits;
+}
+
+Result<std::vector<int32_t>> TransformerForward::forward_and_sample(
+    const ForwardBatch& batch, AttentionContext& attention, std::span<const backend::Backend::RowSampling> rows) const {
+  if (rows.size() != batch.logit_rows.size()) {
+    return invalid_argument(std::to_string(rows.size()) + " sampling rows for " +
+                            std::to_string(batch.logit_rows.size()) + " logit rows");
+  }
+  MOERT_ASSIGN_OR_RETURN(Buffer logits_on_device, device_logits(batch, attention));
+  std::vector<int32_t> tokens(rows.size());
+  backend_.sample_rows(logits_on_device.data<float>(), config_.vocab_size, rows, tokens.data());
+  return tokens;
+}
+
+Result<Buffer> TransformerForward::device_logits(const ForwardBatch& batch, AttentionContext& attention) const {
   const ModelConfig& c = config_;
   const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
   const int64_t dim = c.hidden_size;
@@ -82,10 +101,8 @@ Result<std::vector<float>> TransformerForward::forward(const ForwardBatch& batch
   const Buffer selected = activations(num_rows * dim);
   backend_.gather_rows(x.data<float>(), dim, batch.logit_rows.data(), num_rows, selected.data<float>());
   backend_.rms_norm(selected.data<float>(), num_rows, dim, weights_.final_norm.data(), c.rms_norm_eps);
-  const Buffer device_logits = activations(num_rows * c.vocab_size);
-  backend_.linear(weights_.lm_head, selected.data<float>(), num_rows, nullptr, device_logits.data<float>());
-  std::vector<float> logits(static_cast<size_t>(num_rows * c.vocab_size));
-  backend_.to_host(device_logits.data<float>(), num_rows * c.vocab_size, logits.data());
+  Buffer logits = activations(num_rows * c.vocab_size);
+  backend_.linear(weights_.lm_head, selected.data<float>(), num_rows, nullptr, logits.data<float>());
   return logits;
 }
 

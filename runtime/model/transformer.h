@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <memory>
 #include <vector>
 
@@ -92,6 +93,10 @@ class TransformerForward {
   // Logits of batch.logit_rows, [logit_rows.size(), V]. Token ids must be in [0, V) and
   // positions below max_position_embeddings (errors name the offending index).
   Result<std::vector<float>> forward(const ForwardBatch& batch, AttentionContext& attention) const;
+  // The same forward, with logit row r drawn on the backend under rows[r] instead of being
+  // returned (Backend::sample_rows): one token per logit row. rows.size() == logit_rows.size().
+  Result<std::vector<int32_t>> forward_and_sample(const ForwardBatch& batch, AttentionContext& attention,
+                                                  std::span<const backend::Backend::RowSampling> rows) const;
 
   const ModelConfig& config() const { return config_; }
   ThreadPool& pool() const { return pool_; }
@@ -102,6 +107,8 @@ class TransformerForward {
   void attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
   void latent_attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
   void ffn_block(int layer, int64_t num_tokens, float* x) const;
+  // The logits of batch.logit_rows on the backend's device, [logit_rows.size(), V].
+  Result<Buffer> device_logits(const ForwardBatch& batch, AttentionContext& attention) const;
   // Scratch F32 storage of `count` values allocated by the backend.
   Buffer activations(int64_t count) const;
   void moe_ffn(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens, float* out) const;

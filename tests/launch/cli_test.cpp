@@ -103,6 +103,23 @@ void expect_one_line_error(const testing::CommandResult& result, const std::stri
   EXPECT_NE(result.err.find(needle), std::string::npos) << result.err;
 }
 
+// --device: a bad value, and cuda where this build or machine has no GPU, fail in one line
+// before anything is loaded; with a GPU (the cuda-labelled tests cover it) this skips.
+TEST(Cli, DeviceChoiceFailsInOneLineWithoutAGpu) {
+  testing::ScratchDir scratch("cli-device");
+  const std::string dir = make_small_model(scratch, "m", "qwen3_moe");
+  expect_one_line_error(run_command(moert() + " score --device tpu --model " + dir + " --tokens 1,2"),
+                        "--device 'tpu' is not cpu or cuda");
+  testing::write_file(scratch / "in.jsonl", "{\"id\": \"a\", \"prompt_token_ids\": [1, 2], \"max_tokens\": 2}\n");
+  const testing::CommandResult scored = run_command(moert() + " score --device cuda --model " + dir + " --tokens 1,2");
+  if (scored.exit_code == 0) GTEST_SKIP() << "a GPU is visible";
+  expect_one_line_error(scored, "--device cuda: ");
+  const testing::CommandResult ran = run_command(moert() + " run --device cuda --model " + dir + " --input " +
+                                                 (scratch / "in.jsonl") + " --output " + (scratch / "out.jsonl"));
+  expect_one_line_error(ran, "--device cuda: ");
+  EXPECT_FALSE(std::filesystem::exists(scratch / "out.jsonl"));  // nothing written
+}
+
 class CliBadInput : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = make_small_model(scratch_, "model", "qwen3_moe"); }

@@ -1,5 +1,5 @@
 // Backend conformance harness (in the manner of ggml's test-backend-ops): every op of the
-// Backend table, on every backend compiled in and present on this machine, against a
+// Backend table, on every backend compiled in (the CUDA one also emulated on the CPU), against a
 // simple float64 reference on random shapes (odd sizes, one row, empty batches). Floats
 // are compared by relative L2 error against the float64 result, never on all-zero data;
 // integer outputs (ids, copies) exactly.
@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -17,7 +18,10 @@
 
 #include "core/thread_pool.h"
 #include "quant/bf16.h"
+#include "core/check.h"
 #include "runtime/backend/cpu_backend.h"
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/sampling/sampler.h"
 #include "tests/support/test_support.h"
 
 namespace moert::backend {
@@ -32,8 +36,21 @@ struct BackendCase {
   std::string name;
   std::function<std::unique_ptr<Backend>(ThreadPool&)> make;
 };
+// This binary links the CUDA backend emulated on the CPU (runtime/cuda/emulation): it runs
+// beside the CPU backend here. The `cuda` build of this file links the real one instead and
+// skips without a GPU (tests/support/cuda_test_main.cpp).
+std::unique_ptr<Backend> make_cuda(ThreadPool&) {
+  Result<std::unique_ptr<Backend>> backend = MOERT_CUDA_NS::make_cuda_backend(0);
+  MOERT_CHECK(backend.is_ok(), "" << backend.status().message());
+  return std::move(*backend);
+}
 std::vector<BackendCase> present_backends() {
-  return {{"cpu", [](ThreadPool& pool) { return std::make_unique<CpuBackend>(pool); }}};
+#if defined(MOERT_CUDA_EMULATION)
+  return {{"cpu", [](ThreadPool& pool) { return std::make_unique<CpuBackend>(pool); }},
+          {"cuda_emulated", make_cuda}};
+#else
+  return {{"cuda", make_cuda}};
+#endif
 }
 
 class Conformance : public ::testing::TestWithParam<std::string> {
@@ -224,15 +241,19 @@ double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, c
   Buffer v_scales = backend.allocate(DType::kF32, {num_blocks, kv_heads});
   const Buffer& values_storage = latent ? k_cache : v_cache;
   const Buffer& value_scales = latent ? k_scales : v_scales;
+  // The storage is on the backend's device: filled and read through copy_bytes.
   const int64_t block_bytes = static_cast<int64_t>(k_cache.size_bytes()) / num_blocks;
-  std::memset(k_cache.view().data, 0xFF, static_cast<size_t>(block_bytes));  // the null block: NaN in every dtype
-  std::memset(v_cache.view().data, 0xFF, static_cast<size_t>(block_bytes));
+  const std::vector<unsigned char> nan_block(static_cast<size_t>(block_bytes), 0xFF);  // NaN in every dtype
+  backend.copy_bytes(k_cache.view().data, nan_block.data(), block_bytes);  // the null block
+  backend.copy_bytes(v_cache.view().data, nan_block.data(), block_bytes);
   attention::PagedKvLayer layer{k_cache.view().data, values_storage.view().data, num_blocks, block_size, kv_heads,
                                 head_dim, dtype};
   if (dtype == DType::kF8E4M3) {
     layer.k_scales = k_scales.data<float>();
     layer.v_scales = value_scales.data<float>();
-    for (int head = 0; head < kv_heads; ++head) layer.k_scales[head] = layer.v_scales[head] = 1.0f;
+    const std::vector<float> ones(static_cast<size_t>(kv_heads), 1.0f);
+    backend.copy_bytes(layer.k_scales, ones.data(), kv_heads * static_cast<int64_t>(sizeof(float)));
+    backend.copy_bytes(layer.v_scales, ones.data(), kv_heads * static_cast<int64_t>(sizeof(float)));
   }
   std::vector<int32_t> free_blocks(num_blocks - 1);
   std::iota(free_blocks.begin(), free_blocks.end(), 1);  // block 0 is the null block
@@ -337,13 +358,19 @@ double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, c
   const int32_t src = pages.back(), dst = free_blocks.back();
   backend.copy_kv_blocks(layer, &src, &dst, 1);
   for (const Buffer* cache : {static_cast<const Buffer*>(&k_cache), &values_storage}) {
-    const char* bytes = static_cast<const char*>(cache->view().data);
-    EXPECT_EQ(std::memcmp(bytes + dst * block_bytes, bytes + src * block_bytes, static_cast<size_t>(block_bytes)), 0);
+    std::vector<char> bytes(cache->size_bytes());
+    backend.copy_bytes(bytes.data(), cache->view().data, static_cast<int64_t>(bytes.size()));
+    EXPECT_EQ(std::memcmp(bytes.data() + dst * block_bytes, bytes.data() + src * block_bytes,
+                          static_cast<size_t>(block_bytes)),
+              0);
   }
   if (dtype == DType::kF8E4M3) {
-    for (int head = 0; head < kv_heads; ++head) {
-      EXPECT_EQ(layer.k_scales[dst * kv_heads + head], layer.k_scales[src * kv_heads + head]);
-      EXPECT_EQ(layer.v_scales[dst * kv_heads + head], layer.v_scales[src * kv_heads + head]);
+    for (const float* scales : {layer.k_scales, layer.v_scales}) {
+      std::vector<float> host(static_cast<size_t>(num_blocks * kv_heads));
+      backend.copy_bytes(host.data(), scales, static_cast<int64_t>(host.size() * sizeof(float)));
+      for (int head = 0; head < kv_heads; ++head) {
+        EXPECT_EQ(host[static_cast<size_t>(dst * kv_heads + head)], host[static_cast<size_t>(src * kv_heads + head)]);
+      }
     }
   }
   return error;
@@ -478,6 +505,44 @@ TEST_P(Conformance, RouteSelectsTheTopKOfTheSoftmaxAndAddsAndArgmaxAreExact) {
   std::vector<int32_t> best(2, -1);
   backend_->argmax_rows(rows.data(), 2, 4, best.data());
   EXPECT_EQ(best, (std::vector<int32_t>{1, 1}));
+}
+
+// Backend draws against the host sampler (sampling::sample_token) on the same rows and
+// uniforms: greedy with ties, temperature alone, top-k with tied weights at the cut, top-p,
+// both, and -inf-masked tokens; a row's draw never depends on the rows beside it.
+TEST_P(Conformance, SampleRowsDrawWhatTheHostSamplerDraws) {
+  const int64_t vocab = 300;
+  std::vector<float> logits;
+  std::vector<Backend::RowSampling> rows;
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  const std::vector<Backend::RowSampling> settings = {
+      {0.0f, 0, 1.0f, 0.0}, {1.0f, 0, 1.0f, 0.0}, {0.7f, 5, 1.0f, 0.0},  {1.3f, 0, 0.8f, 0.0},
+      {0.9f, 7, 0.6f, 0.0}, {2.0f, 1, 1.0f, 0.0}, {1.0f, 40, 0.95f, 0.0}, {0.5f, 0, 0.3f, 0.0}};
+  for (int r = 0; r < 24; ++r) {
+    std::vector<float> row = random_floats(vocab, 2.0f);
+    for (int64_t i = 0; i < vocab; i += 7) row[static_cast<size_t>(i)] = std::round(row[static_cast<size_t>(i)]);  // ties
+    if (r % 5 == 0) row[static_cast<size_t>(r % vocab)] = -std::numeric_limits<float>::infinity();
+    logits.insert(logits.end(), row.begin(), row.end());
+    Backend::RowSampling setting = settings[static_cast<size_t>(r) % settings.size()];
+    setting.uniform = uniform(rng_);
+    rows.push_back(setting);
+  }
+  std::vector<int32_t> drawn(rows.size(), -1);
+  backend_->sample_rows(logits.data(), vocab, rows, drawn.data());
+  std::vector<double> scratch;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    sampling::SamplingParams params;
+    params.temperature = rows[r].temperature;
+    params.top_k = rows[r].top_k;
+    params.top_p = rows[r].top_p;
+    const int32_t expected = sampling::sample_token(logits.data() + static_cast<int64_t>(r) * vocab,
+                                                    static_cast<int>(vocab), params, rows[r].uniform, &scratch);
+    EXPECT_EQ(drawn[r], expected) << "row " << r;
+  }
+  // One row alone draws the same as inside the batch.
+  int32_t alone = -1;
+  backend_->sample_rows(logits.data() + 3 * vocab, vocab, std::span(rows).subspan(3, 1), &alone);
+  EXPECT_EQ(alone, drawn[3]);
 }
 
 std::vector<std::string> backend_names() {

@@ -1,0 +1,566 @@
+#include "runtime/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "experts/router.h"
+#include "runtime/cuda/attention.h"
+#include "runtime/cuda/cuda_api.h"
+#include "runtime/cuda/elementwise.h"
+#include "runtime/cuda/linear.h"
+#include "runtime/cuda/rms_norm.h"
+#include "runtime/cuda/rope.h"
+#include "runtime/cuda/sampling.h"
+
+namespace moert::MOERT_CUDA_NS {
+namespace {
+
+#define MOERT_CUDA_CHECK(call)                                                                      \
+  do {                                                                                              \
+    const cudaError_t moert_cuda_status = static_cast<cudaError_t>(call);                           \
+    MOERT_CHECK(moert_cuda_status == cudaSuccess, #call << ": " << cudaGetErrorString(moert_cuda_status)); \
+  } while (0)
+
+// The process's stream: every backend of the process (the model, a draft model) orders its
+// work on it, and Buffer's release function (a plain function pointer) frees onto it.
+cudaStream_t process_stream() {
+  static cudaStream_t stream = [] {
+    cudaStream_t created = nullptr;
+    MOERT_CUDA_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
+    return created;
+  }();
+  return stream;
+}
+
+void release_device(void* data) { cudaFreeAsync(data, process_stream()); }
+
+void* device_alloc(int64_t bytes) {
+  void* data = nullptr;
+  MOERT_CUDA_CHECK(cudaMallocAsync(&data, static_cast<size_t>(std::max<int64_t>(bytes, 1)), process_stream()));
+  return data;
+}
+
+bool is_device_pointer(const void* ptr) {
+  if (ptr == nullptr) return false;
+  cudaPointerAttributes attributes;
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    cudaGetLastError();  // plain host memory on old drivers: clear the sticky error
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+}
+
+// Host weight regions the model registered, and the device copies of the parts used so far.
+class ResidentWeights {
+ public:
+  void add_region(const void* data, int64_t bytes) {
+    if (data == nullptr || bytes <= 0) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    regions_[reinterpret_cast<uintptr_t>(data)] = static_cast<uint64_t>(bytes);
+  }
+  // The device copy of host [data, data + bytes) when it lies in a registered region (made
+  // now if it is the first use), else null.
+  const void* find_or_upload(const void* data, int64_t bytes) {
+    const auto address = reinterpret_cast<uintptr_t>(data);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto copy = copies_.find(address); copy != copies_.end() && copy->second.bytes >= static_cast<uint64_t>(bytes)) {
+      return copy->second.device;
+    }
+    auto region = regions_.upper_bound(address);
+    if (region == regions_.begin()) return nullptr;
+    --region;
+    if (address + static_cast<uint64_t>(bytes) > region->first + region->second) return nullptr;
+    void* device = nullptr;
+    MOERT_CUDA_CHECK(cudaMalloc(&device, static_cast<size_t>(bytes)));
+    MOERT_CUDA_CHECK(cudaMemcpy(device, data, static_cast<size_t>(bytes), cudaMemcpyHostToDevice));
+    if (auto old = copies_.find(address); old != copies_.end()) cudaFree(old->second.device);
+    copies_[address] = {device, static_cast<uint64_t>(bytes)};
+    return device;
+  }
+  ~ResidentWeights() {
+    for (auto& [address, copy] : copies_) cudaFree(copy.device);
+  }
+
+ private:
+  struct Copy {
+    void* device;
+    uint64_t bytes;
+  };
+  std::mutex mutex_;
+  std::map<uintptr_t, uint64_t> regions_;
+  std::map<uintptr_t, Copy> copies_;
+};
+
+// The device side of one op's arguments: device pointers pass through, registered weights
+// resolve to their resident copies, other host memory is staged for the call. Outputs in
+// host memory are copied back (and the stream synchronised) by finish(); temporaries are
+// freed onto the stream, after the work that reads them.
+class Staging {
+ public:
+  explicit Staging(ResidentWeights& weights) : weights_(weights) {}
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  ~Staging() {
+    for (void* temporary : temporaries_) cudaFreeAsync(temporary, process_stream());
+  }
+
+  template <typename T>
+  const T* in(const T* data, int64_t count) {
+    return static_cast<const T*>(in_bytes(data, count * static_cast<int64_t>(sizeof(T))));
+  }
+  const void* in_bytes(const void* data, int64_t bytes) {
+    if (data == nullptr || bytes <= 0 || is_device_pointer(data)) return data;
+    return upload(data, bytes);
+  }
+  // A weight: resident when registered, staged otherwise.
+  const void* weight(const void* data, int64_t bytes) {
+    if (data == nullptr || bytes <= 0 || is_device_pointer(data)) return data;
+    if (const void* resident = weights_.find_or_upload(data, bytes)) return resident;
+    return upload(data, bytes);
+  }
+  template <typename T>
+  const T* weight(const T* data, int64_t count) {
+    return static_cast<const T*>(weight(static_cast<const void*>(data), count * static_cast<int64_t>(sizeof(T))));
+  }
+  // An output (read_back_only) or an in/out array.
+  template <typename T>
+  T* out(T* data, int64_t count, bool also_input = false) {
+    const int64_t bytes = count * static_cast<int64_t>(sizeof(T));
+    if (data == nullptr || bytes <= 0 || is_device_pointer(data)) return data;
+    void* device = also_input ? const_cast<void*>(upload(data, bytes)) : temporary(bytes);
+    pending_downloads_.push_back({data, device, bytes});
+    return static_cast<T*>(device);
+  }
+  template <typename T>
+  T* inout(T* data, int64_t count) {
+    return out(data, count, true);
+  }
+  void* temporary(int64_t bytes) {
+    void* device = device_alloc(bytes);
+    temporaries_.push_back(device);
+    return device;
+  }
+  // Checks the launch, copies host outputs back and waits for them.
+  void finish(int launch_status, const char* op) {
+    MOERT_CHECK(launch_status == 0, "CUDA op " << op << ": " << cudaGetErrorString(static_cast<cudaError_t>(launch_status)));
+    for (const Download& download : pending_downloads_) {
+      MOERT_CUDA_CHECK(cudaMemcpyAsync(download.host, download.device, static_cast<size_t>(download.bytes),
+                                       cudaMemcpyDeviceToHost, process_stream()));
+    }
+    if (!pending_downloads_.empty()) MOERT_CUDA_CHECK(cudaStreamSynchronize(process_stream()));
+    pending_downloads_.clear();
+  }
+
+ private:
+  const void* upload(const void* data, int64_t bytes) {
+    void* device = temporary(bytes);
+    // From pageable memory the copy has read `data` when the call returns.
+    MOERT_CUDA_CHECK(cudaMemcpyAsync(device, data, static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
+                                     process_stream()));
+    return device;
+  }
+  struct Download {
+    void* host;
+    void* device;
+    int64_t bytes;
+  };
+  ResidentWeights& weights_;
+  std::vector<void*> temporaries_;
+  std::vector<Download> pending_downloads_;
+};
+
+int64_t dtype_bytes(DType dtype) { return dtype_bits(dtype) / 8; }
+
+DeviceWeight::Kind dense_kind(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return DeviceWeight::Kind::kF32;
+    case DType::kBF16: return DeviceWeight::Kind::kBF16;
+    case DType::kF16: return DeviceWeight::Kind::kF16;
+    default: break;
+  }
+  MOERT_CHECK(false, "linear weight dtype " << dtype_name(dtype) << " (F32, BF16 or F16 expected)");
+  return DeviceWeight::Kind::kF32;
+}
+
+DeviceWeight device_weight(const quant::LinearWeight& weight, Staging& staging) {
+  DeviceWeight w;
+  w.rows = weight.out_features();
+  w.cols = weight.in_features();
+  if (!weight.packed.has_value()) {
+    MOERT_CHECK(weight.dense.is_contiguous(), "linear weight must be contiguous");
+    w.kind = dense_kind(weight.dense.dtype);
+    w.data = staging.weight(weight.dense.data, weight.dense.numel() * dtype_bytes(weight.dense.dtype));
+    return w;
+  }
+  const quant::QuantizedWeightView& q = *weight.packed;
+  const int64_t n = q.rows, k = q.cols;
+  w.global_scale = q.global_scale;
+  switch (q.format) {
+    case quant::WeightFormat::kNvfp4:
+      w.kind = DeviceWeight::Kind::kNvfp4;
+      w.data = staging.weight(q.data, n * k / 2);
+      w.scales = staging.weight(q.scales, n * k / 16);
+      break;
+    case quant::WeightFormat::kMxfp4:
+      w.kind = DeviceWeight::Kind::kMxfp4;
+      w.data = staging.weight(q.data, n * k / 2);
+      w.scales = staging.weight(q.scales, n * k / 32);
+      break;
+    case quant::WeightFormat::kFp8Block:
+      w.kind = DeviceWeight::Kind::kFp8Block;
+      w.data = staging.weight(q.data, n * k);
+      w.block_scale_inv = staging.weight(q.block_scale_inv, ((n + 127) / 128) * ((k + 127) / 128));
+      break;
+    case quant::WeightFormat::kFp8Tensor:
+      w.kind = DeviceWeight::Kind::kFp8Tensor;
+      w.data = staging.weight(q.data, n * k);
+      break;
+  }
+  return w;
+}
+
+// Host copy of a float array that may live on the device.
+std::vector<float> host_floats(const float* data, int64_t count) {
+  std::vector<float> host(static_cast<size_t>(count));
+  if (count > 0) {
+    MOERT_CUDA_CHECK(cudaMemcpyAsync(host.data(), data, static_cast<size_t>(count) * sizeof(float), cudaMemcpyDefault,
+                                     process_stream()));
+    MOERT_CUDA_CHECK(cudaStreamSynchronize(process_stream()));
+  }
+  return host;
+}
+
+class CudaBackend : public backend::Backend {
+ public:
+  explicit CudaBackend(int device_index) : device_index_(device_index) {}
+
+#if defined(MOERT_CUDA_EMULATION)
+  const char* name() const override { return "cuda-emulated"; }
+#else
+  const char* name() const override { return "cuda"; }
+#endif
+  Device device() const override { return {DeviceKind::kCuda, device_index_}; }
+
+  Buffer allocate(DType dtype, Shape shape) override {
+    const int64_t bytes = shape_numel(shape) * dtype_bytes(dtype);
+    TensorView view = TensorView::contiguous(dtype, std::move(shape), device_alloc(bytes));
+    view.device = device();
+    return Buffer(view, static_cast<uint64_t>(bytes), &release_device);
+  }
+  // BF16: half the bytes of F32 and what GPU serving stacks keep by default (docs/kv-cache.md).
+  DType preferred_kv_cache_dtype() const override { return DType::kBF16; }
+
+  void register_host_weights(const void* data, int64_t bytes) override { weights_.add_region(data, bytes); }
+
+  void embedding_gather(const TensorView& table, const int32_t* tokens, int64_t num_tokens, float* out) override {
+    Staging s(weights_);
+    const int64_t dim = table.dim(1);
+    MOERT_CHECK(table.dtype == DType::kF32 || table.dtype == DType::kBF16 || table.dtype == DType::kF16,
+                "embedding dtype " << dtype_name(table.dtype) << " (F32, BF16 or F16 expected)");
+    const TableType type = table.dtype == DType::kF32    ? TableType::kF32
+                           : table.dtype == DType::kBF16 ? TableType::kBF16
+                                                         : TableType::kF16;
+    const void* device_table = s.weight(table.data, table.numel() * dtype_bytes(table.dtype));
+    s.finish(MOERT_CUDA_NS::embedding_gather(device_table, type, dim, s.in(tokens, num_tokens), num_tokens,
+                                             s.out(out, num_tokens * dim), stream()),
+             "embedding_gather");
+  }
+
+  void rms_norm(float* x, int64_t num_rows, int64_t dim, const float* weight, float eps) override {
+    Staging s(weights_);
+    s.finish(rms_norm_rows(s.inout(x, num_rows * dim), num_rows, dim, s.weight(weight, dim), eps, stream()),
+             "rms_norm");
+  }
+
+  void linear(const quant::LinearWeight& weight, const float* x, int64_t num_rows, const float* bias,
+              float* y) override {
+    Staging s(weights_);
+    const DeviceWeight w = device_weight(weight, s);
+    s.finish(MOERT_CUDA_NS::linear(w, s.in(x, num_rows * w.cols), num_rows, s.weight(bias, w.rows),
+                                   s.out(y, num_rows * w.rows), stream()),
+             "linear");
+  }
+
+  void rope(const attention::RotaryEmbedding& rope, float* heads, int64_t num_tokens, int num_heads,
+            const int64_t* positions) override {
+    if (num_tokens == 0) return;
+    const int half = rope.rotary_dim() / 2;
+    std::vector<float> cos(static_cast<size_t>(num_tokens * half)), sin(cos.size());
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      rope.cos_sin(positions[t], cos.data() + t * half, sin.data() + t * half);
+    }
+    Staging s(weights_);
+    s.finish(MOERT_CUDA_NS::rope(s.inout(heads, num_tokens * num_heads * rope.head_dim()), num_tokens, num_heads,
+                                 rope.head_dim(), rope.rotary_dim(), rope.first_channel(),
+                                 rope.pairing() == attention::RopePairing::kInterleaved,
+                                 s.in(cos.data(), num_tokens * half), s.in(sin.data(), num_tokens * half), stream()),
+             "rope");
+  }
+
+  void write_kv(const attention::PagedKvLayer& layer, const float* k, const float* v, const int64_t* slots,
+                int64_t num_tokens) override {
+    Staging s(weights_);
+    const int64_t width = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
+    s.finish(MOERT_CUDA_NS::write_kv(layer, s.in(k, num_tokens * width), s.in(v, num_tokens * width),
+                                     s.in(slots, num_tokens), num_tokens, stream()),
+             "write_kv");
+  }
+
+  void paged_attention(const float* q, const attention::PagedKvLayer& layer, const attention::PagedAttentionPlan& plan,
+                       int num_heads, float* out) override {
+    const int num_seqs = plan.num_seqs;
+    if (num_seqs == 0) return;
+    // The plan is host data (the scheduler's); its sizes are read here.
+    const int64_t num_rows = plan.qo_indptr[num_seqs];
+    const int64_t num_pages = plan.kv_page_indptr[num_seqs];
+    if (num_rows == 0) return;
+    Staging s(weights_);
+    attention::PagedAttentionPlan device_plan = plan;
+    device_plan.qo_indptr = s.in(plan.qo_indptr, num_seqs + 1);
+    device_plan.kv_page_indptr = s.in(plan.kv_page_indptr, num_seqs + 1);
+    device_plan.kv_page_indices = s.in(plan.kv_page_indices, num_pages);
+    device_plan.kv_last_page_len = s.in(plan.kv_last_page_len, num_seqs);
+    device_plan.variant.sinks = s.weight(plan.variant.sinks, num_heads);
+    const int64_t width = static_cast<int64_t>(num_heads) * layer.head_dim;
+    s.finish(MOERT_CUDA_NS::paged_attention(s.in(q, num_rows * width), layer, device_plan, num_rows, num_heads,
+                                            s.out(out, num_rows * width), stream()),
+             "paged_attention");
+  }
+
+  void contiguous_attention(const float* q, int64_t num_tokens, const float* keys, const float* values,
+                            int64_t first_position, int num_heads, int num_kv_heads, int head_dim,
+                            const attention::AttentionVariant& variant, float* out) override {
+    if (num_tokens == 0) return;
+    Staging s(weights_);
+    const int64_t width = static_cast<int64_t>(num_heads) * head_dim;
+    const int64_t history = (first_position + num_tokens) * num_kv_heads * head_dim;
+    attention::AttentionVariant device_variant = variant;
+    device_variant.sinks = s.weight(variant.sinks, num_heads);
+    s.finish(MOERT_CUDA_NS::contiguous_attention(s.in(q, num_tokens * width), num_tokens, s.in(keys, history),
+                                                 s.in(values, history), first_position, num_heads, num_kv_heads,
+                                                 head_dim, device_variant, s.out(out, num_tokens * width), stream()),
+             "contiguous_attention");
+  }
+
+  void copy_kv_blocks(const attention::PagedKvLayer& layer, const int32_t* src, const int32_t* dst,
+                      int64_t num_copies) override {
+    if (num_copies == 0) return;
+    Staging s(weights_);
+    s.finish(MOERT_CUDA_NS::copy_kv_blocks(layer, s.in(src, num_copies), s.in(dst, num_copies), num_copies, stream()),
+             "copy_kv_blocks");
+  }
+
+  void swiglu_ffn(const float* x, int64_t num_rows, const quant::LinearWeight& gate, const quant::LinearWeight& up,
+                  const quant::LinearWeight& down, float* out) override {
+    if (num_rows == 0) return;
+    const int64_t width = gate.out_features();
+    Buffer gate_out = allocate(DType::kF32, {num_rows, width});
+    Buffer up_out = allocate(DType::kF32, {num_rows, width});
+    linear(gate, x, num_rows, nullptr, gate_out.data<float>());
+    linear(up, x, num_rows, nullptr, up_out.data<float>());
+    check(glu(gate_out.data<float>(), up_out.data<float>(), num_rows * width, experts::GluActivation{}, stream()), "glu");
+    linear(down, gate_out.data<float>(), num_rows, nullptr, out);
+  }
+
+  void grouped_expert_ffn(const experts::ExpertDispatchLayout& layout, std::span<const float> x, int hidden_size,
+                          const std::function<ExpertWeights(int expert)>& expert_weights,
+                          std::span<float> contributions) override {
+    const int64_t num_entries = layout.num_entries();
+    if (num_entries == 0) return;
+    Staging s(weights_);
+    // The expert table, indexed by expert id, holds the experts with work (others stay empty).
+    const int32_t max_expert = layout.experts.empty() ? 0 : layout.experts.back();
+    std::vector<DeviceExpert> table(static_cast<size_t>(max_expert) + 1);
+    experts::GluActivation activation;
+    int64_t intermediate = 0, max_entries = 0;
+    for (size_t a = 0; a < layout.experts.size(); ++a) {
+      const ExpertWeights w = expert_weights(layout.experts[a]);
+      DeviceExpert& e = table[static_cast<size_t>(layout.experts[a])];
+      e.gate = device_weight(*w.gate, s);
+      e.up = device_weight(*w.up, s);
+      e.down = device_weight(*w.down, s);
+      e.gate_bias = s.weight(w.gate_bias, e.gate.rows);
+      e.up_bias = s.weight(w.up_bias, e.up.rows);
+      e.down_bias = s.weight(w.down_bias, e.down.rows);
+      MOERT_CHECK(a == 0 || (e.gate.rows == intermediate && w.activation == activation),
+                  "grouped experts differ in width or activation");
+      intermediate = e.gate.rows;
+      activation = w.activation;
+      max_entries = std::max(max_entries, layout.cu_expert_entries[a + 1] - layout.cu_expert_entries[a]);
+    }
+    GroupedExpertArgs args;
+    args.x = s.in(x.data(), static_cast<int64_t>(x.size()));
+    args.hidden_size = hidden_size;
+    args.intermediate_size = intermediate;
+    args.num_entries = num_entries;
+    args.entry_row = s.in(layout.entry_row.data(), num_entries);
+    args.entry_weight = s.in(layout.entry_weight.data(), num_entries);
+    args.num_active = static_cast<int32_t>(layout.experts.size());
+    args.active_experts = s.in(layout.experts.data(), args.num_active);
+    args.cu_expert_entries = s.in(layout.cu_expert_entries.data(), args.num_active + 1);
+    args.expert_entry_idx = s.in(layout.expert_entry_idx.data(), num_entries);
+    args.experts = static_cast<const DeviceExpert*>(
+        s.in_bytes(table.data(), static_cast<int64_t>(table.size() * sizeof(DeviceExpert))));
+    args.activation = activation;
+    args.workspace = static_cast<float*>(s.temporary(
+        static_cast<int64_t>(sizeof(float)) * grouped_expert_workspace_floats(num_entries, hidden_size, intermediate)));
+    args.contributions = s.out(contributions.data(), num_entries * hidden_size);
+    s.finish(MOERT_CUDA_NS::grouped_expert_ffn(args, max_entries, stream()), "grouped_expert_ffn");
+  }
+
+  // Routing is a few hundred values per token and its result feeds the host-side dispatch
+  // layout, so it runs on the host (experts/router.h), exactly as on the CPU.
+  void route(const experts::RouterConfig& config, const float* logits, int64_t num_tokens,
+             const float* selection_bias, int32_t* expert_ids, float* weights) override {
+    if (num_tokens == 0) return;
+    const std::vector<float> host_logits = host_floats(logits, num_tokens * config.num_experts);
+    const std::vector<float> host_bias =
+        selection_bias == nullptr ? std::vector<float>{} : host_floats(selection_bias, config.num_experts);
+    const int64_t count = num_tokens * config.top_k;
+    std::vector<int32_t> ids(static_cast<size_t>(count));
+    std::vector<float> gate_weights(static_cast<size_t>(count));
+    experts::route_tokens(config, host_logits.data(), num_tokens, host_bias.empty() ? nullptr : host_bias.data(),
+                          ids.data(), gate_weights.data());
+    copy_bytes(expert_ids, ids.data(), count * static_cast<int64_t>(sizeof(int32_t)));
+    copy_bytes(weights, gate_weights.data(), count * static_cast<int64_t>(sizeof(float)));
+  }
+
+  void combine_rows(std::span<const int64_t> src_rows, int top_k, std::span<const float> rows, int hidden_size,
+                    std::span<float> out) override {
+    const auto num_tokens = static_cast<int64_t>(src_rows.size()) / top_k;
+    if (num_tokens == 0) return;
+    Staging s(weights_);
+    s.finish(MOERT_CUDA_NS::combine_rows(s.in(src_rows.data(), static_cast<int64_t>(src_rows.size())), num_tokens,
+                                         top_k, s.in(rows.data(), static_cast<int64_t>(rows.size())), hidden_size,
+                                         s.out(out.data(), num_tokens * hidden_size), stream()),
+             "combine_rows");
+  }
+
+  void add(float* x, const float* y, int64_t count) override {
+    Staging s(weights_);
+    s.finish(MOERT_CUDA_NS::add(s.inout(x, count), s.in(y, count), count, stream()), "add");
+  }
+
+  void gated_add(float* x, const float* y, const float* gate_logits, int64_t num_rows, int64_t dim) override {
+    Staging s(weights_);
+    s.finish(MOERT_CUDA_NS::gated_add(s.inout(x, num_rows * dim), s.in(y, num_rows * dim), s.in(gate_logits, num_rows),
+                                      num_rows, dim, stream()),
+             "gated_add");
+  }
+
+  void copy(float* dst, const float* src, int64_t count) override {
+    copy_bytes(dst, src, count * static_cast<int64_t>(sizeof(float)));
+  }
+
+  void copy_bytes(void* dst, const void* src, int64_t bytes) override {
+    if (bytes <= 0) return;
+    MOERT_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, stream()));
+    if (!is_device_pointer(dst) || !is_device_pointer(src)) MOERT_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  }
+
+  void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t num_rows,
+                 int64_t width) override {
+    if (num_rows == 0 || width == 0) return;
+    Staging s(weights_);
+    s.finish(MOERT_CUDA_NS::copy_rows(s.inout(dst, (num_rows - 1) * dst_stride + width), dst_stride,
+                                      s.in(src, (num_rows - 1) * src_stride + width), src_stride, num_rows, width,
+                                      stream()),
+             "copy_rows");
+  }
+
+  void per_head_linear(const float* weights, int num_heads, int64_t out_features, int64_t in_features, const float* x,
+                       int64_t x_head_stride, int64_t num_tokens, float* y, int64_t y_head_stride) override {
+    if (num_tokens == 0) return;
+    Staging s(weights_);
+    const int64_t heads = num_tokens * num_heads;
+    s.finish(MOERT_CUDA_NS::per_head_linear(s.weight(weights, num_heads * out_features * in_features), num_heads,
+                                            out_features, in_features, s.in(x, (heads - 1) * x_head_stride + in_features),
+                                            x_head_stride, num_tokens,
+                                            s.inout(y, (heads - 1) * y_head_stride + out_features), y_head_stride,
+                                            stream()),
+             "per_head_linear");
+  }
+
+  void to_host(const float* src, int64_t count, float* host_dst) override {
+    copy_bytes(host_dst, src, count * static_cast<int64_t>(sizeof(float)));
+  }
+
+  void gather_rows(const float* src, int64_t dim, const int64_t* rows, int64_t num_rows, float* dst) override {
+    if (num_rows == 0) return;
+    Staging s(weights_);
+    const int64_t src_rows = *std::max_element(rows, rows + num_rows) + 1;  // rows is host data
+    s.finish(MOERT_CUDA_NS::gather_rows(s.in(src, src_rows * dim), dim, s.in(rows, num_rows), num_rows,
+                                        s.out(dst, num_rows * dim), stream()),
+             "gather_rows");
+  }
+
+  void argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, int32_t* out) override {
+    if (num_rows == 0) return;
+    Staging s(weights_);
+    int32_t* device_out = static_cast<int32_t*>(s.temporary(num_rows * static_cast<int64_t>(sizeof(int32_t))));
+    s.finish(MOERT_CUDA_NS::argmax_rows(s.in(logits, num_rows * vocab), num_rows, vocab, device_out, stream()),
+             "argmax_rows");
+    copy_bytes(out, device_out, num_rows * static_cast<int64_t>(sizeof(int32_t)));
+  }
+
+  void sample_rows(const float* logits, int64_t vocab, std::span<const RowSampling> rows, int32_t* out) override {
+    const auto num_rows = static_cast<int64_t>(rows.size());
+    if (num_rows == 0) return;
+    std::vector<SampleRowParams> params(rows.size());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      params[r] = {rows[r].temperature, rows[r].top_k, rows[r].top_p, rows[r].uniform};
+    }
+    Staging s(weights_);
+    auto* workspace = static_cast<double*>(s.temporary(num_rows * vocab * static_cast<int64_t>(sizeof(double))));
+    s.finish(MOERT_CUDA_NS::sample_rows(s.in(logits, num_rows * vocab), num_rows, vocab, s.in(params.data(), num_rows),
+                                        workspace, s.out(out, num_rows), stream()),
+             "sample_rows");
+  }
+
+ private:
+  static cudaStream_t stream() { return process_stream(); }
+  static void check(int status, const char* op) {
+    MOERT_CHECK(status == 0, "CUDA op " << op << ": " << cudaGetErrorString(static_cast<cudaError_t>(status)));
+  }
+
+  int device_index_;
+  ResidentWeights weights_;
+};
+
+}  // namespace
+
+int visible_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+Result<std::unique_ptr<backend::Backend>> make_cuda_backend(int device_index) {
+  const int count = visible_device_count();
+  if (count == 0) {
+    return unsupported("--device cuda: no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES hides them)");
+  }
+  const int device = device_index % count;
+  if (const cudaError_t status = cudaSetDevice(device); status != cudaSuccess) {
+    return unsupported("--device cuda: cannot use GPU " + std::to_string(device) + ": " + cudaGetErrorString(status));
+  }
+#if !defined(MOERT_CUDA_EMULATION)
+  // Keep freed pool memory for reuse instead of returning it at every synchronisation.
+  cudaMemPool_t pool = nullptr;
+  if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+    uint64_t keep_all = UINT64_MAX;
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all);
+  }
+#endif
+  return std::unique_ptr<backend::Backend>(new CudaBackend(device));
+}
+
+}  // namespace moert::MOERT_CUDA_NS
