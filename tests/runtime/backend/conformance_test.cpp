@@ -45,7 +45,9 @@ std::unique_ptr<Backend> make_cuda(ThreadPool&) {
   return std::move(*backend);
 }
 std::vector<BackendCase> present_backends() {
-#if defined(MOERT_CUDA_EMULATION)
+#if defined(MOERT_CUDA_EMULATION) && defined(MOERT_CONFORMANCE_CPU_ONLY)
+  return {{"cpu", [](ThreadPool& pool) { return std::make_unique<CpuBackend>(pool); }}};
+#elif defined(MOERT_CUDA_EMULATION)
   return {{"cpu", [](ThreadPool& pool) { return std::make_unique<CpuBackend>(pool); }},
           {"cuda_emulated", make_cuda}};
 #else
