@@ -111,3 +111,39 @@ __device__ __forceinline__ float add_rn(float a, float b) { return a + b; }
 #endif
 
 }  // namespace moert::MOERT_CUDA_NS
+
+namespace moert::MOERT_CUDA_NS {
+
+// The lowest index of the largest value of row[0, count) (count >= 1), found by a block of
+// kThreads threads that all call it; every thread gets it. values, indices: [kThreads] shared
+// scratch, free again when this returns.
+template <int kThreads>
+__device__ int64_t block_argmax(const float* row, int64_t count, float* values, int64_t* indices) {
+  float best = row[0];
+  int64_t best_index = 0;
+  for (int64_t i = threadIdx.x; i < count; i += kThreads) {
+    if (row[i] > best) {
+      best = row[i];
+      best_index = i;
+    }
+  }
+  values[threadIdx.x] = best;
+  indices[threadIdx.x] = best_index;
+  __syncthreads();
+  for (int width = kThreads / 2; width > 0; width /= 2) {
+    if (static_cast<int>(threadIdx.x) < width) {
+      const float other = values[threadIdx.x + width];
+      const int64_t other_index = indices[threadIdx.x + width];
+      if (other > values[threadIdx.x] || (other == values[threadIdx.x] && other_index < indices[threadIdx.x])) {
+        values[threadIdx.x] = other;
+        indices[threadIdx.x] = other_index;
+      }
+    }
+    __syncthreads();
+  }
+  const int64_t result = indices[0];
+  __syncthreads();
+  return result;
+}
+
+}  // namespace moert::MOERT_CUDA_NS

@@ -64,39 +64,12 @@ __global__ void combine_rows_kernel(const int64_t* src_rows, int top_k, const fl
   }
 }
 
-// One block per row: each thread keeps its best (value, index) with the lowest index on
-// ties, then a tree over the block keeps the same order.
+// One block per row.
 __global__ void argmax_rows_kernel(const float* logits, int64_t vocab, int32_t* out) {
-  __shared__ float best_values[kThreads];
-  __shared__ int64_t best_indices[kThreads];
-  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
-  float best = 0.0f;
-  int64_t best_index = -1;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-    if (best_index < 0 || row[i] > best) {
-      best = row[i];
-      best_index = i;
-    }
-  }
-  best_values[threadIdx.x] = best;
-  best_indices[threadIdx.x] = best_index;
-  __syncthreads();
-  for (int width = kThreads / 2; width > 0; width /= 2) {
-    if (static_cast<int>(threadIdx.x) < width) {
-      const float other = best_values[threadIdx.x + width];
-      const int64_t other_index = best_indices[threadIdx.x + width];
-      const int64_t mine = best_indices[threadIdx.x];
-      const bool better = other_index >= 0 &&
-                          (mine < 0 || other > best_values[threadIdx.x] ||
-                           (other == best_values[threadIdx.x] && other_index < mine));
-      if (better) {
-        best_values[threadIdx.x] = other;
-        best_indices[threadIdx.x] = other_index;
-      }
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) out[blockIdx.x] = static_cast<int32_t>(best_indices[0] < 0 ? 0 : best_indices[0]);
+  __shared__ float values[kThreads];
+  __shared__ int64_t indices[kThreads];
+  const int64_t best = block_argmax<kThreads>(logits + static_cast<int64_t>(blockIdx.x) * vocab, vocab, values, indices);
+  if (threadIdx.x == 0) out[blockIdx.x] = static_cast<int32_t>(best);
 }
 
 // experts::glu, operation for operation.

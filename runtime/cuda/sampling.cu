@@ -86,33 +86,8 @@ __global__ void sample_rows_kernel(const float* logits, int64_t vocab, const Sam
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   double* w = workspace + static_cast<int64_t>(blockIdx.x) * vocab;
   const SampleRowParams p = params[blockIdx.x];
-
-  // Max (and, for greedy rows, its lowest index).
-  float best = row[0];
-  int64_t best_index = 0;
-  for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
-    if (row[i] > best || (row[i] == best && i < best_index)) {
-      best = row[i];
-      best_index = i;
-    }
-  }
-  max_scratch[threadIdx.x] = best;
-  index_scratch[threadIdx.x] = best_index;
-  __syncthreads();
-  for (int width = kThreads / 2; width > 0; width /= 2) {
-    if (static_cast<int>(threadIdx.x) < width) {
-      const float other = max_scratch[threadIdx.x + width];
-      const int64_t other_index = index_scratch[threadIdx.x + width];
-      if (other > max_scratch[threadIdx.x] ||
-          (other == max_scratch[threadIdx.x] && other_index < index_scratch[threadIdx.x])) {
-        max_scratch[threadIdx.x] = other;
-        index_scratch[threadIdx.x] = other_index;
-      }
-    }
-    __syncthreads();
-  }
-  const double max_logit = max_scratch[0];
-  const int64_t argmax = index_scratch[0];
+  const int64_t argmax = block_argmax<kThreads>(row, vocab, max_scratch, index_scratch);
+  const double max_logit = row[argmax];
   if (p.temperature == 0.0f) {
     if (threadIdx.x == 0) out[blockIdx.x] = static_cast<int32_t>(argmax);
     return;  // uniform over the block: no thread waits at a later barrier
