@@ -37,6 +37,17 @@ cudaStream_t process_stream() {
   return stream;
 }
 
+// The process's copy stream: weight uploads run on it, and the compute stream waits for each
+// through an event, so an upload never waits for compute queued before it.
+cudaStream_t copy_stream() {
+  static cudaStream_t stream = [] {
+    cudaStream_t created = nullptr;
+    MOERT_CUDA_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
+    return created;
+  }();
+  return stream;
+}
+
 void release_device(void* data) { cudaFreeAsync(data, process_stream()); }
 
 void* device_alloc(int64_t bytes) {
@@ -77,7 +88,12 @@ class ResidentWeights {
     if (address + static_cast<uint64_t>(bytes) > region->first + region->second) return nullptr;
     void* device = nullptr;
     MOERT_CUDA_CHECK(cudaMalloc(&device, static_cast<size_t>(bytes)));
-    MOERT_CUDA_CHECK(cudaMemcpy(device, data, static_cast<size_t>(bytes), cudaMemcpyHostToDevice));
+    MOERT_CUDA_CHECK(cudaMemcpyAsync(device, data, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, copy_stream()));
+    cudaEvent_t uploaded = nullptr;
+    MOERT_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming));
+    MOERT_CUDA_CHECK(cudaEventRecord(uploaded, copy_stream()));
+    MOERT_CUDA_CHECK(cudaStreamWaitEvent(process_stream(), uploaded, 0));
+    MOERT_CUDA_CHECK(cudaEventDestroy(uploaded));  // released once the wait is done
     if (auto old = copies_.find(address); old != copies_.end()) cudaFree(old->second.device);
     copies_[address] = {device, static_cast<uint64_t>(bytes)};
     return device;

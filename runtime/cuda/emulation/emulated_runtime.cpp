@@ -4,57 +4,193 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
-#include <optional>
-#include <thread>
+#include <ucontext.h>
+
+#include <array>
+#include <cstdio>
+#include <memory>
+#include <vector>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 namespace moert::cuda_emulation {
 
-ThreadContext& current() {
-  thread_local ThreadContext context;
-  return context;
+namespace {
+
+// Fibers: one per thread of the block running. A fiber runs until it waits at a barrier or
+// returns; the scheduler (the launching thread) then runs the next runnable one, and when
+// none is left opens every barrier whose live threads all wait there.
+constexpr size_t kFiberStackBytes = 256 * 1024;
+constexpr int kBlockGroup = -1;  // waiting at __syncthreads; >= 0: at warp w's barrier
+
+struct Fiber {
+  ucontext_t context;
+  char* stack = nullptr;  // kFiberStackBytes from fiber_stacks()
+  ThreadContext thread;
+  enum class State { kRunnable, kWaiting, kDone } state = State::kRunnable;
+  int group = kBlockGroup;
+};
+
+struct Scheduler {
+  ucontext_t main;
+  std::vector<Fiber> fibers;
+  std::vector<std::array<uint64_t, 64>> warp_slots;
+  Fiber* running = nullptr;
+  void (*body)(void*) = nullptr;
+  void* closure = nullptr;
+#if defined(__SANITIZE_ADDRESS__)
+  void* main_fake_stack = nullptr;
+  const void* main_stack_bottom = nullptr;
+  size_t main_stack_size = 0;
+#endif
+};
+thread_local Scheduler* active = nullptr;
+
+// Fiber stacks, kept for the next launch (allocating and faulting in fresh ones per launch
+// cost more than the kernels).
+std::vector<std::unique_ptr<char[]>>& fiber_stacks() {
+  thread_local std::vector<std::unique_ptr<char[]>> stacks;
+  return stacks;
 }
 
-// One set of threads serves the whole grid: thread t runs thread t of every block in turn.
-// A block's barriers are made afresh for it (a thread that returned early dropped out of the
-// previous block's), by the completion step of the end-of-block barrier, when no thread is
-// inside a block.
+// AddressSanitizer must be told when the stack changes (its fiber annotations).
+void enter_fiber(Scheduler& s, Fiber& fiber) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_start_switch_fiber(&s.main_fake_stack, fiber.stack, kFiberStackBytes);
+#endif
+  s.running = &fiber;
+  swapcontext(&s.main, &fiber.context);
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(s.main_fake_stack, nullptr, nullptr);
+#endif
+}
+
+void leave_fiber(Scheduler& s, bool finished) {
+  Fiber& fiber = *s.running;
+#if defined(__SANITIZE_ADDRESS__)
+  void* fake_stack = nullptr;
+  __sanitizer_start_switch_fiber(finished ? nullptr : &fake_stack, s.main_stack_bottom, s.main_stack_size);
+#endif
+  swapcontext(&fiber.context, &s.main);
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(fake_stack, &s.main_stack_bottom, &s.main_stack_size);
+#endif
+}
+
+void fiber_entry() {
+  Scheduler& s = *active;
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(nullptr, &s.main_stack_bottom, &s.main_stack_size);
+#endif
+  s.body(s.closure);
+  s.running->state = Fiber::State::kDone;
+  leave_fiber(s, true);
+}
+
+void wait_at(int group) {
+  Scheduler& s = *active;
+  s.running->state = Fiber::State::kWaiting;
+  s.running->group = group;
+  leave_fiber(s, false);
+}
+
+// Opens the barriers whose live threads all wait at them; false when none could open.
+bool open_barriers(Scheduler& s) {
+  bool opened = false;
+  const size_t num_warps = s.warp_slots.size();
+  for (int group = 0; group < static_cast<int>(num_warps); ++group) {
+    bool all_here = true, any = false;
+    for (size_t t = static_cast<size_t>(group) * 32; t < std::min(s.fibers.size(), static_cast<size_t>(group + 1) * 32); ++t) {
+      const Fiber& f = s.fibers[t];
+      if (f.state == Fiber::State::kDone) continue;
+      any = true;
+      all_here = all_here && f.state == Fiber::State::kWaiting && f.group == group;
+    }
+    if (any && all_here) {
+      for (size_t t = static_cast<size_t>(group) * 32; t < std::min(s.fibers.size(), static_cast<size_t>(group + 1) * 32); ++t) {
+        if (s.fibers[t].state == Fiber::State::kWaiting) s.fibers[t].state = Fiber::State::kRunnable;
+      }
+      opened = true;
+    }
+  }
+  if (opened) return true;
+  bool all_at_block = true, any = false;
+  for (const Fiber& f : s.fibers) {
+    if (f.state == Fiber::State::kDone) continue;
+    any = true;
+    all_at_block = all_at_block && f.state == Fiber::State::kWaiting && f.group == kBlockGroup;
+  }
+  if (!any || !all_at_block) return false;
+  for (Fiber& f : s.fibers) {
+    if (f.state == Fiber::State::kWaiting) f.state = Fiber::State::kRunnable;
+  }
+  return true;
+}
+
+}  // namespace
+
+ThreadContext& current() {
+  thread_local ThreadContext outside_a_kernel;
+  return active != nullptr && active->running != nullptr ? active->running->thread : outside_a_kernel;
+}
+
+void sync_block() { wait_at(kBlockGroup); }
+void sync_warp() { wait_at(static_cast<int>(current().thread_idx.x + current().block_dim.x *
+                                            (current().thread_idx.y + current().block_dim.y * current().thread_idx.z)) /
+                           32); }
+
 void run_grid(dim3 grid, dim3 block, void (*body)(void* closure), void* closure) {
   const unsigned threads_per_block = block.x * block.y * block.z;
   const unsigned num_blocks = grid.x * grid.y * grid.z;
   if (threads_per_block == 0 || num_blocks == 0) return;
-  struct BlockSync {
-    explicit BlockSync(unsigned size) : barrier(size) {
-      for (unsigned first = 0; first < size; first += 32) warps.push_back(std::make_unique<Warp>(std::min(32u, size - first)));
+  Scheduler s;
+  s.body = body;
+  s.closure = closure;
+  s.fibers.resize(threads_per_block);
+  s.warp_slots.resize((threads_per_block + 31) / 32);
+  std::vector<std::unique_ptr<char[]>> stacks = std::move(fiber_stacks());  // a nested launch gets its own
+  while (stacks.size() < threads_per_block) stacks.push_back(std::make_unique_for_overwrite<char[]>(kFiberStackBytes));
+  for (unsigned t = 0; t < threads_per_block; ++t) s.fibers[t].stack = stacks[t].get();
+  Scheduler* outer = active;
+  active = &s;
+  for (unsigned b = 0; b < num_blocks; ++b) {
+    for (unsigned t = 0; t < threads_per_block; ++t) {
+      Fiber& fiber = s.fibers[t];
+      fiber.state = Fiber::State::kRunnable;
+      fiber.thread.thread_idx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+      fiber.thread.block_idx = dim3(b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y));
+      fiber.thread.block_dim = block;
+      fiber.thread.grid_dim = grid;
+      fiber.thread.lane = t % 32;
+      fiber.thread.warp_slots = s.warp_slots[t / 32].data();
+      fiber.thread.exchange_parity = 0;
+      getcontext(&fiber.context);
+      fiber.context.uc_stack.ss_sp = fiber.stack;
+      fiber.context.uc_stack.ss_size = kFiberStackBytes;
+      fiber.context.uc_link = nullptr;
+      makecontext(&fiber.context, fiber_entry, 0);
     }
-    std::barrier<> barrier;
-    std::vector<std::unique_ptr<Warp>> warps;
-  };
-  std::optional<BlockSync> sync;
-  sync.emplace(threads_per_block);
-  auto renew = [&]() noexcept { sync.emplace(threads_per_block); };
-  std::barrier<decltype(renew)> end_of_block(threads_per_block, renew);
-  std::vector<std::thread> threads;
-  threads.reserve(threads_per_block);
-  for (unsigned t = 0; t < threads_per_block; ++t) {
-    threads.emplace_back([&, t] {
-      ThreadContext& context = current();
-      context.thread_idx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
-      context.block_dim = block;
-      context.grid_dim = grid;
-      context.lane = t % 32;
-      for (unsigned b = 0; b < num_blocks; ++b) {
-        context.block_idx = dim3(b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y));
-        context.block_barrier = &sync->barrier;
-        context.warp = sync->warps[t / 32].get();
-        body(closure);
-        // A finished thread no longer takes part in this block's barriers (as on the GPU).
-        context.warp->barrier.arrive_and_drop();
-        context.block_barrier->arrive_and_drop();
-        end_of_block.arrive_and_wait();
+    for (;;) {
+      bool ran = false;
+      for (Fiber& fiber : s.fibers) {
+        if (fiber.state != Fiber::State::kRunnable) continue;
+        enter_fiber(s, fiber);
+        ran = true;
       }
-    });
+      if (ran) continue;
+      if (std::all_of(s.fibers.begin(), s.fibers.end(), [](const Fiber& f) { return f.state == Fiber::State::kDone; })) {
+        break;
+      }
+      if (!open_barriers(s)) {
+        std::fprintf(stderr, "emulated kernel: the threads of block %u wait at different barriers (a GPU would hang)\n", b);
+        std::abort();
+      }
+    }
   }
-  for (std::thread& thread : threads) thread.join();
+  s.running = nullptr;
+  active = outer;
+  fiber_stacks() = std::move(stacks);
 }
 
 namespace {
@@ -115,6 +251,14 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
 }
 cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+// Streams are synchronous here: events order nothing.
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
+  *event = nullptr;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
   *attributes = {};
   const auto address = reinterpret_cast<uintptr_t>(ptr);

@@ -3,10 +3,12 @@
 // backend (docs/cuda-backend.md §Emulation). It provides, for host compilers only:
 //  * the kernel language subset the kernels use: __global__/__device__/__shared__,
 //    threadIdx/blockIdx/blockDim/gridDim, __syncthreads, __shfl_xor_sync / __shfl_sync;
-//  * launch(): a grid's blocks run one after another on one set of real threads (thread t of
-//    every block), which meet at barriers (a __shared__ variable is a function-local static:
-//    shared by the threads of the one block running). A thread that returns leaves the
-//    block's barriers, as on a GPU;
+//  * launch(): a grid's blocks run one after another; a block's threads are fibers on the
+//    calling thread (ucontext), each running until it reaches a barrier (__syncthreads, a warp
+//    shuffle) or returns, and a barrier opens once every live thread of its block or warp is
+//    there (a __shared__ variable is a function-local static: shared by the threads of the
+//    one block running). A thread that returns leaves the barriers, as on a GPU. Threads that
+//    wait at different barriers forever are reported and abort (a GPU would hang);
 //  * the runtime API calls the backend glue uses, over host memory: "device" allocations are
 //    recorded so cudaPointerGetAttributes tells them from other host memory, streams are
 //    synchronous.
@@ -19,7 +21,6 @@
 #error "emulated_runtime.h is for host compilers; nvcc uses the real CUDA runtime"
 #endif
 
-#include <barrier>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -41,22 +42,19 @@ struct dim3 {
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 
-struct Warp {
-  explicit Warp(std::ptrdiff_t size) : barrier(size) {}
-  std::barrier<> barrier;
-  uint64_t slots[32] = {};
-};
-
 struct ThreadContext {
   dim3 thread_idx, block_idx, block_dim, grid_dim;
-  std::barrier<>* block_barrier = nullptr;
-  Warp* warp = nullptr;
   unsigned lane = 0;
+  uint64_t* warp_slots = nullptr;  // [2, 32] the shuffle slots of this thread's warp
+  unsigned exchange_parity = 0;    // which half of warp_slots the next shuffle uses
 };
+// The emulated GPU thread running now.
 ThreadContext& current();
+// Waits until every live thread of the block (sync_block) or of the warp (sync_warp) is here.
+void sync_block();
+void sync_warp();
 
-// Runs every block of the grid, in order, on block_dim real threads; returns when all have
-// finished.
+// Runs every block of the grid, in order; returns when all have finished.
 void run_grid(dim3 grid, dim3 block, void (*body)(void* closure), void* closure);
 
 template <typename... Params, typename... Args>
@@ -65,16 +63,21 @@ void launch(dim3 grid, dim3 block, void (*kernel)(Params...), Args&&... args) {
   run_grid(grid, block, [](void* closure) { (*static_cast<decltype(call)*>(closure))(); }, &call);
 }
 
+// A shuffle: every lane publishes its value, one barrier, then reads its source's. The slots
+// alternate between two halves per exchange, so no second barrier is needed: a lane writes
+// the half of exchange k + 2 only after every lane passed exchange k + 1's barrier, hence
+// read exchange k's value.
 template <typename T>
 T exchange_in_warp(T value, unsigned source_lane) {
   static_assert(sizeof(T) <= sizeof(uint64_t));
-  Warp& warp = *current().warp;
+  ThreadContext& self = current();
+  uint64_t* slots = self.warp_slots + 32 * self.exchange_parity;
+  self.exchange_parity ^= 1u;
   uint64_t bits = 0;
   std::memcpy(&bits, &value, sizeof(T));
-  warp.slots[current().lane] = bits;
-  warp.barrier.arrive_and_wait();
-  const uint64_t other = warp.slots[source_lane % 32];
-  warp.barrier.arrive_and_wait();
+  slots[self.lane] = bits;
+  sync_warp();
+  const uint64_t other = slots[source_lane % 32];
   T result;
   std::memcpy(&result, &other, sizeof(T));
   return result;
@@ -88,7 +91,7 @@ using moert::cuda_emulation::dim3;
 #define blockDim (::moert::cuda_emulation::current().block_dim)
 #define gridDim (::moert::cuda_emulation::current().grid_dim)
 
-inline void __syncthreads() { ::moert::cuda_emulation::current().block_barrier->arrive_and_wait(); }
+inline void __syncthreads() { ::moert::cuda_emulation::sync_block(); }
 template <typename T>
 T __shfl_xor_sync(unsigned /*mask*/, T value, int lane_mask, int /*width*/ = 32) {
   return ::moert::cuda_emulation::exchange_in_warp(value, ::moert::cuda_emulation::current().lane ^
@@ -114,6 +117,9 @@ struct cudaPointerAttributes {
 };
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
+constexpr unsigned cudaEventDisableTiming = 2;
 
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaSetDevice(int device);
@@ -127,6 +133,10 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t str
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr);
 cudaError_t cudaGetLastError();
 const char* cudaGetErrorString(cudaError_t error);
