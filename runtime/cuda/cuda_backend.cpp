@@ -15,6 +15,7 @@
 #include "runtime/cuda/linear.h"
 #include "runtime/cuda/rms_norm.h"
 #include "runtime/cuda/rope.h"
+#include "runtime/cuda/router.h"
 #include "runtime/cuda/sampling.h"
 
 namespace moert::MOERT_CUDA_NS {
@@ -429,15 +430,29 @@ class CudaBackend : public backend::Backend {
     s.finish(MOERT_CUDA_NS::grouped_expert_ffn(args, max_entries, stream()), "grouped_expert_ffn");
   }
 
-  // Routing is a few hundred values per token and its result feeds the host-side dispatch
-  // layout, so it runs on the host (experts/router.h), exactly as on the CPU.
+  // On the device (runtime/cuda/router.h) within its size limits, else on the host with the
+  // same rules (experts/router.h). The ids feed the host-built dispatch layout either way.
   void route(const experts::RouterConfig& config, const float* logits, int64_t num_tokens,
              const float* selection_bias, int32_t* expert_ids, float* weights) override {
     if (num_tokens == 0) return;
+    const Status valid = experts::validate_router_config(config);
+    MOERT_CHECK(valid.is_ok(), "route with an invalid RouterConfig: " << valid.message());
+    const int64_t count = num_tokens * config.top_k;
+    if (config.num_experts <= kMaxRouterExperts && config.n_group <= kMaxRouterGroups) {
+      const DeviceRouterConfig device_config{config.num_experts,      config.top_k,
+                                             config.score_func == experts::ScoreFunc::kSigmoid,
+                                             config.norm_topk_prob,   config.routed_scaling_factor,
+                                             config.n_group,          config.topk_group};
+      Staging s(weights_);
+      s.finish(MOERT_CUDA_NS::route_tokens(device_config, s.in(logits, num_tokens * config.num_experts), num_tokens,
+                                           s.in(selection_bias, config.num_experts), s.out(expert_ids, count),
+                                           s.out(weights, count), stream()),
+               "route");
+      return;
+    }
     const std::vector<float> host_logits = host_floats(logits, num_tokens * config.num_experts);
     const std::vector<float> host_bias =
         selection_bias == nullptr ? std::vector<float>{} : host_floats(selection_bias, config.num_experts);
-    const int64_t count = num_tokens * config.top_k;
     std::vector<int32_t> ids(static_cast<size_t>(count));
     std::vector<float> gate_weights(static_cast<size_t>(count));
     experts::route_tokens(config, host_logits.data(), num_tokens, host_bias.empty() ? nullptr : host_bias.data(),

@@ -55,7 +55,8 @@ std::vector<std::unique_ptr<char[]>>& fiber_stacks() {
 }
 
 // AddressSanitizer must be told when the stack changes (its fiber annotations).
-void enter_fiber(Scheduler& s, Fiber& fiber) {
+// Not inlined: swapcontext returns twice, which must not clobber the caller's locals.
+[[gnu::noinline]] void enter_fiber(Scheduler& s, Fiber& fiber) {
 #if defined(__SANITIZE_ADDRESS__)
   __sanitizer_start_switch_fiber(&s.main_fake_stack, fiber.stack, kFiberStackBytes);
 #endif
@@ -66,7 +67,7 @@ void enter_fiber(Scheduler& s, Fiber& fiber) {
 #endif
 }
 
-void leave_fiber(Scheduler& s, bool finished) {
+[[gnu::noinline]] void leave_fiber(Scheduler& s, bool finished) {
   Fiber& fiber = *s.running;
 #if defined(__SANITIZE_ADDRESS__)
   void* fake_stack = nullptr;
@@ -86,6 +87,15 @@ void fiber_entry() {
   s.body(s.closure);
   s.running->state = Fiber::State::kDone;
   leave_fiber(s, true);
+}
+
+// Not inlined for the same reason as enter_fiber (getcontext returns twice).
+[[gnu::noinline]] void prepare_fiber(Fiber& fiber) {
+  getcontext(&fiber.context);
+  fiber.context.uc_stack.ss_sp = fiber.stack;
+  fiber.context.uc_stack.ss_size = kFiberStackBytes;
+  fiber.context.uc_link = nullptr;
+  makecontext(&fiber.context, fiber_entry, 0);
 }
 
 void wait_at(int group) {
@@ -165,11 +175,7 @@ void run_grid(dim3 grid, dim3 block, void (*body)(void* closure), void* closure)
       fiber.thread.lane = t % 32;
       fiber.thread.warp_slots = s.warp_slots[t / 32].data();
       fiber.thread.exchange_parity = 0;
-      getcontext(&fiber.context);
-      fiber.context.uc_stack.ss_sp = fiber.stack;
-      fiber.context.uc_stack.ss_size = kFiberStackBytes;
-      fiber.context.uc_link = nullptr;
-      makecontext(&fiber.context, fiber_entry, 0);
+      prepare_fiber(fiber);
     }
     for (;;) {
       bool ran = false;

@@ -19,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "quant/bf16.h"
 #include "core/check.h"
+#include "experts/router.h"
 #include "runtime/backend/cpu_backend.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/sampling/sampler.h"
@@ -507,6 +508,46 @@ TEST_P(Conformance, RouteSelectsTheTopKOfTheSoftmaxAndAddsAndArgmaxAreExact) {
   std::vector<int32_t> best(2, -1);
   backend_->argmax_rows(rows.data(), 2, 4, best.data());
   EXPECT_EQ(best, (std::vector<int32_t>{1, 1}));
+}
+
+// Every routing rule against the host router (experts/router.h): softmax with and without a
+// balancing bias, DeepSeek-V3 sigmoid + correction bias + group limit with renormalisation
+// and scaling, groups of one; ids exactly, weights within float rounding.
+TEST_P(Conformance, RouteMatchesTheHostRouterForEveryRule) {
+  struct Case {
+    experts::ScoreFunc score;
+    int experts, top_k, n_group, topk_group;
+    bool norm, bias;
+    float scale;
+  };
+  const std::vector<Case> cases = {{experts::ScoreFunc::kSoftmax, 8, 2, 1, 1, false, false, 1.0f},
+                                   {experts::ScoreFunc::kSoftmax, 60, 4, 1, 1, true, true, 1.0f},
+                                   {experts::ScoreFunc::kSigmoid, 16, 4, 4, 2, true, true, 2.5f},
+                                   {experts::ScoreFunc::kSigmoid, 8, 3, 8, 4, false, true, 1.0f},
+                                   {experts::ScoreFunc::kSigmoid, 12, 2, 1, 1, true, false, 1.5f}};
+  for (const Case& c : cases) {
+    experts::RouterConfig config;
+    config.num_experts = c.experts;
+    config.top_k = c.top_k;
+    config.score_func = c.score;
+    config.n_group = c.n_group;
+    config.topk_group = c.topk_group;
+    config.norm_topk_prob = c.norm;
+    config.routed_scaling_factor = c.scale;
+    const int64_t tokens = 21;
+    std::vector<float> logits = random_floats(tokens * c.experts, 2.0f);
+    for (int64_t i = 0; i < tokens * c.experts; i += 5) logits[static_cast<size_t>(i)] = 0.5f;  // ties
+    const std::vector<float> bias = random_floats(c.experts, 0.1f);
+    const float* bias_or_null = c.bias ? bias.data() : nullptr;
+    const auto count = static_cast<size_t>(tokens * c.top_k);
+    std::vector<int32_t> ids(count), expected_ids(count);
+    std::vector<float> weights(count), expected_weights(count);
+    backend_->route(config, logits.data(), tokens, bias_or_null, ids.data(), weights.data());
+    experts::route_tokens(config, logits.data(), tokens, bias_or_null, expected_ids.data(), expected_weights.data());
+    EXPECT_EQ(ids, expected_ids) << c.experts << " experts";
+    const std::vector<double> reference(expected_weights.begin(), expected_weights.end());
+    EXPECT_LT(relative_l2_error(weights.data(), reference.data(), static_cast<int64_t>(count)), 1e-6);
+  }
 }
 
 // Backend draws against the host sampler (sampling::sample_token) on the same rows and

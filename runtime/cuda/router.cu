@@ -1,0 +1,125 @@
+#include "runtime/cuda/router.h"
+
+#include "runtime/cuda/cuda_api.h"
+#include "runtime/cuda/device_math.h"
+
+namespace moert::MOERT_CUDA_NS {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr double kSigmoidNormEps = 1e-20;  // experts/router.cpp
+
+// The k largest of score[0, n) in descending order, ties to the lowest index (the CPU's
+// partial_sort order): k passes, each keeping the first strictly larger score.
+__device__ void top_k_desc(const float* score, int n, int k, bool* taken, int32_t* out) {
+  for (int i = 0; i < n; ++i) taken[i] = false;
+  for (int j = 0; j < k; ++j) {
+    int best = -1;
+    for (int i = 0; i < n; ++i) {
+      if (!taken[i] && (best < 0 || score[i] > score[best])) best = i;
+    }
+    taken[best] = true;
+    out[j] = best;
+  }
+}
+
+// experts::finish_weights: w /= (sum + eps) in float64 when renormalising, then * scale.
+__device__ void finish_weights(float* w, int k, bool renorm, double eps, float scale) {
+  if (renorm) {
+    double sum = 0.0;
+    for (int j = 0; j < k; ++j) sum += w[j];
+    const double denom = sum + eps;
+    for (int j = 0; j < k; ++j) w[j] = static_cast<float>(w[j] / denom);
+  }
+  if (scale != 1.0f) {
+    for (int j = 0; j < k; ++j) w[j] = mul_rn(w[j], scale);
+  }
+}
+
+// One thread per token, operation for operation route_softmax_row / route_sigmoid_row.
+__global__ void route_kernel(DeviceRouterConfig config, const float* logits, int64_t num_tokens, const float* bias,
+                             int32_t* expert_ids, float* weights) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= num_tokens) return;  // no barrier in this kernel
+  const int num_experts = config.num_experts, top_k = config.top_k;
+  const float* logit = logits + t * num_experts;
+  int32_t* ids = expert_ids + t * top_k;
+  float* w = weights + t * top_k;
+  float prob[kMaxRouterExperts];    // softmax p, or sigmoid s
+  float select[kMaxRouterExperts];  // selection score
+  bool taken[kMaxRouterExperts];
+  if (!config.sigmoid) {
+    float max_logit = logit[0];
+    for (int e = 1; e < num_experts; ++e) max_logit = logit[e] > max_logit ? logit[e] : max_logit;
+    double sum = 0.0;
+    for (int e = 0; e < num_experts; ++e) {
+      prob[e] = expf(logit[e] - max_logit);
+      sum += prob[e];
+    }
+    for (int e = 0; e < num_experts; ++e) {
+      prob[e] = static_cast<float>(prob[e] / sum);
+      select[e] = bias != nullptr ? prob[e] + bias[e] : prob[e];
+    }
+    top_k_desc(select, num_experts, top_k, taken, ids);
+    for (int j = 0; j < top_k; ++j) w[j] = prob[ids[j]];
+    finish_weights(w, top_k, config.norm_topk_prob, 0.0, config.routed_scaling_factor);
+    return;
+  }
+  for (int e = 0; e < num_experts; ++e) {
+    prob[e] = 1.0f / (1.0f + expf(-logit[e]));
+    select[e] = bias != nullptr ? prob[e] + bias[e] : prob[e];
+  }
+  if (config.n_group > 1) {
+    // Group score: the sum of its top-2 selection scores (its only one for groups of 1);
+    // experts of the groups not kept are masked with -inf (never 0: docs/moe.md).
+    const int group_size = num_experts / config.n_group;
+    float group_score[kMaxRouterGroups];
+    int32_t kept_groups[kMaxRouterGroups];
+    bool group_taken[kMaxRouterGroups];
+    const float neg_inf = -bits_to_float(0x7f800000u);
+    for (int g = 0; g < config.n_group; ++g) {
+      const float* cg = select + g * group_size;
+      if (group_size == 1) {
+        group_score[g] = cg[0];
+        continue;
+      }
+      float first = neg_inf, second = neg_inf;
+      for (int i = 0; i < group_size; ++i) {
+        if (cg[i] > first) {
+          second = first;
+          first = cg[i];
+        } else if (cg[i] > second) {
+          second = cg[i];
+        }
+      }
+      group_score[g] = first + second;
+    }
+    top_k_desc(group_score, config.n_group, config.topk_group, group_taken, kept_groups);
+    for (int g = 0; g < config.n_group; ++g) {
+      bool kept = false;
+      for (int j = 0; j < config.topk_group; ++j) kept = kept || kept_groups[j] == g;
+      if (!kept) {
+        for (int i = 0; i < group_size; ++i) select[g * group_size + i] = neg_inf;
+      }
+    }
+  }
+  top_k_desc(select, num_experts, top_k, taken, ids);
+  for (int j = 0; j < top_k; ++j) w[j] = prob[ids[j]];
+  finish_weights(w, top_k, config.norm_topk_prob, kSigmoidNormEps, config.routed_scaling_factor);
+}
+
+}  // namespace
+
+int route_tokens(const DeviceRouterConfig& config, const float* logits, int64_t num_tokens,
+                 const float* correction_bias, int32_t* expert_ids, float* weights, CUstream_st* stream) {
+  if (num_tokens == 0) return 0;
+  if (config.num_experts > kMaxRouterExperts || config.n_group > kMaxRouterGroups) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  const int64_t blocks = ceil_div(num_tokens, kThreads);
+  MOERT_LAUNCH(route_kernel, static_cast<unsigned>(blocks), kThreads, stream, config, logits, num_tokens,
+               correction_bias, expert_ids, weights);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace moert::MOERT_CUDA_NS
