@@ -57,6 +57,7 @@ else
 fi
 export MOERT_BIN="$bin/moert" MOERT_SHARED_DIR="$shared" MOERT_LOG_LEVEL=warn
 work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
 
 log "1. cuda tests"
 "$bin/backend_conformance_cuda_test" --gtest_output="json:$out/conformance.json" > "$out/conformance.log" 2>&1
@@ -75,9 +76,9 @@ for ref in "$shared"/reference/*/; do
     > "$out/score-$name.log" 2>&1
   python3 - "$ref" "$work/$name" "$name" >> "$out/score.jsonl" <<'PY'
 import json, sys
-import numpy as np
 ref, got, name = sys.argv[1:4]
 try:
+    import numpy as np
     expected = json.load(open(ref + "/ref.json"))
     scored = json.load(open(got + ".json"))
     errors = []
