@@ -303,19 +303,35 @@ class CudaBackend : public backend::Backend {
              "linear");
   }
 
+  // The cos / sin tables of a step serve every layer: kept on the device while the rotation
+  // (its shape and its factors at position 1, which tell its frequencies and attention factor)
+  // and the positions stay the same.
   void rope(const attention::RotaryEmbedding& rope, float* heads, int64_t num_tokens, int num_heads,
             const int64_t* positions) override {
     if (num_tokens == 0) return;
     const int half = rope.rotary_dim() / 2;
-    std::vector<float> cos(static_cast<size_t>(num_tokens * half)), sin(cos.size());
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      rope.cos_sin(positions[t], cos.data() + t * half, sin.data() + t * half);
+    std::vector<float> probe_cos(static_cast<size_t>(half)), probe_sin(probe_cos.size());
+    rope.cos_sin(1, probe_cos.data(), probe_sin.data());
+    RopeTables& tables = rope_tables_;
+    const bool cached = tables.head_dim == rope.head_dim() && tables.rotary_dim == rope.rotary_dim() &&
+                        tables.first_channel == rope.first_channel() && tables.pairing == rope.pairing() &&
+                        tables.probe_cos == probe_cos && tables.probe_sin == probe_sin &&
+                        std::equal(positions, positions + num_tokens, tables.positions.begin(), tables.positions.end());
+    if (!cached) {
+      std::vector<float> cos(static_cast<size_t>(num_tokens * half)), sin(cos.size());
+      for (int64_t t = 0; t < num_tokens; ++t) rope.cos_sin(positions[t], cos.data() + t * half, sin.data() + t * half);
+      tables = RopeTables{rope.head_dim(), rope.rotary_dim(), rope.first_channel(), rope.pairing(),
+                          std::move(probe_cos), std::move(probe_sin),
+                          std::vector<int64_t>(positions, positions + num_tokens),
+                          allocate(DType::kF32, {num_tokens, half}), allocate(DType::kF32, {num_tokens, half})};
+      copy(tables.cos.data<float>(), cos.data(), num_tokens * half);
+      copy(tables.sin.data<float>(), sin.data(), num_tokens * half);
     }
     Staging s(weights_);
     s.finish(MOERT_CUDA_NS::rope(s.inout(heads, num_tokens * num_heads * rope.head_dim()), num_tokens, num_heads,
                                  rope.head_dim(), rope.rotary_dim(), rope.first_channel(),
-                                 rope.pairing() == attention::RopePairing::kInterleaved,
-                                 s.in(cos.data(), num_tokens * half), s.in(sin.data(), num_tokens * half), stream()),
+                                 rope.pairing() == attention::RopePairing::kInterleaved, tables.cos.data<float>(),
+                                 tables.sin.data<float>(), stream()),
              "rope");
   }
 
@@ -559,8 +575,17 @@ class CudaBackend : public backend::Backend {
     MOERT_CHECK(status == 0, "CUDA op " << op << ": " << cudaGetErrorString(static_cast<cudaError_t>(status)));
   }
 
+  struct RopeTables {
+    int head_dim = 0, rotary_dim = 0, first_channel = 0;
+    attention::RopePairing pairing = attention::RopePairing::kRotateHalf;
+    std::vector<float> probe_cos, probe_sin;  // the factors at position 1
+    std::vector<int64_t> positions;
+    Buffer cos, sin;  // [T, rotary_dim / 2] on the device
+  };
+
   int device_index_;
   ResidentWeights weights_;
+  RopeTables rope_tables_;
 };
 
 }  // namespace

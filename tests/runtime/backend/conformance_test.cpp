@@ -180,10 +180,13 @@ TEST_P(Conformance, RopeRotatesChannelPairsAtEachPositionAsFloat64) {
     RopePairing pairing;
   };
   // Full, partial, a rotated tail after pass-through channels (MLA's [latent | rope]).
+  // Each shape under two thetas in turn on the same positions: a backend that keeps tables
+  // between calls must tell the rotations apart.
   for (const Case& test : {Case{8, 8, 0, RopePairing::kRotateHalf}, Case{64, 32, 0, RopePairing::kRotateHalf},
                            Case{6, 2, 0, RopePairing::kRotateHalf}, Case{8, 8, 0, RopePairing::kInterleaved},
-                           Case{40, 16, 24, RopePairing::kInterleaved}, Case{12, 4, 6, RopePairing::kRotateHalf}}) {
-    const attention::RotaryEmbedding rope(test.head_dim, test.rotary_dim, 10000.0, {}, test.pairing,
+                           Case{40, 16, 24, RopePairing::kInterleaved}, Case{12, 4, 6, RopePairing::kRotateHalf}})
+  for (const double theta : {10000.0, 1000000.0}) {
+    const attention::RotaryEmbedding rope(test.head_dim, test.rotary_dim, theta, {}, test.pairing,
                                           test.first_channel);
     const int heads = 3, head_dim = test.head_dim, half = test.rotary_dim / 2;
     const std::vector<int64_t> positions{0, 1, 17, 4095, 5};
@@ -195,7 +198,7 @@ TEST_P(Conformance, RopeRotatesChannelPairsAtEachPositionAsFloat64) {
         const size_t base = static_cast<size_t>((t * heads + h) * head_dim + test.first_channel);
         for (int i = 0; i < half; ++i) {
           const double angle =
-              static_cast<double>(positions[static_cast<size_t>(t)]) * std::pow(10000.0, -2.0 * i / test.rotary_dim);
+              static_cast<double>(positions[static_cast<size_t>(t)]) * std::pow(theta, -2.0 * i / test.rotary_dim);
           const bool interleaved = test.pairing == RopePairing::kInterleaved;
           const size_t first = base + static_cast<size_t>(interleaved ? 2 * i : i);
           const size_t second = base + static_cast<size_t>(interleaved ? 2 * i + 1 : i + half);
@@ -206,7 +209,7 @@ TEST_P(Conformance, RopeRotatesChannelPairsAtEachPositionAsFloat64) {
       }
     }
     backend_->rope(rope, x.data(), tokens, heads, positions.data());
-    EXPECT_LT(relative_l2_error(x.data(), expected.data(), tokens * heads * head_dim), kTolerance) << head_dim;
+    EXPECT_LT(relative_l2_error(x.data(), expected.data(), tokens * heads * head_dim), kTolerance) << head_dim << " theta " << theta;
     backend_->rope(rope, nullptr, 0, heads, nullptr);
   }
 }
