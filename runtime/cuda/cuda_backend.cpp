@@ -27,25 +27,23 @@ namespace {
     MOERT_CHECK(moert_cuda_status == cudaSuccess, #call << ": " << cudaGetErrorString(moert_cuda_status)); \
   } while (0)
 
+cudaStream_t new_stream() {
+  cudaStream_t created = nullptr;
+  MOERT_CUDA_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
+  return created;
+}
+
 // The process's stream: every backend of the process (the model, a draft model) orders its
 // work on it, and Buffer's release function (a plain function pointer) frees onto it.
 cudaStream_t process_stream() {
-  static cudaStream_t stream = [] {
-    cudaStream_t created = nullptr;
-    MOERT_CUDA_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
-    return created;
-  }();
+  static const cudaStream_t stream = new_stream();
   return stream;
 }
 
 // The process's copy stream: weight uploads run on it, and the compute stream waits for each
 // through an event, so an upload never waits for compute queued before it.
 cudaStream_t copy_stream() {
-  static cudaStream_t stream = [] {
-    cudaStream_t created = nullptr;
-    MOERT_CUDA_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
-    return created;
-  }();
+  static const cudaStream_t stream = new_stream();
   return stream;
 }
 
