@@ -44,17 +44,20 @@ Status validate_quantized_weight(const QuantizedWeightView& w) {
   return Status::ok();
 }
 
-int64_t quantized_weight_bytes(const QuantizedWeightView& w) {
+QuantizedWeightSizes quantized_weight_sizes(const QuantizedWeightView& w) {
   const int64_t n = w.rows, k = w.cols;
   switch (w.format) {
-    case WeightFormat::kNvfp4: return n * k / 2 + n * (k / kNvfp4BlockSize);
-    case WeightFormat::kMxfp4: return n * k / 2 + n * (k / kMxfp4BlockSize);
+    case WeightFormat::kNvfp4: return {n * k / 2, n * (k / kNvfp4BlockSize), 0};
+    case WeightFormat::kMxfp4: return {n * k / 2, n * (k / kMxfp4BlockSize), 0};
     case WeightFormat::kFp8Block:
-      return n * k + static_cast<int64_t>(sizeof(float)) * ((n + kFp8BlockSize - 1) / kFp8BlockSize) *
-                         ((k + kFp8BlockSize - 1) / kFp8BlockSize);
-    case WeightFormat::kFp8Tensor: return n * k;
+      return {n * k, 0,
+              static_cast<int64_t>(sizeof(float)) * ((n + kFp8BlockSize - 1) / kFp8BlockSize) *
+                  ((k + kFp8BlockSize - 1) / kFp8BlockSize)};
+    case WeightFormat::kFp8Tensor: return {n * k, 0, 0};
   }
-  return 0;
+  return {};
 }
+
+int64_t quantized_weight_bytes(const QuantizedWeightView& w) { return quantized_weight_sizes(w).total(); }
 
 }  // namespace moert::quant

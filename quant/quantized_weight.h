@@ -42,6 +42,16 @@ struct QuantizedWeightView {
 // matrix. Errors are kInvalidArgument and name the offending value.
 Status validate_quantized_weight(const QuantizedWeightView& w);
 
+// The bytes of each buffer of the view (0 for a buffer its format does not use): what a
+// copy of the weight (a device upload, a residency registration) must take.
+struct QuantizedWeightSizes {
+  int64_t data = 0;          // packed codes
+  int64_t scales = 0;        // NVFP4 / MXFP4 block scales
+  int64_t block_scales = 0;  // FP8 block: block_scale_inv, in bytes
+  int64_t total() const { return data + scales + block_scales; }
+};
+QuantizedWeightSizes quantized_weight_sizes(const QuantizedWeightView& w);
+
 // Bytes of data and scales one pass over the weight reads (for bandwidth figures).
 int64_t quantized_weight_bytes(const QuantizedWeightView& w);
 

@@ -213,28 +213,18 @@ DeviceWeight device_weight(const quant::LinearWeight& weight, Staging& staging) 
     return w;
   }
   const quant::QuantizedWeightView& q = *weight.packed;
-  const int64_t n = q.rows, k = q.cols;
+  const quant::QuantizedWeightSizes sizes = quant::quantized_weight_sizes(q);
   w.global_scale = q.global_scale;
   switch (q.format) {
-    case quant::WeightFormat::kNvfp4:
-      w.kind = DeviceWeight::Kind::kNvfp4;
-      w.data = staging.weight(q.data, n * k / 2);
-      w.scales = staging.weight(q.scales, n * k / 16);
-      break;
-    case quant::WeightFormat::kMxfp4:
-      w.kind = DeviceWeight::Kind::kMxfp4;
-      w.data = staging.weight(q.data, n * k / 2);
-      w.scales = staging.weight(q.scales, n * k / 32);
-      break;
-    case quant::WeightFormat::kFp8Block:
-      w.kind = DeviceWeight::Kind::kFp8Block;
-      w.data = staging.weight(q.data, n * k);
-      w.block_scale_inv = staging.weight(q.block_scale_inv, ((n + 127) / 128) * ((k + 127) / 128));
-      break;
-    case quant::WeightFormat::kFp8Tensor:
-      w.kind = DeviceWeight::Kind::kFp8Tensor;
-      w.data = staging.weight(q.data, n * k);
-      break;
+    case quant::WeightFormat::kNvfp4: w.kind = DeviceWeight::Kind::kNvfp4; break;
+    case quant::WeightFormat::kMxfp4: w.kind = DeviceWeight::Kind::kMxfp4; break;
+    case quant::WeightFormat::kFp8Block: w.kind = DeviceWeight::Kind::kFp8Block; break;
+    case quant::WeightFormat::kFp8Tensor: w.kind = DeviceWeight::Kind::kFp8Tensor; break;
+  }
+  w.data = staging.weight(q.data, sizes.data);
+  if (sizes.scales > 0) w.scales = staging.weight(q.scales, sizes.scales);
+  if (sizes.block_scales > 0) {
+    w.block_scale_inv = staging.weight(q.block_scale_inv, sizes.block_scales / static_cast<int64_t>(sizeof(float)));
   }
   return w;
 }

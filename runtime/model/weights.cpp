@@ -534,26 +534,12 @@ void visit_weight(const quant::LinearWeight& weight, const std::function<void(co
     visit_view(weight.dense, visit);
     return;
   }
-  // The whole packed storage of the weight: data, then the scales.
+  // The whole packed storage of the weight: data, then the scales its format uses.
   const quant::QuantizedWeightView& q = *weight.packed;
-  const int64_t elements = q.rows * q.cols;
-  switch (q.format) {
-    case quant::WeightFormat::kNvfp4:
-      visit(q.data, elements / 2);
-      visit(q.scales, elements / 16);
-      break;
-    case quant::WeightFormat::kMxfp4:
-      visit(q.data, elements / 2);
-      visit(q.scales, elements / 32);
-      break;
-    case quant::WeightFormat::kFp8Block:
-      visit(q.data, elements);
-      visit(q.block_scale_inv, static_cast<int64_t>(sizeof(float)) * ((q.rows + 127) / 128) * ((q.cols + 127) / 128));
-      break;
-    case quant::WeightFormat::kFp8Tensor:
-      visit(q.data, elements);
-      break;
-  }
+  const quant::QuantizedWeightSizes sizes = quant::quantized_weight_sizes(q);
+  visit(q.data, sizes.data);
+  if (sizes.scales > 0) visit(q.scales, sizes.scales);
+  if (sizes.block_scales > 0) visit(q.block_scale_inv, sizes.block_scales);
 }
 
 void visit_linear(const Linear& linear, const std::function<void(const void*, int64_t)>& visit) {
