@@ -144,7 +144,7 @@ int run_bench(const std::vector<std::string>& args) {
   std::optional<std::string> setup_error;
   try {
     loaded = value_or_throw(load_model(o.model_dir));
-    device_backend = open_device_backend(engine_options);
+    device_backend = open_device_backend(engine_options.device);
     config = resolve_engine_config(engine_options, loaded->config,
                                    device_backend ? device_backend->preferred_kv_cache_dtype() : DType::kF32);
     config->forward_when_idle = true;

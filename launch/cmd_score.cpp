@@ -7,7 +7,7 @@
 
 #include "launch/commands.h"
 #include "core/thread_pool.h"
-#include "runtime/backend/backend_factory.h"
+#include "launch/engine_options.h"
 #include "runtime/io/npy.h"
 #include "runtime/model/reference_forward.h"
 #include "runtime/model/weights.h"
@@ -38,15 +38,14 @@ int run_score(const std::vector<std::string>& args) {
       ("num-tokens,n", po::value(&num_generate)->default_value(32), "greedy tokens to generate")
       ("out", po::value(&out_prefix), "write PREFIX.json, PREFIX.prompt_logits.npy, PREFIX.gen_logits.npy")
       ("threads", po::value(&threads)->default_value(0), "worker threads (0: MOERT_NUM_THREADS or all cores)")
-      ("device", po::value(&device)->default_value("cpu"), "where the model computes: cpu or cuda (GPU 0)");
+      ("device", po::value(&device)->default_value("cpu"), "where the model computes: cpu or cuda (GPU local_rank % GPUs: GPU 0 outside a launcher)");
   po::variables_map vm;
   if (!parse_command_line(args, options, &vm)) return 0;
   if (num_generate < 0) throw CommandError("--num-tokens = " + std::to_string(num_generate) + " must be >= 0");
   const std::vector<int> parsed = parse_int_list(tokens_text, "tokens");
   const std::vector<int32_t> prompt(parsed.begin(), parsed.end());
 
-  const std::unique_ptr<backend::Backend> device_backend =
-      value_or_throw(backend::open_device(value_or_throw(backend::parse_device(device)), 0));
+  const std::unique_ptr<backend::Backend> device_backend = open_device_backend(device);
   std::unique_ptr<LoadedModel> model = value_or_throw(load_model(model_dir));
   ThreadPool pool(threads > 0 ? threads : default_num_threads());
   ReferenceForward forward(model->config, model->weights, pool, device_backend.get());

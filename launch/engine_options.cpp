@@ -38,12 +38,8 @@ void add_engine_options(po::options_description& options, EngineOptions& v) {
        "among the ranks on this node when the launcher did not bind them)");
 }
 
-std::unique_ptr<backend::Backend> open_device_backend(const EngineOptions& values) {
-  const Result<backend::DeviceChoice> choice = backend::parse_device(values.device);
-  if (!choice.is_ok()) throw CommandError(choice.status().message());
-  Result<std::unique_ptr<backend::Backend>> opened = backend::open_device(*choice, comm::local_rank());
-  if (!opened.is_ok()) throw CommandError(opened.status().message());
-  return std::move(*opened);
+std::unique_ptr<backend::Backend> open_device_backend(const std::string& device) {
+  return value_or_throw(backend::open_device(value_or_throw(backend::parse_device(device)), comm::local_rank()));
 }
 
 engine::EngineConfig resolve_engine_config(const EngineOptions& v, const ModelConfig& model, DType auto_kv_cache_dtype) {

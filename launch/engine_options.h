@@ -32,10 +32,10 @@ void add_engine_options(boost::program_options::options_description& options, En
 engine::EngineConfig resolve_engine_config(const EngineOptions& values, const ModelConfig& config,
                                            DType auto_kv_cache_dtype = DType::kF32);
 int resolve_threads(const EngineOptions& values);
-// The backend of --device for this rank: null for cpu (the model computes on a CpuBackend
-// over its pool), the CUDA backend on GPU local_rank % devices for cuda. Throws CommandError
-// with one line naming the problem (no CUDA in this build, no GPU visible, a bad value).
-std::unique_ptr<backend::Backend> open_device_backend(const EngineOptions& values);
+// The backend of `--device` (cpu or cuda) for this rank: null for cpu (the model computes on
+// a CpuBackend over its pool), the CUDA backend on GPU local_rank % devices for cuda. Throws
+// CommandError with one line naming the problem (no CUDA in this build, no GPU, a bad value).
+std::unique_ptr<backend::Backend> open_device_backend(const std::string& device);
 // The KV pool's bytes for --kv-cache-memory-fraction: fraction x MemAvailable (/proc/meminfo)
 // / ranks on this node. Throws CommandError when the fraction is outside (0, 1] or the
 // available memory cannot be read.

@@ -12,14 +12,6 @@ Result<DeviceChoice> parse_device(const std::string& name) {
   return invalid_argument("--device '" + name + "' is not cpu or cuda");
 }
 
-bool cuda_backend_compiled() {
-#if defined(MOERT_HAS_CUDA_BACKEND)
-  return true;
-#else
-  return false;
-#endif
-}
-
 Result<std::unique_ptr<Backend>> open_device(DeviceChoice choice, int local_rank) {
   if (choice == DeviceChoice::kCpu) return std::unique_ptr<Backend>();
 #if defined(MOERT_HAS_CUDA_BACKEND)

@@ -15,9 +15,6 @@ enum class DeviceChoice { kCpu, kCuda };
 // "cpu" or "cuda"; anything else is kInvalidArgument naming the value.
 Result<DeviceChoice> parse_device(const std::string& name);
 
-// True when this build compiled the CUDA backend (MOERT_WITH_CUDA).
-bool cuda_backend_compiled();
-
 // The backend for `choice` on this process: null for kCpu (the model makes a CpuBackend over
 // its thread pool); for kCuda the GPU local_rank % device count. kUnsupported, with one line
 // naming the problem, when the build has no CUDA backend or no GPU is visible.

@@ -107,7 +107,7 @@ void CpuBackend::gated_add(float* x, const float* y, const float* gate_logits, i
 }
 
 void CpuBackend::copy(float* dst, const float* src, int64_t count) {
-  if (count > 0) std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(count));
+  copy_bytes(dst, src, count * static_cast<int64_t>(sizeof(float)));
 }
 
 void CpuBackend::copy_bytes(void* dst, const void* src, int64_t bytes) {
