@@ -14,14 +14,15 @@
 #
 # With a packed bundle (scripts/device-pack.sh) the references travel in chunks, one per
 # call: `device-check.sh --stage` unpacks this call's .device/refs-*/ (and the bundle) into
-# $MOERT_DEVICE_STAGE (/tmp/moert-device), which outlives the call while the machine stays
-# warm; the last call runs the check without --stage.
+# $MOERT_DEVICE_STAGE (.device/stage in the repository: ignored by git, so the device tool
+# keeps it between calls while the machine stays warm); the last call runs the check without
+# --stage.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 out="${OUT:-$repo/device-out}"
 mkdir -p "$out"
-stage="${MOERT_DEVICE_STAGE:-/tmp/moert-device}"
+stage="${MOERT_DEVICE_STAGE:-$repo/.device/stage}"
 log() { echo "[device-check $(date +%T)] $*" | tee -a "$out/check.log"; }
 
 mkdir -p "$stage/shared/reference"
