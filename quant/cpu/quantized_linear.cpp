@@ -22,10 +22,11 @@ namespace {
 
 using namespace qlinear_detail;  // the canonical lanes, RowRef, weight_at, the row driver
 
-// Every block-scale tile stays finite when multiplied by 256 (else the portable path runs).
+// Every scale the SIMD paths multiply by 256 (FP8 block and tensor scales, the NVFP4 global
+// scale: see kFp8FoldLimit) stays finite (else the portable path runs).
 bool fp8_scales_foldable(const QuantizedWeightView& w) {
   auto ok = [](float s) { return !(std::isfinite(s) && std::fabs(s) > kFp8FoldLimit); };
-  if (w.format == WeightFormat::kFp8Tensor) return ok(w.global_scale);
+  if (w.format == WeightFormat::kFp8Tensor || w.format == WeightFormat::kNvfp4) return ok(w.global_scale);
   if (w.format != WeightFormat::kFp8Block) return true;
   const int64_t count = ((w.rows + kFp8BlockSize - 1) / kFp8BlockSize) * ((w.cols + kFp8ScaleCols - 1) / kFp8ScaleCols);
   for (int64_t i = 0; i < count; ++i) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/cpu/prefetch.h"
 #include "quant/cpu/quantized_linear.h"
 #include "quant/formats/fp4.h"
 #include "quant/formats/fp8.h"
@@ -104,6 +105,12 @@ inline uint64_t load_u64(const uint8_t* p) {
 // product E4M3 * s rounded once, i.e. the codec's value, as long as 256 * s does not overflow
 // (fp8_scales_foldable). The NaN codes (S.1111.111) become an F16 NaN.
 constexpr float kFp8FoldLimit = 0x1p100f;
+
+// Prefetches a weight stream (packed codes or scale bytes) ahead, once per cache line:
+// `offset` is the byte the loop reads now.
+inline void prefetch_stream_at(const uint8_t* stream, int64_t offset) {
+  if (offset % cpu::kCacheLineBytes == 0) cpu::prefetch_weight_stream(stream + offset);
+}
 
 // ---- The row driver, shared by every path ------------------------------------------------------
 // Kernel: kRows (x rows per tile, 2 or 4), kCols (weight rows per tile) and

@@ -6,10 +6,21 @@
 
 #include <cmath>
 
+#include "core/cpu/prefetch.h"
+
 namespace moert::cpu::x86 {
 namespace {
 
 using namespace dot_detail;
+
+template <WeightKind kind>
+constexpr int64_t kWeightBytes = kind == WeightKind::kF32 ? 4 : 2;
+
+// Prefetches weight row w ahead once per cache line the loop at element i consumes.
+template <WeightKind kind>
+inline void prefetch_row(const void* w, int64_t i) {
+  if ((i * kWeightBytes<kind>) % kCacheLineBytes == 0) prefetch_weight_stream(static_cast<const char*>(w) + i * kWeightBytes<kind>);
+}
 
 // ---- AVX-512 -----------------------------------------------------------------------------
 template <WeightKind kind>
@@ -32,6 +43,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void dot_rows_avx5
   for (int r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + kLanes <= k; i += kLanes) {
+    prefetch_row<kind>(w, i);
     const __m512 wv = load16_avx512<kind>(w, i);
     for (int r = 0; r < rows; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * x_stride + i), wv, acc[r]);
   }
@@ -55,7 +67,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void dot_block_avx
   int64_t i = 0;
   for (; i + kLanes <= k; i += kLanes) {
     __m512 wv[cols];
-    for (int c = 0; c < cols; ++c) wv[c] = load16_avx512<kind>(w_rows[c], i);
+    for (int c = 0; c < cols; ++c) {
+      prefetch_row<kind>(w_rows[c], i);
+      wv[c] = load16_avx512<kind>(w_rows[c], i);
+    }
     for (int r = 0; r < rows; ++r) {
       const __m512 xv = _mm512_loadu_ps(x + r * x_stride + i);
       for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
@@ -93,6 +108,7 @@ __attribute__((target("avx2,fma,f16c"))) void dot_rows_avx2(const float* x, int6
   for (int r = 0; r < rows; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + kLanes <= k; i += kLanes) {
+    prefetch_row<kind>(w, i);
     const __m256 w_lo = load8_avx2<kind>(w, i);
     const __m256 w_hi = load8_avx2<kind>(w, i + 8);
     for (int r = 0; r < rows; ++r) {

@@ -47,13 +47,23 @@ MOERT_AVX512 void finish_avx512(__m512 (&acc)[rows][cols], const int* perm, cons
 constexpr int64_t kNvfp4Chunk = 1024;  // K elements per scale chunk
 constexpr int64_t kNvfp4ChunkBlocks = kNvfp4Chunk / kNvfp4BlockSize;
 
+// 16 E4M3 bytes -> 16 floats (times 2^-8; see kFp8FoldLimit), NaN codes -> NaN.
+MOERT_AVX512 inline __m512 fp8_decode16_avx512(const uint8_t* p) {
+  const __m256i sx = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  // Sign-extended byte << 7: bits 7..14 = the byte, bit 15 = its sign; drop bit 14.
+  __m256i h = _mm256_and_si256(_mm256_slli_epi16(sx, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
+  const __m256i mag = _mm256_set1_epi16(0x3F80);
+  const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, mag), mag);
+  h = _mm256_mask_mov_epi16(h, nan, _mm256_set1_epi16(0x7E00));
+  return _mm512_cvtph_ps(h);
+}
+
+// The E4M3 bytes through fp8_decode16_avx512 (the value times 2^-8, exact) times 256 * global:
+// one rounding of the exact product, i.e. e4m3_decode(byte) * global_scale (no gather).
 MOERT_AVX512 void nvfp4_scales_avx512(const uint8_t* bytes, int64_t count, float global_scale, float* out) {
-  const __m512 g = _mm512_set1_ps(global_scale);
+  const __m512 g = _mm512_set1_ps(global_scale * 256.0f);
   int64_t b = 0;
-  for (; b + 16 <= count; b += 16) {
-    const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + b)));
-    _mm512_storeu_ps(out + b, _mm512_mul_ps(_mm512_i32gather_ps(idx, kE4m3Values.data(), 4), g));
-  }
+  for (; b + 16 <= count; b += 16) _mm512_storeu_ps(out + b, _mm512_mul_ps(fp8_decode16_avx512(bytes + b), g));
   for (; b < count; ++b) out[b] = e4m3_decode(bytes[b]) * global_scale;
 }
 
@@ -70,12 +80,14 @@ MOERT_AVX512 void nvfp4_tile_avx512(const float* x, int64_t x_stride, int64_t k,
   for (int64_t k0 = 0; k0 < k; k0 += kNvfp4Chunk) {
     const int64_t num_blocks = (std::min(k, k0 + kNvfp4Chunk) - k0) / kNvfp4BlockSize;
     for (int c = 0; c < cols; ++c) {
+      prefetch_stream_at(w[c].scales, k0 / kNvfp4BlockSize);
       nvfp4_scales_avx512(w[c].scales + k0 / kNvfp4BlockSize, num_blocks, w[c].global_scale, scale[c]);
     }
     for (int64_t b = 0; b < num_blocks; ++b) {
       const int64_t i = k0 + b * kNvfp4BlockSize;
       __m512 wv[cols];
       for (int c = 0; c < cols; ++c) {
+        prefetch_stream_at(w[c].data, i / 2);
         // table[code] * scale: the codec's e2m1 * (e4m3 * global), one rounding.
         const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(scale[c][b]));
         wv[c] = _mm512_permutexvar_ps(fp4_codes_avx512(w[c].data + i / 2, shifts), scaled);
@@ -102,6 +114,8 @@ MOERT_AVX512 void mxfp4_tile_avx512(const float* x, int64_t x_stride, int64_t k,
   for (int64_t i = 0; i < k; i += kMxfp4BlockSize) {
     __m512 w0[cols], w1[cols];
     for (int c = 0; c < cols; ++c) {
+      prefetch_stream_at(w[c].data, i / 2);
+      prefetch_stream_at(w[c].scales, i / kMxfp4BlockSize);
       const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(e8m0_decode(w[c].scales[i / kMxfp4BlockSize])));
       w0[c] = _mm512_permutexvar_ps(fp4_codes_avx512(w[c].data + i / 2, shifts), scaled);
       w1[c] = _mm512_permutexvar_ps(fp4_codes_avx512(w[c].data + i / 2 + 8, shifts), scaled);
@@ -119,17 +133,6 @@ MOERT_AVX512 void mxfp4_tile_avx512(const float* x, int64_t x_stride, int64_t k,
                             [&](int c, int64_t i) { return weight_at<WeightFormat::kMxfp4>(w[c], i); }, out);
 }
 
-// 16 E4M3 bytes -> 16 floats (times 2^-8; see kFp8FoldLimit), NaN codes -> NaN.
-MOERT_AVX512 inline __m512 fp8_decode16_avx512(const uint8_t* p) {
-  const __m256i sx = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  // Sign-extended byte << 7: bits 7..14 = the byte, bit 15 = its sign; drop bit 14.
-  __m256i h = _mm256_and_si256(_mm256_slli_epi16(sx, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
-  const __m256i mag = _mm256_set1_epi16(0x3F80);
-  const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, mag), mag);
-  h = _mm256_mask_mov_epi16(h, nan, _mm256_set1_epi16(0x7E00));
-  return _mm512_cvtph_ps(h);
-}
-
 template <int rows, int cols>
 MOERT_AVX512 void fp8_tile_avx512(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
   __m512 acc[rows][cols];
@@ -145,7 +148,10 @@ MOERT_AVX512 void fp8_tile_avx512(const float* x, int64_t x_stride, int64_t k, c
     const int64_t i1 = std::min(k_full, i0 + kFp8ScaleCols);
     for (int64_t i = i0; i < i1; i += kLanes) {
       __m512 wv[cols];
-      for (int c = 0; c < cols; ++c) wv[c] = _mm512_mul_ps(fp8_decode16_avx512(w[c].data + i), scale[c]);
+      for (int c = 0; c < cols; ++c) {
+        prefetch_stream_at(w[c].data, i);
+        wv[c] = _mm512_mul_ps(fp8_decode16_avx512(w[c].data + i), scale[c]);
+      }
       for (int r = 0; r < rows; ++r) {
         const __m512 xv = _mm512_loadu_ps(x + r * x_stride + i);
         for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
@@ -206,13 +212,21 @@ MOERT_AVX2 void finish_avx2(__m256 (&acc_a)[rows][cols], __m256 (&acc_b)[rows][c
   }
 }
 
+// 8 E4M3 bytes -> 8 floats times 2^-8, as fp8_decode16_avx512.
+MOERT_AVX2 inline __m256 fp8_decode8_avx2(const uint8_t* p) {
+  const __m128i sx = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m128i h = _mm_and_si128(_mm_slli_epi16(sx, 7), _mm_set1_epi16(static_cast<short>(0xBF80)));
+  const __m128i mag = _mm_set1_epi16(0x3F80);
+  const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, mag), mag);
+  // OR-ing 0x7E00 into S.0111111.1110000000 gives exponent 11111 with a nonzero mantissa.
+  return _mm256_cvtph_ps(_mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7E00))));
+}
+
+// As nvfp4_scales_avx512, 8 at a time.
 MOERT_AVX2 void nvfp4_scales_avx2(const uint8_t* bytes, int64_t count, float global_scale, float* out) {
-  const __m256 g = _mm256_set1_ps(global_scale);
+  const __m256 g = _mm256_set1_ps(global_scale * 256.0f);
   int64_t b = 0;
-  for (; b + 8 <= count; b += 8) {
-    const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + b)));
-    _mm256_storeu_ps(out + b, _mm256_mul_ps(_mm256_i32gather_ps(kE4m3Values.data(), idx, 4), g));
-  }
+  for (; b + 8 <= count; b += 8) _mm256_storeu_ps(out + b, _mm256_mul_ps(fp8_decode8_avx2(bytes + b), g));
   for (; b < count; ++b) out[b] = e4m3_decode(bytes[b]) * global_scale;
 }
 
@@ -228,12 +242,14 @@ MOERT_AVX2 void nvfp4_tile_avx2(const float* x, int64_t x_stride, int64_t k, con
   for (int64_t k0 = 0; k0 < k; k0 += kNvfp4Chunk) {
     const int64_t num_blocks = (std::min(k, k0 + kNvfp4Chunk) - k0) / kNvfp4BlockSize;
     for (int c = 0; c < cols; ++c) {
+      prefetch_stream_at(w[c].scales, k0 / kNvfp4BlockSize);
       nvfp4_scales_avx2(w[c].scales + k0 / kNvfp4BlockSize, num_blocks, w[c].global_scale, scale[c]);
     }
     for (int64_t b = 0; b < num_blocks; ++b) {
       const int64_t i = k0 + b * kNvfp4BlockSize;
       __m256 wa[cols], wb[cols];
       for (int c = 0; c < cols; ++c) {
+        prefetch_stream_at(w[c].data, i / 2);
         fp4_decode_avx2(w[c].data + i / 2, _mm256_mul_ps(mag, _mm256_set1_ps(scale[c][b])), k2, wa[c], wb[c]);
       }
       for (int r = 0; r < rows; ++r) {
@@ -262,6 +278,8 @@ MOERT_AVX2 void mxfp4_tile_avx2(const float* x, int64_t x_stride, int64_t k, con
   for (int64_t i = 0; i < k; i += kMxfp4BlockSize) {
     __m256 wa[2][cols], wb[2][cols];
     for (int c = 0; c < cols; ++c) {
+      prefetch_stream_at(w[c].data, i / 2);
+      prefetch_stream_at(w[c].scales, i / kMxfp4BlockSize);
       const __m256 scaled = _mm256_mul_ps(mag, _mm256_set1_ps(e8m0_decode(w[c].scales[i / kMxfp4BlockSize])));
       fp4_decode_avx2(w[c].data + i / 2, scaled, k2, wa[0][c], wb[0][c]);
       fp4_decode_avx2(w[c].data + i / 2 + 8, scaled, k2, wa[1][c], wb[1][c]);
@@ -282,16 +300,6 @@ MOERT_AVX2 void mxfp4_tile_avx2(const float* x, int64_t x_stride, int64_t k, con
                           [&](int c, int64_t i) { return weight_at<WeightFormat::kMxfp4>(w[c], i); }, out);
 }
 
-// 8 E4M3 bytes -> 8 floats times 2^-8, as fp8_decode16_avx512.
-MOERT_AVX2 inline __m256 fp8_decode8_avx2(const uint8_t* p) {
-  const __m128i sx = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  const __m128i h = _mm_and_si128(_mm_slli_epi16(sx, 7), _mm_set1_epi16(static_cast<short>(0xBF80)));
-  const __m128i mag = _mm_set1_epi16(0x3F80);
-  const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, mag), mag);
-  // OR-ing 0x7E00 into S.0111111.1110000000 gives exponent 11111 with a nonzero mantissa.
-  return _mm256_cvtph_ps(_mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7E00))));
-}
-
 template <int rows, int cols>
 MOERT_AVX2 void fp8_tile_avx2(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
   __m256 acc_a[rows][cols], acc_b[rows][cols];
@@ -308,6 +316,7 @@ MOERT_AVX2 void fp8_tile_avx2(const float* x, int64_t x_stride, int64_t k, const
     for (int64_t i = i0; i < i1; i += kLanes) {
       __m256 wa[cols], wb[cols];
       for (int c = 0; c < cols; ++c) {
+        prefetch_stream_at(w[c].data, i);
         wa[c] = _mm256_mul_ps(fp8_decode8_avx2(w[c].data + i), scale[c]);
         wb[c] = _mm256_mul_ps(fp8_decode8_avx2(w[c].data + i + 8), scale[c]);
       }

@@ -325,7 +325,8 @@ TEST(QuantizedLinear, RawBytesAllCodes) {
   }
 }
 
-// FP8 scales so large that the SIMD decode's 2^8 could overflow: still the codec's bits.
+// FP8 scales (and NVFP4 global scales) so large that the SIMD decode's 2^8 could overflow:
+// still the codec's bits.
 TEST(QuantizedLinear, Fp8HugeScales) {
   Rng rng(6);
   Owned o = quantize(WeightFormat::kFp8Block, 20, 300, rng);
@@ -336,6 +337,11 @@ TEST(QuantizedLinear, Fp8HugeScales) {
   t.view.global_scale = 0x1p125f;
   dequantize_view(t);
   check_weight(t, 3, false, rng, "fp8_tensor huge scale");
+  Owned nv = quantize(WeightFormat::kNvfp4, 20, 320, rng);
+  for (auto& b : nv.scales) b &= 0x1F;  // block scales <= 0.12: the products stay finite,
+  nv.view.global_scale = 0x1p121f;       // but 256 * global overflows
+  dequantize_view(nv);
+  check_weight(nv, 3, false, rng, "nvfp4 huge global scale");
 }
 
 TEST(QuantizedLinear, EmptyShapes) {
