@@ -14,13 +14,34 @@ void swiglu_ffn_forward(const float* x, int64_t num_rows, const quant::LinearWei
 void glu_ffn_forward(const float* x, int64_t num_rows, const quant::LinearWeight& gate, const float* gate_bias,
                      const quant::LinearWeight& up, const float* up_bias, const quant::LinearWeight& down,
                      const float* down_bias, const GluActivation& activation, float* out, ThreadPool& pool) {
-  const int64_t width = gate.out_features();
-  std::vector<float> gate_out(static_cast<size_t>(num_rows * width));
-  std::vector<float> up_out(static_cast<size_t>(num_rows * width));
-  quant::apply_linear(gate, x, num_rows, gate_bias, gate_out.data(), pool);
-  quant::apply_linear(up, x, num_rows, up_bias, up_out.data(), pool);
-  for (size_t i = 0; i < gate_out.size(); ++i) gate_out[i] = glu(activation, gate_out[i], up_out[i]);
-  quant::apply_linear(down, gate_out.data(), num_rows, down_bias, out, pool);
+  const GluFfnJob job{x, num_rows, &gate, gate_bias, &up, up_bias, &down, down_bias, activation, out};
+  glu_ffn_forward_batch({&job, 1}, pool);
+}
+
+void glu_ffn_forward_batch(std::span<const GluFfnJob> jobs, ThreadPool& pool) {
+  // gate_out and up_out of job j at offsets[j] (R_j * I_j values each).
+  std::vector<size_t> offsets;
+  size_t total = 0;
+  for (const GluFfnJob& job : jobs) {
+    offsets.push_back(total);
+    total += static_cast<size_t>(job.num_rows * job.gate->out_features());
+  }
+  std::vector<float> gate_out(total), up_out(total);
+  std::vector<quant::LinearJob> linears;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const GluFfnJob& job = jobs[j];
+    linears.push_back({job.gate, job.x, job.num_rows, job.gate_bias, gate_out.data() + offsets[j]});
+    linears.push_back({job.up, job.x, job.num_rows, job.up_bias, up_out.data() + offsets[j]});
+  }
+  quant::apply_linears(linears, pool);
+  linears.clear();
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const GluFfnJob& job = jobs[j];
+    const size_t end = j + 1 < jobs.size() ? offsets[j + 1] : total;
+    for (size_t i = offsets[j]; i < end; ++i) gate_out[i] = glu(job.activation, gate_out[i], up_out[i]);
+    linears.push_back({job.down, gate_out.data() + offsets[j], job.num_rows, job.down_bias, job.out});
+  }
+  quant::apply_linears(linears, pool);
 }
 
 }  // namespace moert::experts

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <span>
 
 #include "experts/glu_activation.h"
 #include "quant/weight.h"
@@ -23,5 +24,24 @@ void swiglu_ffn_forward(const float* x, int64_t num_rows, const quant::LinearWei
 void glu_ffn_forward(const float* x, int64_t num_rows, const quant::LinearWeight& gate, const float* gate_bias,
                      const quant::LinearWeight& up, const float* up_bias, const quant::LinearWeight& down,
                      const float* down_bias, const GluActivation& activation, float* out, ThreadPool& pool);
+
+// One FFN of a batch for glu_ffn_forward_batch (the arguments of glu_ffn_forward).
+struct GluFfnJob {
+  const float* x = nullptr;  // [R, D]
+  int64_t num_rows = 0;
+  const quant::LinearWeight* gate = nullptr;
+  const float* gate_bias = nullptr;
+  const quant::LinearWeight* up = nullptr;
+  const float* up_bias = nullptr;
+  const quant::LinearWeight* down = nullptr;
+  const float* down_bias = nullptr;
+  GluActivation activation;
+  float* out = nullptr;  // [R, D]
+};
+
+// glu_ffn_forward of every job with two wake-ups of the pool in all: the gate and up
+// projections of every job together, then every down projection (quant::apply_linears).
+// Same bits as glu_ffn_forward per job.
+void glu_ffn_forward_batch(std::span<const GluFfnJob> jobs, ThreadPool& pool);
 
 }  // namespace moert::experts

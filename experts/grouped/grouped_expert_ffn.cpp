@@ -8,7 +8,7 @@
 namespace moert::experts {
 
 void grouped_expert_ffn(const ExpertDispatchLayout& layout, std::span<const float> x, int hidden_size,
-                        const ExpertGroupFn& expert_fn, std::span<float> contributions) {
+                        const ExpertBatchFn& batch_fn, std::span<float> contributions) {
   const auto d = static_cast<size_t>(hidden_size);
   const auto num_entries = static_cast<size_t>(layout.num_entries());
   const size_t num_x_rows = x.size() / d;
@@ -19,8 +19,15 @@ void grouped_expert_ffn(const ExpertDispatchLayout& layout, std::span<const floa
   MOERT_CHECK(layout.expert_entry_idx.size() == num_entries && layout.cu_expert_entries.size() == layout.experts.size() + 1,
               "layout is not grouped (call group_entries_by_expert)");
   std::vector<float> rows, y;
-  for (size_t a = 0; a < layout.experts.size(); ++a) {
-    const int64_t begin = layout.cu_expert_entries[a], end = layout.cu_expert_entries[a + 1];
+  std::vector<ExpertGroup> groups;
+  const size_t num_experts = layout.experts.size();
+  for (size_t first = 0; first < num_experts;) {
+    // Experts [first, last) with entries [begin, end): at least one expert, at most
+    // kMaxEntriesPerExpertBatch entries otherwise.
+    const int64_t begin = layout.cu_expert_entries[first];
+    size_t last = first + 1;
+    while (last < num_experts && layout.cu_expert_entries[last + 1] - begin <= kMaxEntriesPerExpertBatch) ++last;
+    const int64_t end = layout.cu_expert_entries[last];
     const auto n = static_cast<size_t>(end - begin);
     rows.resize(n * d);
     y.resize(n * d);
@@ -31,7 +38,13 @@ void grouped_expert_ffn(const ExpertDispatchLayout& layout, std::span<const floa
                   "entry " << c << " reads row " << row << " outside [0, " << num_x_rows << ")");
       std::copy_n(x.data() + static_cast<size_t>(row) * d, d, rows.data() + j * d);
     }
-    expert_fn(layout.experts[a], rows.data(), static_cast<int64_t>(n), y.data());
+    groups.clear();
+    for (size_t a = first; a < last; ++a) {
+      const auto offset = static_cast<size_t>(layout.cu_expert_entries[a] - begin) * d;
+      groups.push_back({layout.experts[a], rows.data() + offset,
+                        layout.cu_expert_entries[a + 1] - layout.cu_expert_entries[a], y.data() + offset});
+    }
+    batch_fn(groups);
     for (size_t j = 0; j < n; ++j) {
       const auto c = static_cast<size_t>(layout.expert_entry_idx[static_cast<size_t>(begin) + j]);
       const float w = layout.entry_weight[c];
@@ -39,7 +52,18 @@ void grouped_expert_ffn(const ExpertDispatchLayout& layout, std::span<const floa
       float* dst = contributions.data() + c * d;
       for (size_t i = 0; i < d; ++i) dst[i] = w * src[i];
     }
+    first = last;
   }
+}
+
+void grouped_expert_ffn(const ExpertDispatchLayout& layout, std::span<const float> x, int hidden_size,
+                        const ExpertGroupFn& expert_fn, std::span<float> contributions) {
+  grouped_expert_ffn(
+      layout, x, hidden_size,
+      ExpertBatchFn([&](std::span<const ExpertGroup> groups) {
+        for (const ExpertGroup& g : groups) expert_fn(g.expert, g.x, g.num_rows, g.y);
+      }),
+      contributions);
 }
 
 }  // namespace moert::experts

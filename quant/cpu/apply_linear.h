@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/thread_pool.h"
 #include "quant/weight.h"
@@ -12,5 +13,20 @@ namespace moert::quant {
 // y[T, N] = x[T, K] . W^T (+ bias[N]); row-invariant like both kernels behind it.
 void apply_linear(const LinearWeight& weight, const float* x, int64_t num_rows, const float* bias, float* y,
                   ThreadPool& pool);
+
+// One layer of a batch for apply_linears: y[num_rows, N] = x[num_rows, K] . W^T (+ bias[N]).
+struct LinearJob {
+  const LinearWeight* weight = nullptr;
+  const float* x = nullptr;
+  int64_t num_rows = 0;
+  const float* bias = nullptr;  // [N] or null
+  float* y = nullptr;
+};
+
+// apply_linear of every job, with the output features of all of them split over the pool in
+// one parallel_for: one wake-up of the threads for, e.g., the gate and up projections of every
+// expert a MoE layer runs, instead of one per matrix (docs/perf/cpu-roofline.md). Each output
+// element has the bits apply_linear gives it. Outputs must not alias any job's input.
+void apply_linears(std::span<const LinearJob> jobs, ThreadPool& pool);
 
 }  // namespace moert::quant

@@ -6,6 +6,7 @@
 // shared CPU math module's (core/cpu/dot.h).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/tensor.h"
@@ -16,5 +17,14 @@ namespace moert::quant {
 // weight: [N, K] contiguous, dtype F32/BF16/F16. bias: [N] F32 or nullptr.
 void linear_forward(const float* x, int64_t num_rows, const TensorView& weight, const float* bias, float* y,
                     ThreadPool& pool);
+
+// Output features [begin, end) of linear_forward (0 <= begin <= end <= N), on the calling
+// thread (apply_linears, quant/cpu/apply_linear.h). Same bits as linear_forward.
+void linear_forward_rows(const float* x, int64_t num_rows, const TensorView& weight, const float* bias, float* y,
+                         int64_t begin, int64_t end);
+
+// The fewest output features a parallel chunk of a linear layer gets: a chunk streams at
+// least ~8K weights, so waking a thread pays off.
+inline int64_t linear_row_grain(int64_t k) { return std::max<int64_t>(8, 8192 / std::max<int64_t>(1, k)); }
 
 }  // namespace moert::quant

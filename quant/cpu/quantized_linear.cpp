@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/cpu/isa.h"
+#include "quant/cpu/linear.h"
 #include "quant/cpu/quantized_linear_tiles.h"
 #if defined(MOERT_X86_KERNELS)
 #include "quant/cpu/x86/quantized_linear_x86.h"
@@ -65,9 +66,35 @@ struct PortableKernel {
 using Isa = cpu::CpuIsa;
 inline Isa active_isa() { return cpu::active_cpu_isa(); }
 
-void check_view(const QuantizedWeightView& w) {
+void check_call(int64_t num_rows, const QuantizedWeightView& w) {
   const Status status = validate_quantized_weight(w);
   MOERT_CHECK(status.is_ok(), "" << status.to_string());
+  MOERT_CHECK(num_rows >= 0, "num_rows = " << num_rows);
+}
+
+void rows_on_path(Isa isa, const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias, float* y,
+                  int64_t begin, int64_t end) {
+  // A scale too large to carry the FP8 decode's 2^8 (never the case for real checkpoints)
+  // takes the portable path, which gives the same bits.
+  if (isa != Isa::kPortable && !fp8_scales_foldable(w)) isa = Isa::kPortable;
+  switch (isa) {
+#if defined(MOERT_X86_KERNELS)
+    case Isa::kAvx512: return x86::quantized_linear_rows_avx512(x, num_rows, w, bias, y, begin, end);
+    case Isa::kAvx2: return x86::quantized_linear_rows_avx2(x, num_rows, w, bias, y, begin, end);
+#else
+    case Isa::kAvx512:
+    case Isa::kAvx2:  // never selected without the x86 kernels (core/cpu/isa.cpp)
+#endif
+    case Isa::kPortable: return forward_kernel<PortableKernel>(x, num_rows, w, bias, y, begin, end);
+  }
+}
+
+void forward_on_path(Isa isa, const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias,
+                     float* y, ThreadPool& pool) {
+  check_call(num_rows, w);
+  if (num_rows == 0 || w.rows == 0) return;
+  pool.parallel_for(w.rows, linear_row_grain(w.cols),
+                    [&](int64_t begin, int64_t end) { rows_on_path(isa, x, num_rows, w, bias, y, begin, end); });
 }
 
 }  // namespace
@@ -76,30 +103,20 @@ const char* quantized_linear_isa_name() { return cpu::cpu_isa_label(active_isa()
 
 void quantized_linear_forward(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias,
                               float* y, ThreadPool& pool) {
-  check_view(w);
-  MOERT_CHECK(num_rows >= 0, "num_rows = " << num_rows);
-  if (num_rows == 0 || w.rows == 0) return;
-  // A scale too large to carry the FP8 decode's 2^8 (never the case for real checkpoints)
-  // takes the portable path, which gives the same bits.
-  const Isa isa = fp8_scales_foldable(w) ? active_isa() : Isa::kPortable;
-  switch (isa) {
-#if defined(MOERT_X86_KERNELS)
-    case Isa::kAvx512: return x86::quantized_linear_forward_avx512(x, num_rows, w, bias, y, pool);
-    case Isa::kAvx2: return x86::quantized_linear_forward_avx2(x, num_rows, w, bias, y, pool);
-#else
-    case Isa::kAvx512:
-    case Isa::kAvx2:  // never selected without the x86 kernels (core/cpu/isa.cpp)
-#endif
-    case Isa::kPortable: return forward_kernel<PortableKernel>(x, num_rows, w, bias, y, pool);
-  }
+  forward_on_path(active_isa(), x, num_rows, w, bias, y, pool);
 }
 
 void quantized_linear_forward_portable(const float* x, int64_t num_rows, const QuantizedWeightView& w,
                                        const float* bias, float* y, ThreadPool& pool) {
-  check_view(w);
-  MOERT_CHECK(num_rows >= 0, "num_rows = " << num_rows);
-  if (num_rows == 0 || w.rows == 0) return;
-  forward_kernel<PortableKernel>(x, num_rows, w, bias, y, pool);
+  forward_on_path(Isa::kPortable, x, num_rows, w, bias, y, pool);
+}
+
+void quantized_linear_rows(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias, float* y,
+                           int64_t begin, int64_t end) {
+  check_call(num_rows, w);
+  MOERT_CHECK(0 <= begin && begin <= end && end <= w.rows, "rows [" << begin << ", " << end << ") of " << w.rows);
+  if (num_rows == 0 || begin == end) return;
+  rows_on_path(active_isa(), x, num_rows, w, bias, y, begin, end);
 }
 
 }  // namespace moert::quant

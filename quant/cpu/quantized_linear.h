@@ -34,6 +34,12 @@ void quantized_linear_forward(const float* x, int64_t num_rows, const QuantizedW
 void quantized_linear_forward_portable(const float* x, int64_t num_rows, const QuantizedWeightView& w,
                                        const float* bias, float* y, ThreadPool& pool);
 
+// Output features [begin, end) of quantized_linear_forward (0 <= begin <= end <= N), on the
+// calling thread: apply_linears (quant/cpu/apply_linear.h) splits several layers' features
+// over one wake-up of the pool. Same bits as quantized_linear_forward.
+void quantized_linear_rows(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias, float* y,
+                           int64_t begin, int64_t end);
+
 // "avx512", "avx2" or "portable": the path quantized_linear_forward takes on this CPU.
 const char* quantized_linear_isa_name();
 

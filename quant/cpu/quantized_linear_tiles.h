@@ -130,53 +130,53 @@ void run_tile(int rows, const float* x, int64_t k, const RowRef* w, float* out) 
   }
 }
 
+// Output features [begin, end) of y = x . W^T (+ bias), on the calling thread.
 template <typename Kernel, WeightFormat f>
 void forward_rows(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias, float* y,
-                  ThreadPool& pool) {
+                  int64_t begin, int64_t end) {
   constexpr int kRows = Kernel::kRows;
   constexpr int kCols = Kernel::kCols;
   const int64_t n = w.rows;
   const int64_t k = w.cols;
-  const int64_t grain = std::max<int64_t>(8, 8192 / std::max<int64_t>(1, k));
-  pool.parallel_for(n, grain, [&](int64_t begin, int64_t end) {
-    float dots[kRows * kCols];
-    RowRef refs[kCols];
-    for (int64_t t0 = 0; t0 < num_rows; t0 += kRowTile) {
-      const int64_t t_end = std::min(num_rows, t0 + kRowTile);
-      int64_t col = begin;
-      for (; kCols > 1 && col + kCols <= end; col += kCols) {
-        for (int c = 0; c < kCols; ++c) refs[c] = row_ref<f>(w, col + c);
-        for (int64_t t = t0; t < t_end; t += kRows) {
-          const int rows = static_cast<int>(std::min<int64_t>(kRows, t_end - t));
-          run_tile<Kernel, f, kCols>(rows, x + t * k, k, refs, dots);
-          for (int r = 0; r < rows; ++r) {
-            for (int c = 0; c < kCols; ++c) {
-              y[(t + r) * n + col + c] = dots[r * kCols + c] + (bias != nullptr ? bias[col + c] : 0.0f);
-            }
+  float dots[kRows * kCols];
+  RowRef refs[kCols];
+  for (int64_t t0 = 0; t0 < num_rows; t0 += kRowTile) {
+    const int64_t t_end = std::min(num_rows, t0 + kRowTile);
+    int64_t col = begin;
+    for (; kCols > 1 && col + kCols <= end; col += kCols) {
+      for (int c = 0; c < kCols; ++c) refs[c] = row_ref<f>(w, col + c);
+      for (int64_t t = t0; t < t_end; t += kRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kRows, t_end - t));
+        run_tile<Kernel, f, kCols>(rows, x + t * k, k, refs, dots);
+        for (int r = 0; r < rows; ++r) {
+          for (int c = 0; c < kCols; ++c) {
+            y[(t + r) * n + col + c] = dots[r * kCols + c] + (bias != nullptr ? bias[col + c] : 0.0f);
           }
         }
       }
-      for (; col < end; ++col) {
-        refs[0] = row_ref<f>(w, col);
-        const float b = bias != nullptr ? bias[col] : 0.0f;
-        for (int64_t t = t0; t < t_end; t += kRows) {
-          const int rows = static_cast<int>(std::min<int64_t>(kRows, t_end - t));
-          run_tile<Kernel, f, 1>(rows, x + t * k, k, refs, dots);
-          for (int r = 0; r < rows; ++r) y[(t + r) * n + col] = dots[r] + b;
-        }
+    }
+    for (; col < end; ++col) {
+      refs[0] = row_ref<f>(w, col);
+      const float b = bias != nullptr ? bias[col] : 0.0f;
+      for (int64_t t = t0; t < t_end; t += kRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kRows, t_end - t));
+        run_tile<Kernel, f, 1>(rows, x + t * k, k, refs, dots);
+        for (int r = 0; r < rows; ++r) y[(t + r) * n + col] = dots[r] + b;
       }
     }
-  });
+  }
 }
 
 template <typename Kernel>
 void forward_kernel(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias, float* y,
-                 ThreadPool& pool) {
+                    int64_t begin, int64_t end) {
   switch (w.format) {
-    case WeightFormat::kNvfp4: return forward_rows<Kernel, WeightFormat::kNvfp4>(x, num_rows, w, bias, y, pool);
-    case WeightFormat::kMxfp4: return forward_rows<Kernel, WeightFormat::kMxfp4>(x, num_rows, w, bias, y, pool);
-    case WeightFormat::kFp8Block: return forward_rows<Kernel, WeightFormat::kFp8Block>(x, num_rows, w, bias, y, pool);
-    case WeightFormat::kFp8Tensor: return forward_rows<Kernel, WeightFormat::kFp8Tensor>(x, num_rows, w, bias, y, pool);
+    case WeightFormat::kNvfp4: return forward_rows<Kernel, WeightFormat::kNvfp4>(x, num_rows, w, bias, y, begin, end);
+    case WeightFormat::kMxfp4: return forward_rows<Kernel, WeightFormat::kMxfp4>(x, num_rows, w, bias, y, begin, end);
+    case WeightFormat::kFp8Block:
+      return forward_rows<Kernel, WeightFormat::kFp8Block>(x, num_rows, w, bias, y, begin, end);
+    case WeightFormat::kFp8Tensor:
+      return forward_rows<Kernel, WeightFormat::kFp8Tensor>(x, num_rows, w, bias, y, begin, end);
   }
 }
 

@@ -75,13 +75,18 @@ void CpuBackend::swiglu_ffn(const float* x, int64_t num_rows, const quant::Linea
 void CpuBackend::grouped_expert_ffn(const experts::ExpertDispatchLayout& layout, std::span<const float> x,
                                     int hidden_size, const std::function<ExpertWeights(int expert)>& expert_weights,
                                     std::span<float> contributions) {
+  std::vector<experts::GluFfnJob> jobs;
   experts::grouped_expert_ffn(
       layout, x, hidden_size,
-      [&](int expert, const float* rows, int64_t num_rows, float* y) {
-        const ExpertWeights w = expert_weights(expert);
-        experts::glu_ffn_forward(rows, num_rows, *w.gate, w.gate_bias, *w.up, w.up_bias, *w.down, w.down_bias,
-                                 w.activation, y, pool_);
-      },
+      experts::ExpertBatchFn([&](std::span<const experts::ExpertGroup> groups) {
+        jobs.clear();
+        for (const experts::ExpertGroup& g : groups) {
+          const ExpertWeights w = expert_weights(g.expert);
+          jobs.push_back({g.x, g.num_rows, w.gate, w.gate_bias, w.up, w.up_bias, w.down, w.down_bias, w.activation,
+                          g.y});
+        }
+        experts::glu_ffn_forward_batch(jobs, pool_);
+      }),
       contributions);
 }
 

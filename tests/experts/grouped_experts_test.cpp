@@ -93,5 +93,60 @@ TEST(GroupedExpertFfn, CombinedOutputIsBitIdenticalToTheReferenceForOddShapes) {
   }
 }
 
+// The batch form: calls take whole experts in layout order, at most kMaxEntriesPerExpertBatch
+// entries each (one for a small layout, several for a long prefill, an oversized expert
+// alone), and the contributions have the per-expert form's bits.
+TEST(GroupedExpertFfn, BatchFormCoversEveryExpertOnceWithinTheEntryCap) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int hidden = 3;
+  // {tokens, top_k, experts, skew}: skew sends most entries to expert 0 (one oversized group).
+  for (auto [tokens, top_k, experts, skew] :
+       {std::tuple{7, 2, 5, false}, {1500, 4, 16, false}, {3000, 2, 8, true}, {2100, 4, 3, false}}) {
+    RankTokens in;
+    in.num_tokens = tokens;
+    for (int t = 0; t < tokens; ++t) {
+      for (int k = 0; k < top_k; ++k) {
+        const bool to_zero = skew && k == 0 && t < 2500;
+        in.expert_ids.push_back(to_zero ? 0 : static_cast<int32_t>(1 + rng() % static_cast<unsigned>(experts - 1)));
+        in.weights.push_back(std::abs(normal(rng)));
+      }
+    }
+    for (int i = 0; i < tokens * hidden; ++i) in.hidden.push_back(normal(rng));
+    Result<ExpertDispatchLayout> layout = layout_from_routing(in.expert_ids, in.weights, tokens, top_k, experts);
+    ASSERT_TRUE(layout.is_ok());
+    std::vector<int> experts_seen;
+    int calls = 0;
+    auto batch_fn = [&](std::span<const ExpertGroup> groups) {
+      ++calls;
+      int64_t entries = 0;
+      for (const ExpertGroup& g : groups) {
+        experts_seen.push_back(g.expert);
+        entries += g.num_rows;
+        for (int64_t r = 0; r < g.num_rows; ++r) {
+          test_expert(g.expert, {g.x + r * hidden, static_cast<size_t>(hidden)},
+                      {g.y + r * hidden, static_cast<size_t>(hidden)});
+        }
+      }
+      EXPECT_TRUE(entries <= kMaxEntriesPerExpertBatch || groups.size() == 1)
+          << groups.size() << " experts with " << entries << " entries in one call";
+    };
+    const size_t size = static_cast<size_t>(tokens * top_k * hidden);
+    std::vector<float> batched(size, std::nanf("")), per_expert(size, std::nanf(""));
+    grouped_expert_ffn(*layout, in.hidden, hidden, ExpertBatchFn(batch_fn), batched);
+    grouped_expert_ffn(
+        *layout, in.hidden, hidden,
+        ExpertGroupFn([&](int expert, const float* x, int64_t rows, float* y) {
+          for (int64_t r = 0; r < rows; ++r) {
+            test_expert(expert, {x + r * hidden, static_cast<size_t>(hidden)}, {y + r * hidden, static_cast<size_t>(hidden)});
+          }
+        }),
+        per_expert);
+    EXPECT_EQ(experts_seen, std::vector<int>(layout->experts.begin(), layout->experts.end()));
+    EXPECT_EQ(calls == 1, layout->num_entries() <= kMaxEntriesPerExpertBatch) << calls << " calls";
+    for (size_t i = 0; i < size; ++i) ASSERT_EQ(batched[i], per_expert[i]) << "value " << i << " of " << tokens;
+  }
+}
+
 }  // namespace
 }  // namespace moert::experts

@@ -360,14 +360,14 @@ struct Avx2Kernel {
 
 }  // namespace
 
-void quantized_linear_forward_avx512(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias,
-                                     float* y, ThreadPool& pool) {
-  forward_kernel<Avx512Kernel>(x, num_rows, w, bias, y, pool);
+void quantized_linear_rows_avx512(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias,
+                                  float* y, int64_t begin, int64_t end) {
+  forward_kernel<Avx512Kernel>(x, num_rows, w, bias, y, begin, end);
 }
 
-void quantized_linear_forward_avx2(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias,
-                                   float* y, ThreadPool& pool) {
-  forward_kernel<Avx2Kernel>(x, num_rows, w, bias, y, pool);
+void quantized_linear_rows_avx2(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias,
+                                float* y, int64_t begin, int64_t end) {
+  forward_kernel<Avx2Kernel>(x, num_rows, w, bias, y, begin, end);
 }
 
 }  // namespace moert::quant::x86

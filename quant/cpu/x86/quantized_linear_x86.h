@@ -9,9 +9,10 @@
 
 namespace moert::quant::x86 {
 
-void quantized_linear_forward_avx512(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias,
-                                     float* y, ThreadPool& pool);
-void quantized_linear_forward_avx2(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias,
-                                   float* y, ThreadPool& pool);
+// Output features [begin, end) of quantized_linear_forward, on the calling thread.
+void quantized_linear_rows_avx512(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias,
+                                  float* y, int64_t begin, int64_t end);
+void quantized_linear_rows_avx2(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias,
+                                float* y, int64_t begin, int64_t end);
 
 }  // namespace moert::quant::x86

@@ -19,6 +19,8 @@
 
 #include "core/cpu/dot.h"
 #include "core/cpu/isa.h"
+#include "quant/bf16.h"
+#include "quant/cpu/apply_linear.h"
 #include "quant/cpu/linear.h"
 #include "quant/cpu/quantized_linear.h"
 #include "quant/formats/fp4.h"
@@ -342,6 +344,43 @@ TEST(QuantizedLinear, Fp8HugeScales) {
   nv.view.global_scale = 0x1p121f;       // but 256 * global overflows
   dequantize_view(nv);
   check_weight(nv, 3, false, rng, "nvfp4 huge global scale");
+}
+
+// apply_linears splits the features of several layers (packed and dense, different N, K and
+// rows) over one parallel_for: every output has the bits of one apply_linear per layer.
+TEST(QuantizedLinear, ApplyLinearsMatchesOneCallPerLayer) {
+  Rng rng(12);
+  std::vector<Owned> packed;
+  for (WeightFormat format :
+       {WeightFormat::kNvfp4, WeightFormat::kMxfp4, WeightFormat::kFp8Block, WeightFormat::kFp8Tensor}) {
+    packed.push_back(quantize(format, 37 + 8 * static_cast<int64_t>(packed.size()), 64 * (1 + packed.size()), rng));
+  }
+  std::vector<uint16_t> dense_bits(static_cast<size_t>(29 * 96));
+  for (auto& b : dense_bits) b = f32_to_bf16(static_cast<float>(rng.normal()));
+  std::vector<LinearWeight> weights;
+  for (const Owned& o : packed) weights.push_back(LinearWeight::from_packed(o.view));
+  weights.push_back(LinearWeight::from_dense(TensorView::contiguous(DType::kBF16, {29, 96}, dense_bits.data())));
+  std::vector<std::vector<float>> xs, biases, batched, single;
+  std::vector<LinearJob> jobs;
+  for (size_t j = 0; j < weights.size(); ++j) {
+    const int64_t t = 1 + static_cast<int64_t>(j % 3) * 2, n = weights[j].out_features();
+    xs.push_back(normals(t * weights[j].in_features(), rng));
+    biases.push_back(normals(n, rng));
+    batched.emplace_back(static_cast<size_t>(t * n), std::nanf(""));
+    single.emplace_back(static_cast<size_t>(t * n), std::nanf(""));
+  }
+  for (size_t j = 0; j < weights.size(); ++j) {
+    const int64_t t = static_cast<int64_t>(xs[j].size()) / weights[j].in_features();
+    jobs.push_back({&weights[j], xs[j].data(), t, j % 2 == 0 ? biases[j].data() : nullptr, batched[j].data()});
+  }
+  ThreadPool two(2), one(1);
+  apply_linears(jobs, two);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    apply_linear(weights[j], jobs[j].x, jobs[j].num_rows, jobs[j].bias, single[j].data(), one);
+    for (size_t i = 0; i < single[j].size(); ++i) {
+      ASSERT_EQ(bits(batched[j][i]), bits(single[j][i])) << "layer " << j << " value " << i;
+    }
+  }
 }
 
 TEST(QuantizedLinear, EmptyShapes) {
