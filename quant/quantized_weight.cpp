@@ -1,6 +1,7 @@
 #include "quant/quantized_weight.h"
 
 #include <limits>
+#include <utility>
 #include <string>
 
 #include "quant/formats/fp4.h"
@@ -29,6 +30,10 @@ Status validate_quantized_weight(const QuantizedWeightView& w) {
     return invalid_argument(where + "cols = " + std::to_string(w.cols) + " must be a multiple of " +
                             std::to_string(block));
   }
+  const bool fp4 = w.format == WeightFormat::kNvfp4 || w.format == WeightFormat::kMxfp4;
+  if (!fp4 && w.code_order != Fp4CodeOrder::kCheckpoint) {
+    return invalid_argument(where + "the CPU code order applies to NVFP4 / MXFP4 only");
+  }
   if (w.rows == 0 || w.cols == 0) return Status::ok();
   if (w.cols > std::numeric_limits<int64_t>::max() / w.rows) {
     return invalid_argument(where + "rows * cols = " + std::to_string(w.rows) + " * " + std::to_string(w.cols) +
@@ -36,7 +41,6 @@ Status validate_quantized_weight(const QuantizedWeightView& w) {
   }
   if (w.data == nullptr) return invalid_argument(where + "data is null for a " + std::to_string(w.rows) + " x " +
                                                  std::to_string(w.cols) + " weight");
-  const bool fp4 = w.format == WeightFormat::kNvfp4 || w.format == WeightFormat::kMxfp4;
   if (fp4 && w.scales == nullptr) return invalid_argument(where + "scales is null");
   if (w.format == WeightFormat::kFp8Block && w.block_scale_inv == nullptr) {
     return invalid_argument(where + "block_scale_inv is null");
@@ -56,6 +60,28 @@ QuantizedWeightSizes quantized_weight_sizes(const QuantizedWeightView& w) {
     case WeightFormat::kFp8Tensor: return {n * k, 0, 0};
   }
   return {};
+}
+
+void reorder_fp4_codes(const uint8_t* in, int64_t rows, int64_t cols, Fp4CodeOrder from, Fp4CodeOrder to,
+                       uint8_t* out) {
+  const int64_t row_bytes = cols / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* src = in + r * row_bytes;
+    uint8_t* dst = out + r * row_bytes;
+    for (int64_t i = 0; i < cols; i += 2) {
+      const uint8_t lo = fp4_code_at(src, i, cols, from), hi = fp4_code_at(src, i + 1, cols, from);
+      if (to == Fp4CodeOrder::kCpuChunk32 && (i | 31) < cols) {
+        // Elements i and i + 1 sit in different bytes of the chunk: write each nibble.
+        for (const auto [e, code] : {std::pair{i, lo}, std::pair{i + 1, hi}}) {
+          const int64_t j = e % 32;
+          uint8_t& byte = dst[(e - j) / 2 + j % 16];
+          byte = j < 16 ? static_cast<uint8_t>((byte & 0xF0) | code) : static_cast<uint8_t>((byte & 0x0F) | (code << 4));
+        }
+      } else {
+        dst[i / 2] = static_cast<uint8_t>(lo | (hi << 4));
+      }
+    }
+  }
 }
 
 int64_t quantized_weight_bytes(const QuantizedWeightView& w) { return quantized_weight_sizes(w).total(); }

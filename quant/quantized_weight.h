@@ -19,8 +19,20 @@ enum class WeightFormat {
 
 const char* weight_format_name(WeightFormat format);
 
-// Plain view of one quantized [N, K] weight, laid out as in the checkpoints. Borrowed: the
-// buffers must outlive every call that uses the view.
+// The order of the E2M1 codes in an NVFP4 / MXFP4 view's `data` (docs/quant-formats.md,
+// "CPU code order").
+enum class Fp4CodeOrder {
+  // As released: byte i of a row holds elements 2i (low nibble) and 2i + 1 (high nibble).
+  kCheckpoint,
+  // Repacked at load for the CPU kernels: in every full 32-element chunk c of a row, byte
+  // 16c + j holds elements 32c + j (low nibble) and 32c + 16 + j (high nibble), so a
+  // zero-extension of 16 bytes to 32-bit lanes puts two 16-element groups in lane order. A
+  // last 16-element group (K % 32 == 16, NVFP4) stays in checkpoint order.
+  kCpuChunk32,
+};
+
+// Plain view of one quantized [N, K] weight, laid out as in the checkpoints (or with its
+// FP4 codes in the CPU order). Borrowed: the buffers must outlive every call that uses it.
 struct QuantizedWeightView {
   WeightFormat format = WeightFormat::kNvfp4;
   int64_t rows = 0;  // N
@@ -35,11 +47,28 @@ struct QuantizedWeightView {
   // nvfp4: `weight_scale_2` (x_hat = e2m1 * (e4m3 * weight_scale_2)); fp8 tensor: the
   // per-tensor dequant scale. Other formats: unused.
   float global_scale = 1.0f;
+  // nvfp4/mxfp4: the order of the codes in `data`. Other formats: kCheckpoint.
+  Fp4CodeOrder code_order = Fp4CodeOrder::kCheckpoint;
 };
+
+// The E2M1 code of element i of one row of packed codes (k elements) in `order`.
+inline uint8_t fp4_code_at(const uint8_t* row, int64_t i, int64_t k, Fp4CodeOrder order) {
+  if (order == Fp4CodeOrder::kCpuChunk32 && (i | 31) < k) {
+    const int64_t j = i % 32;
+    const uint8_t byte = row[(i - j) / 2 + j % 16];
+    return j < 16 ? (byte & 0xF) : (byte >> 4);
+  }
+  return (i % 2 == 0) ? (row[i / 2] & 0xF) : (row[i / 2] >> 4);
+}
+
+// Rewrites the codes of an [N, K] NVFP4/MXFP4 weight (N * K / 2 bytes) from order `from`
+// into order `to` (in and out must not overlap; the same order copies).
+void reorder_fp4_codes(const uint8_t* in, int64_t rows, int64_t cols, Fp4CodeOrder from, Fp4CodeOrder to,
+                       uint8_t* out);
 
 // Ok when the view can be passed to quantized_linear_forward: rows, cols >= 0; K % 16 == 0
 // (nvfp4) or K % 32 == 0 (mxfp4); the pointers the format uses are non-null for a non-empty
-// matrix. Errors are kInvalidArgument and name the offending value.
+// matrix; kCpuChunk32 only for NVFP4 / MXFP4. Errors are kInvalidArgument and name the offending value.
 Status validate_quantized_weight(const QuantizedWeightView& w);
 
 // The bytes of each buffer of the view (0 for a buffer its format does not use): what a

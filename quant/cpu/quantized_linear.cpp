@@ -99,6 +99,12 @@ void forward_on_path(Isa isa, const float* x, int64_t num_rows, const QuantizedW
 
 }  // namespace
 
+Fp4CodeOrder preferred_fp4_code_order(WeightFormat format) {
+  const bool chunk32 = (active_isa() == Isa::kAvx512 && format == WeightFormat::kNvfp4) ||
+                       (active_isa() != Isa::kPortable && format == WeightFormat::kMxfp4);
+  return chunk32 ? Fp4CodeOrder::kCpuChunk32 : Fp4CodeOrder::kCheckpoint;
+}
+
 const char* quantized_linear_isa_name() { return cpu::cpu_isa_label(active_isa()); }
 
 void quantized_linear_forward(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias,

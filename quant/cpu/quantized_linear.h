@@ -40,6 +40,12 @@ void quantized_linear_forward_portable(const float* x, int64_t num_rows, const Q
 void quantized_linear_rows(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias, float* y,
                            int64_t begin, int64_t end);
 
+// The FP4 code order the path chosen on this CPU computes `format` (NVFP4 / MXFP4) fastest
+// (the loader repacks into it, runtime/model/weights.h): kCpuChunk32 for both on AVX-512 and
+// for MXFP4 on AVX2 (measured by bench_quantized_linear, docs/perf/cpu-roofline.md), else
+// kCheckpoint. Every order computes the same bits on every path.
+Fp4CodeOrder preferred_fp4_code_order(WeightFormat format);
+
 // "avx512", "avx2" or "portable": the path quantized_linear_forward takes on this CPU.
 const char* quantized_linear_isa_name();
 

@@ -49,6 +49,8 @@ struct RowRef {
   const float* fp8_scales = nullptr;    // fp8: scale of 128-column block kb at fp8_scales[kb * stride]
   int64_t fp8_scale_stride = 0;         // 1 (block) or 0 (tensor)
   float global_scale = 1.0f;            // nvfp4
+  int64_t k = 0;                        // fp4: elements per row
+  Fp4CodeOrder code_order = Fp4CodeOrder::kCheckpoint;  // fp4
 };
 
 constexpr int64_t kFp8ScaleCols = kFp8BlockSize;  // 128 columns share an fp8 block scale
@@ -57,6 +59,8 @@ template <WeightFormat f>
 RowRef row_ref(const QuantizedWeightView& w, int64_t n) {
   RowRef r;
   const int64_t k = w.cols;
+  r.k = k;
+  r.code_order = w.code_order;
   if constexpr (f == WeightFormat::kNvfp4) {
     r.data = w.data + n * (k / 2);
     r.scales = w.scales + n * (k / kNvfp4BlockSize);
@@ -76,18 +80,14 @@ RowRef row_ref(const QuantizedWeightView& w, int64_t n) {
   return r;
 }
 
-inline uint8_t nibble(const uint8_t* packed, int64_t i) {
-  return (i % 2 == 0) ? (packed[i / 2] & 0xF) : (packed[i / 2] >> 4);
-}
-
 // Exactly the expressions of nvfp4_dequantize / mxfp4_dequantize / fp8_*_dequantize.
 template <WeightFormat f>
 float weight_at(const RowRef& r, int64_t i) {
   if constexpr (f == WeightFormat::kNvfp4) {
     const float scale = e4m3_decode(r.scales[i / kNvfp4BlockSize]) * r.global_scale;
-    return e2m1_decode(nibble(r.data, i)) * scale;
+    return e2m1_decode(fp4_code_at(r.data, i, r.k, r.code_order)) * scale;
   } else if constexpr (f == WeightFormat::kMxfp4) {
-    return e2m1_decode(nibble(r.data, i)) * e8m0_decode(r.scales[i / kMxfp4BlockSize]);
+    return e2m1_decode(fp4_code_at(r.data, i, r.k, r.code_order)) * e8m0_decode(r.scales[i / kMxfp4BlockSize]);
   } else {
     return e4m3_decode(r.data[i]) * r.fp8_scales[(i / kFp8ScaleCols) * r.fp8_scale_stride];
   }

@@ -213,6 +213,10 @@ DeviceWeight device_weight(const quant::LinearWeight& weight, Staging& staging) 
     return w;
   }
   const quant::QuantizedWeightView& q = *weight.packed;
+  // The device kernels read FP4 codes in checkpoint order: load the model with
+  // LoadOptions::repack_for_cpu = false (the launcher does for --device cuda).
+  MOERT_CHECK(q.code_order == quant::Fp4CodeOrder::kCheckpoint,
+              "the CUDA backend reads FP4 codes in checkpoint order, not the CPU order (load without repack_for_cpu)");
   const quant::QuantizedWeightSizes sizes = quant::quantized_weight_sizes(q);
   w.global_scale = q.global_scale;
   switch (q.format) {

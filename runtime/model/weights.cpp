@@ -9,6 +9,7 @@
 
 #include "core/digest.h"
 #include "quant/bf16.h"
+#include "quant/cpu/quantized_linear.h"
 
 namespace moert {
 
@@ -505,7 +506,47 @@ Result<ModelWeights> bind_model_weights(const ModelConfig& c, const io::Checkpoi
   return m;
 }
 
-Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir) {
+namespace {
+
+// Calls fn(weight) for every linear weight of the model: attention, dense and expert MLPs,
+// the shared expert and the LM head.
+template <typename Fn>
+void for_each_linear_weight(ModelWeights& weights, Fn fn) {
+  auto mlp = [&](GatedMlp& m) {
+    for (Linear* linear : {&m.gate, &m.up, &m.down}) fn(linear->weight);
+  };
+  fn(weights.lm_head);
+  for (LayerWeights& layer : weights.layers) {
+    AttentionWeights& a = layer.attention;
+    for (Linear* linear : {&a.q, &a.k, &a.v, &a.o, &a.q_a, &a.kv_a}) fn(linear->weight);
+    if (layer.is_moe) {
+      for (GatedMlp& expert : layer.moe.experts) mlp(expert);
+      if (layer.moe.shared_expert.has_value()) mlp(*layer.moe.shared_expert);
+    } else {
+      mlp(layer.dense_mlp);
+    }
+  }
+}
+
+}  // namespace
+
+void repack_weights_for_cpu(ModelWeights& weights) {
+  for_each_linear_weight(weights, [&](quant::LinearWeight& weight) {
+    if (!weight.packed.has_value()) return;
+    quant::QuantizedWeightView& q = *weight.packed;
+    const bool fp4 = q.format == quant::WeightFormat::kNvfp4 || q.format == quant::WeightFormat::kMxfp4;
+    if (!fp4 || q.code_order != quant::Fp4CodeOrder::kCheckpoint || q.rows == 0 || q.cols < 32) return;
+    if (quant::preferred_fp4_code_order(q.format) != quant::Fp4CodeOrder::kCpuChunk32) return;
+    const int64_t bytes = quant::quantized_weight_sizes(q).data;
+    Buffer& codes = weights.owned.emplace_back(Buffer::uninitialized(DType::kU8, Shape{bytes}));
+    quant::reorder_fp4_codes(q.data, q.rows, q.cols, quant::Fp4CodeOrder::kCheckpoint,
+                             quant::Fp4CodeOrder::kCpuChunk32, codes.data<uint8_t>());
+    q.data = codes.data<uint8_t>();
+    q.code_order = quant::Fp4CodeOrder::kCpuChunk32;
+  });
+}
+
+Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, const LoadOptions& options) {
   auto model = std::make_unique<LoadedModel>();
   MOERT_ASSIGN_OR_RETURN(model->config, load_model_config(model_dir));
   MOERT_ASSIGN_OR_RETURN(io::Checkpoint checkpoint, io::Checkpoint::open(model_dir));
@@ -514,6 +555,7 @@ Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir) {
   Result<ModelWeights> weights = bind_model_weights(model->config, *model->checkpoint);
   if (!weights.is_ok()) return weights.status().with_context(model_dir);
   model->weights = std::move(weights).value();
+  if (options.repack_for_cpu) repack_weights_for_cpu(model->weights);
   return model;
 }
 

@@ -113,7 +113,18 @@ void for_each_weight_region(const ModelWeights& weights,
                             const std::function<void(const void* data, int64_t bytes)>& visit);
 
 Result<ModelWeights> bind_model_weights(const ModelConfig& config, const io::Checkpoint& checkpoint);
-Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir);
+
+// Rewrites the codes of every NVFP4 / MXFP4 weight whose format the CPU path of this machine
+// computes faster in quant::Fp4CodeOrder::kCpuChunk32 (quant::preferred_fp4_code_order;
+// docs/quant-formats.md "CPU code order") into storage the weights own; the checkpoint's
+// mapping is left as it is. Same results; the CUDA backend reads the checkpoint order only.
+void repack_weights_for_cpu(ModelWeights& weights);
+
+struct LoadOptions {
+  // repack_weights_for_cpu after binding: for the CPU backend (false for --device cuda).
+  bool repack_for_cpu = true;
+};
+Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, const LoadOptions& options = {});
 
 // Checkpoint tensor names, per architecture (docs/moe.md §1; ArchSpec::moe_block and
 // ArchSpec::expert_projections), without the ".weight" suffix.

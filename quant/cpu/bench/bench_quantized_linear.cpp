@@ -3,7 +3,7 @@
 // up and down are each [1024, 1024]) for 16 experts, so the 48 matrices are streamed one after
 // another like an MoE layer's expert FFNs. Reports weight bytes read per second (data + scales)
 // and GFLOP/s for 1 and 2 threads and T = 1, 4, 8 rows, against a plain memcpy measured in the
-// same run.
+// same run. The *_cpu rows take the FP4 codes in the CPU order the loader repacks them into.
 //   bench_quantized_linear [experts=16] [min_seconds=0.3]
 #include <chrono>
 #include <cstdio>
@@ -83,8 +83,9 @@ Weights make_weights(const std::string& name, int64_t matrices, int64_t n, int64
   view.rows = n;
   view.cols = k;
   int64_t data_per = 0, scales_per = 0, block_scales_per = 0;
-  if (name == "nvfp4" || name == "mxfp4") {
-    const bool nv = name == "nvfp4";
+  const bool cpu_order = name.ends_with("_cpu");  // codes repacked as at load (quant/quantized_weight.h)
+  if (name.starts_with("nvfp4") || name.starts_with("mxfp4")) {
+    const bool nv = name.starts_with("nvfp4");
     view.format = nv ? WeightFormat::kNvfp4 : WeightFormat::kMxfp4;
     data_per = n * k / 2;
     scales_per = n * k / (nv ? 16 : 32);
@@ -106,6 +107,7 @@ Weights make_weights(const std::string& name, int64_t matrices, int64_t n, int64
   for (int64_t m = 0; m < matrices; ++m) {
     QuantizedWeightView v = view;
     v.data = w.data.data() + m * data_per;
+    if (cpu_order) v.code_order = moert::quant::Fp4CodeOrder::kCpuChunk32;
     if (scales_per > 0) v.scales = w.scales.data() + m * scales_per;
     if (block_scales_per > 0) v.block_scale_inv = w.block_scale_inv.data() + m * block_scales_per;
     w.views.push_back(v);
@@ -133,7 +135,7 @@ int main(int argc, char** argv) {
 
   std::mt19937 rng(1234);
   std::vector<Weights> all;
-  for (const char* name : {"bf16", "nvfp4", "mxfp4", "fp8_block"}) all.push_back(make_weights(name, matrices, n, k, rng));
+  for (const char* name : {"bf16", "nvfp4", "nvfp4_cpu", "mxfp4", "mxfp4_cpu", "fp8_block"}) all.push_back(make_weights(name, matrices, n, k, rng));
 
   std::printf("%-10s %8s %7s %2s %10s %13s %9s\n", "format", "MiB", "threads", "T", "GB/s", "% memcpy rd", "GFLOP/s");
   for (const Weights& w : all) {

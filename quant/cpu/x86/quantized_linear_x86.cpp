@@ -133,6 +133,86 @@ MOERT_AVX512 void mxfp4_tile_avx512(const float* x, int64_t x_stride, int64_t k,
                             [&](int c, int64_t i) { return weight_at<WeightFormat::kMxfp4>(w[c], i); }, out);
 }
 
+// kCpuChunk32 code order (quant/quantized_weight.h): the 16 bytes of a 32-element chunk,
+// zero-extended to 32-bit lanes, hold element j in the low nibble of lane j and element 16 + j
+// in the high one; vpermps reads the low 4 bits, so the register lanes are the canonical lanes
+// (x needs no permutation) and two groups decode with one extension and one shift. Elements
+// past the last full chunk (an NVFP4 K % 32 == 16) go through finish().
+MOERT_AVX512 inline __m512i chunk32_codes_avx512(const uint8_t* p) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+template <int rows, int cols>
+MOERT_AVX512 void nvfp4_chunk32_tile_avx512(const float* x, int64_t x_stride, int64_t k, const RowRef* w,
+                                            float* out) {
+  const __m512 table = _mm512_loadu_ps(kE2m1Values.data());
+  __m512 acc[rows][cols];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  const int64_t k_chunks = k / 32 * 32;
+  alignas(64) float scale[cols][kNvfp4ChunkBlocks];
+  for (int64_t k0 = 0; k0 < k_chunks; k0 += kNvfp4Chunk) {
+    const int64_t k1 = std::min(k_chunks, k0 + kNvfp4Chunk);
+    for (int c = 0; c < cols; ++c) {
+      prefetch_stream_at(w[c].scales, k0 / kNvfp4BlockSize);
+      nvfp4_scales_avx512(w[c].scales + k0 / kNvfp4BlockSize, (k1 - k0) / kNvfp4BlockSize, w[c].global_scale,
+                          scale[c]);
+    }
+    for (int64_t i = k0; i < k1; i += 32) {
+      const int64_t b = (i - k0) / kNvfp4BlockSize;
+      __m512 w0[cols], w1[cols];
+      for (int c = 0; c < cols; ++c) {
+        prefetch_stream_at(w[c].data, i / 2);
+        const __m512i codes = chunk32_codes_avx512(w[c].data + i / 2);
+        w0[c] = _mm512_permutexvar_ps(codes, _mm512_mul_ps(table, _mm512_set1_ps(scale[c][b])));
+        w1[c] = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), _mm512_mul_ps(table, _mm512_set1_ps(scale[c][b + 1])));
+      }
+      for (int r = 0; r < rows; ++r) {
+        const __m512 x0 = _mm512_loadu_ps(x + r * x_stride + i);
+        const __m512 x1 = _mm512_loadu_ps(x + r * x_stride + i + 16);
+        for (int c = 0; c < cols; ++c) {
+          acc[r][c] = _mm512_fmadd_ps(x0, w0[c], acc[r][c]);
+          acc[r][c] = _mm512_fmadd_ps(x1, w1[c], acc[r][c]);
+        }
+      }
+    }
+  }
+  finish_avx512<rows, cols>(acc, kIdentity, x, x_stride, k_chunks, k,
+                            [&](int c, int64_t i) { return weight_at<WeightFormat::kNvfp4>(w[c], i); }, out);
+}
+
+template <int rows, int cols>
+MOERT_AVX512 void mxfp4_chunk32_tile_avx512(const float* x, int64_t x_stride, int64_t k, const RowRef* w,
+                                            float* out) {
+  const __m512 table = _mm512_loadu_ps(kE2m1Values.data());
+  __m512 acc[rows][cols];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < k; i += kMxfp4BlockSize) {
+    __m512 w0[cols], w1[cols];
+    for (int c = 0; c < cols; ++c) {
+      prefetch_stream_at(w[c].data, i / 2);
+      prefetch_stream_at(w[c].scales, i / kMxfp4BlockSize);
+      const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(e8m0_decode(w[c].scales[i / kMxfp4BlockSize])));
+      const __m512i codes = chunk32_codes_avx512(w[c].data + i / 2);
+      w0[c] = _mm512_permutexvar_ps(codes, scaled);
+      w1[c] = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), scaled);
+    }
+    for (int r = 0; r < rows; ++r) {
+      const __m512 x0 = _mm512_loadu_ps(x + r * x_stride + i);
+      const __m512 x1 = _mm512_loadu_ps(x + r * x_stride + i + 16);
+      for (int c = 0; c < cols; ++c) {
+        acc[r][c] = _mm512_fmadd_ps(x0, w0[c], acc[r][c]);
+        acc[r][c] = _mm512_fmadd_ps(x1, w1[c], acc[r][c]);
+      }
+    }
+  }
+  finish_avx512<rows, cols>(acc, kIdentity, x, x_stride, k, k,
+                            [&](int c, int64_t i) { return weight_at<WeightFormat::kMxfp4>(w[c], i); }, out);
+}
+
 template <int rows, int cols>
 MOERT_AVX512 void fp8_tile_avx512(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
   __m512 acc[rows][cols];
@@ -162,11 +242,19 @@ MOERT_AVX512 void fp8_tile_avx512(const float* x, int64_t x_stride, int64_t k, c
                             [&](int c, int64_t i) { return weight_at<WeightFormat::kFp8Block>(w[c], i); }, out);
 }
 
+// Every row of a tile comes from one view, so w[0].code_order is the tile's order.
 template <WeightFormat f, int rows, int cols>
 void tile_avx512(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
-  if constexpr (f == WeightFormat::kNvfp4) nvfp4_tile_avx512<rows, cols>(x, x_stride, k, w, out);
-  else if constexpr (f == WeightFormat::kMxfp4) mxfp4_tile_avx512<rows, cols>(x, x_stride, k, w, out);
-  else fp8_tile_avx512<rows, cols>(x, x_stride, k, w, out);
+  const bool chunk32 = w[0].code_order == Fp4CodeOrder::kCpuChunk32;
+  if constexpr (f == WeightFormat::kNvfp4) {
+    if (chunk32) return nvfp4_chunk32_tile_avx512<rows, cols>(x, x_stride, k, w, out);
+    nvfp4_tile_avx512<rows, cols>(x, x_stride, k, w, out);
+  } else if constexpr (f == WeightFormat::kMxfp4) {
+    if (chunk32) return mxfp4_chunk32_tile_avx512<rows, cols>(x, x_stride, k, w, out);
+    mxfp4_tile_avx512<rows, cols>(x, x_stride, k, w, out);
+  } else {
+    fp8_tile_avx512<rows, cols>(x, x_stride, k, w, out);
+  }
 }
 
 // ---- AVX2 + FMA (16 lanes in two registers, a and b) --------------------------------------------
@@ -300,6 +388,115 @@ MOERT_AVX2 void mxfp4_tile_avx2(const float* x, int64_t x_stride, int64_t k, con
                           [&](int c, int64_t i) { return weight_at<WeightFormat::kMxfp4>(w[c], i); }, out);
 }
 
+// kCpuChunk32 order on AVX2: bytes 0-7 of a chunk, zero-extended, hold elements 0-7 (low
+// nibbles) and 16-23 (high); bytes 8-15 hold 8-15 and 24-31. Register a keeps canonical lanes
+// 0-7, register b lanes 8-15 (as the FP8 path); signs as in fp4_decode_avx2.
+MOERT_AVX2 inline __m256 chunk32_decode_avx2(__m256i codes, __m256 scaled_mag, __m256 sign) {
+  return _mm256_xor_ps(_mm256_permutevar8x32_ps(scaled_mag, codes),
+                       _mm256_and_ps(_mm256_castsi256_ps(_mm256_slli_epi32(codes, 28)), sign));
+}
+
+MOERT_AVX2 inline __m256i chunk32_codes_avx2(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+// One half of a chunk (0: elements 0-15, the low nibbles; 1: elements 16-31, the high ones)
+// into registers a (its elements 0-7) and b (8-15), scaled by `scaled_mag`. The codes are
+// loaded again for the second half: it keeps the live registers within the 16 of AVX2.
+template <int half>
+MOERT_AVX2 inline void chunk32_half_avx2(const uint8_t* p, __m256 scaled_mag, __m256 sign, __m256& wa, __m256& wb) {
+  __m256i a = chunk32_codes_avx2(p), b = chunk32_codes_avx2(p + 8);
+  if constexpr (half == 1) {
+    a = _mm256_srli_epi32(a, 4);
+    b = _mm256_srli_epi32(b, 4);
+  }
+  wa = chunk32_decode_avx2(a, scaled_mag, sign);
+  wb = chunk32_decode_avx2(b, scaled_mag, sign);
+}
+
+// acc_a (canonical lanes 0-7) and acc_b (8-15) of each row += x[i, i + 16) * one half's weights.
+template <int rows, int cols>
+MOERT_AVX2 inline void half_fma_avx2(const float* x, int64_t x_stride, int64_t i, const __m256 (&wa)[cols],
+                                     const __m256 (&wb)[cols], __m256 (&acc_a)[rows][cols],
+                                     __m256 (&acc_b)[rows][cols]) {
+  for (int r = 0; r < rows; ++r) {
+    const __m256 x0 = _mm256_loadu_ps(x + r * x_stride + i), x1 = _mm256_loadu_ps(x + r * x_stride + i + 8);
+    for (int c = 0; c < cols; ++c) {
+      acc_a[r][c] = _mm256_fmadd_ps(x0, wa[c], acc_a[r][c]);
+      acc_b[r][c] = _mm256_fmadd_ps(x1, wb[c], acc_b[r][c]);
+    }
+  }
+}
+
+// Both halves of the chunk at element i; scale[c][half]: column c's block scale of the half
+// (the magnitudes `mag` times it, one rounding each: the codec's value).
+template <int rows, int cols>
+MOERT_AVX2 inline void chunk32_fma_avx2(const float* x, int64_t x_stride, int64_t i, const RowRef* w, __m256 mag,
+                                        __m256 sign, const float (&scale)[cols][2], __m256 (&acc_a)[rows][cols],
+                                        __m256 (&acc_b)[rows][cols]) {
+  __m256 wa[cols], wb[cols];
+  for (int c = 0; c < cols; ++c) {
+    chunk32_half_avx2<0>(w[c].data + i / 2, _mm256_mul_ps(mag, _mm256_set1_ps(scale[c][0])), sign, wa[c], wb[c]);
+  }
+  half_fma_avx2<rows, cols>(x, x_stride, i, wa, wb, acc_a, acc_b);
+  for (int c = 0; c < cols; ++c) {
+    chunk32_half_avx2<1>(w[c].data + i / 2, _mm256_mul_ps(mag, _mm256_set1_ps(scale[c][1])), sign, wa[c], wb[c]);
+  }
+  half_fma_avx2<rows, cols>(x, x_stride, i + 16, wa, wb, acc_a, acc_b);
+}
+
+template <int rows, int cols>
+MOERT_AVX2 void nvfp4_chunk32_tile_avx2(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
+  const __m256 mag = _mm256_loadu_ps(kE2m1Values.data());
+  const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)));
+  __m256 acc_a[rows][cols], acc_b[rows][cols];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) acc_a[r][c] = acc_b[r][c] = _mm256_setzero_ps();
+  }
+  const int64_t k_chunks = k / 32 * 32;
+  alignas(32) float scale[cols][kNvfp4ChunkBlocks];
+  for (int64_t k0 = 0; k0 < k_chunks; k0 += kNvfp4Chunk) {
+    const int64_t k1 = std::min(k_chunks, k0 + kNvfp4Chunk);
+    for (int c = 0; c < cols; ++c) {
+      prefetch_stream_at(w[c].scales, k0 / kNvfp4BlockSize);
+      nvfp4_scales_avx2(w[c].scales + k0 / kNvfp4BlockSize, (k1 - k0) / kNvfp4BlockSize, w[c].global_scale, scale[c]);
+    }
+    for (int64_t i = k0; i < k1; i += 32) {
+      const int64_t b = (i - k0) / kNvfp4BlockSize;
+      float half_scale[cols][2];
+      for (int c = 0; c < cols; ++c) {
+        prefetch_stream_at(w[c].data, i / 2);
+        half_scale[c][0] = scale[c][b];
+        half_scale[c][1] = scale[c][b + 1];
+      }
+      chunk32_fma_avx2<rows, cols>(x, x_stride, i, w, mag, sign, half_scale, acc_a, acc_b);
+    }
+  }
+  finish_avx2<rows, cols>(acc_a, acc_b, kIdentity, x, x_stride, k_chunks, k,
+                          [&](int c, int64_t i) { return weight_at<WeightFormat::kNvfp4>(w[c], i); }, out);
+}
+
+template <int rows, int cols>
+MOERT_AVX2 void mxfp4_chunk32_tile_avx2(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
+  const __m256 mag = _mm256_loadu_ps(kE2m1Values.data());
+  const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)));
+  __m256 acc_a[rows][cols], acc_b[rows][cols];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) acc_a[r][c] = acc_b[r][c] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < k; i += kMxfp4BlockSize) {
+    float half_scale[cols][2];
+    for (int c = 0; c < cols; ++c) {
+      prefetch_stream_at(w[c].data, i / 2);
+      prefetch_stream_at(w[c].scales, i / kMxfp4BlockSize);
+      half_scale[c][0] = half_scale[c][1] = e8m0_decode(w[c].scales[i / kMxfp4BlockSize]);
+    }
+    chunk32_fma_avx2<rows, cols>(x, x_stride, i, w, mag, sign, half_scale, acc_a, acc_b);
+  }
+  finish_avx2<rows, cols>(acc_a, acc_b, kIdentity, x, x_stride, k, k,
+                          [&](int c, int64_t i) { return weight_at<WeightFormat::kMxfp4>(w[c], i); }, out);
+}
+
 template <int rows, int cols>
 MOERT_AVX2 void fp8_tile_avx2(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
   __m256 acc_a[rows][cols], acc_b[rows][cols];
@@ -335,9 +532,16 @@ MOERT_AVX2 void fp8_tile_avx2(const float* x, int64_t x_stride, int64_t k, const
 
 template <WeightFormat f, int rows, int cols>
 void tile_avx2(const float* x, int64_t x_stride, int64_t k, const RowRef* w, float* out) {
-  if constexpr (f == WeightFormat::kNvfp4) nvfp4_tile_avx2<rows, cols>(x, x_stride, k, w, out);
-  else if constexpr (f == WeightFormat::kMxfp4) mxfp4_tile_avx2<rows, cols>(x, x_stride, k, w, out);
-  else fp8_tile_avx2<rows, cols>(x, x_stride, k, w, out);
+  const bool chunk32 = w[0].code_order == Fp4CodeOrder::kCpuChunk32;
+  if constexpr (f == WeightFormat::kNvfp4) {
+    if (chunk32) return nvfp4_chunk32_tile_avx2<rows, cols>(x, x_stride, k, w, out);
+    nvfp4_tile_avx2<rows, cols>(x, x_stride, k, w, out);
+  } else if constexpr (f == WeightFormat::kMxfp4) {
+    if (chunk32) return mxfp4_chunk32_tile_avx2<rows, cols>(x, x_stride, k, w, out);
+    mxfp4_tile_avx2<rows, cols>(x, x_stride, k, w, out);
+  } else {
+    fp8_tile_avx2<rows, cols>(x, x_stride, k, w, out);
+  }
 }
 
 struct Avx512Kernel {

@@ -208,6 +208,20 @@ void check_weight(const Owned& o, int64_t t, bool with_bias, Rng& rng, const std
   expect_same(run(x, t, o.view, bias, pool2, /*portable=*/true), y, what + " vs portable path");
   expect_same(run(x, t, o.view, bias, pool1), y, what + " 1 thread");
   expect_same(run(x, t, o.view, bias, pool3), y, what + " 3 threads");
+  if (o.view.format == WeightFormat::kNvfp4 || o.view.format == WeightFormat::kMxfp4) {
+    // The CPU code order (repacked at load) computes the same bits on every path, and
+    // reordering back gives the checkpoint's bytes.
+    std::vector<uint8_t> repacked(o.data.size()), back(o.data.size());
+    reorder_fp4_codes(o.data.data(), n, k, Fp4CodeOrder::kCheckpoint, Fp4CodeOrder::kCpuChunk32, repacked.data());
+    reorder_fp4_codes(repacked.data(), n, k, Fp4CodeOrder::kCpuChunk32, Fp4CodeOrder::kCheckpoint, back.data());
+    EXPECT_EQ(back, o.data) << what;
+    if (k >= 32) EXPECT_NE(repacked, o.data) << what;
+    QuantizedWeightView chunk32 = o.view;
+    chunk32.data = repacked.data();
+    chunk32.code_order = Fp4CodeOrder::kCpuChunk32;
+    expect_same(run(x, t, chunk32, bias, pool2), y, what + " CPU code order");
+    expect_same(run(x, t, chunk32, bias, pool2, /*portable=*/true), y, what + " CPU code order, portable");
+  }
   for (int64_t r = 0; r < t; r += std::max<int64_t>(1, t / 3)) {
     const std::vector<float> x_row(x.begin() + r * k, x.begin() + (r + 1) * k);
     const std::vector<float> y_row = run(x_row, 1, o.view, bias, pool2);

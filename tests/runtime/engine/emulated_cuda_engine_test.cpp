@@ -46,12 +46,15 @@ TEST_P(EmulatedCudaEngine, ServesTheCpuTokensAndLogits) {
   const Result<QuantizeReport> quantized = quantize_checkpoint(scratch / "bf16", scratch / "q", quantize);
   ASSERT_TRUE(quantized.is_ok()) << quantized.status().to_string();
   ASSERT_GT(quantized->quantized_tensors, 0);
-  Result<std::unique_ptr<LoadedModel>> model = load_model(scratch / "q");
+  // The device reads the checkpoint's FP4 code order; the CPU twin the repacked CPU order.
+  Result<std::unique_ptr<LoadedModel>> model = load_model(scratch / "q", LoadOptions{.repack_for_cpu = false});
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  Result<std::unique_ptr<LoadedModel>> cpu_model = load_model(scratch / "q");
+  ASSERT_TRUE(cpu_model.is_ok()) << cpu_model.status().to_string();
   const ModelConfig& config = (*model)->config;
   std::unique_ptr<backend::Backend> cuda = cuda_emulated::make_cuda_backend(0).value();
   const TransformerForward on_cuda(config, (*model)->weights, pool, cuda.get());
-  const TransformerForward on_cpu(config, (*model)->weights, pool);
+  const TransformerForward on_cpu(config, (*cpu_model)->weights, pool);
 
   // Logits of one prefill chunk and one decode step, through the paged runner.
   EngineConfig engine;

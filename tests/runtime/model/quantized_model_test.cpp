@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "quant/cpu/quantized_linear.h"
 #include "quant/formats/fp4.h"
 #include "quant/formats/fp8.h"
 #include "runtime/io/checkpoint.h"
@@ -118,6 +119,10 @@ TEST_F(QuantizedModel, EveryFormatLoadsAndMatchesItsDequantizedTwin) {
     EXPECT_EQ(moe_layer.moe.experts[0].up.weight.packed->format, options.format);
     EXPECT_TRUE(moe_layer.attention.q.weight.packed.has_value());
     EXPECT_FALSE((*model)->weights.lm_head.packed.has_value());  // kept by default
+    const bool fp4 = options.format == quant::WeightFormat::kNvfp4 || options.format == quant::WeightFormat::kMxfp4;
+    EXPECT_EQ(moe_layer.moe.experts[0].up.weight.packed->code_order,
+              fp4 ? quant::preferred_fp4_code_order(options.format) : quant::Fp4CodeOrder::kCheckpoint)
+        << format << ": FP4 codes are repacked at load into the order this CPU's path prefers";
 
     write_dequantized_copy(out, dir(std::string(format) + "-dequantized"), *config_);
     const std::unique_ptr<LoadedModel> twin = load_model(dir(std::string(format) + "-dequantized")).value();
@@ -126,6 +131,11 @@ TEST_F(QuantizedModel, EveryFormatLoadsAndMatchesItsDequantizedTwin) {
     const DistributionComparison same = compare_models(twin_forward, packed_forward, eval_sequences()).value();
     EXPECT_LT(same.mean_kl(), 1e-9) << format;
     EXPECT_EQ(same.top1_agreement(), 1.0) << format;
+    // The checkpoint's code order computes the same bits as the repacked one.
+    const std::unique_ptr<LoadedModel> unpacked = load_model(out, LoadOptions{.repack_for_cpu = false}).value();
+    EXPECT_EQ(unpacked->weights.layers[1].moe.experts[0].up.weight.packed->code_order, quant::Fp4CodeOrder::kCheckpoint);
+    ReferenceForward unpacked_forward(unpacked->config, unpacked->weights, pool);
+    EXPECT_EQ(compare_models(unpacked_forward, packed_forward, eval_sequences()).value().mean_kl(), 0.0) << format;
 
     const DistributionComparison drift = compare_models(bf16_forward, packed_forward, eval_sequences()).value();
     EXPECT_GT(drift.mean_kl(), 0.0) << format;
