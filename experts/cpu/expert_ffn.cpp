@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "core/reused_buffer.h"
 #include "quant/cpu/apply_linear.h"
 
 namespace moert::experts {
@@ -26,12 +27,14 @@ void glu_ffn_forward_batch(std::span<const GluFfnJob> jobs, ThreadPool& pool) {
     offsets.push_back(total);
     total += static_cast<size_t>(job.num_rows * job.gate->out_features());
   }
-  std::vector<float> gate_out(total), up_out(total);
+  thread_local ReusedBuffer gate_buffer, up_buffer;
+  float* gate_out = gate_buffer.get(total);
+  float* up_out = up_buffer.get(total);
   std::vector<quant::LinearJob> linears;
   for (size_t j = 0; j < jobs.size(); ++j) {
     const GluFfnJob& job = jobs[j];
-    linears.push_back({job.gate, job.x, job.num_rows, job.gate_bias, gate_out.data() + offsets[j]});
-    linears.push_back({job.up, job.x, job.num_rows, job.up_bias, up_out.data() + offsets[j]});
+    linears.push_back({job.gate, job.x, job.num_rows, job.gate_bias, gate_out + offsets[j]});
+    linears.push_back({job.up, job.x, job.num_rows, job.up_bias, up_out + offsets[j]});
   }
   quant::apply_linears(linears, pool);
   linears.clear();
@@ -39,7 +42,7 @@ void glu_ffn_forward_batch(std::span<const GluFfnJob> jobs, ThreadPool& pool) {
     const GluFfnJob& job = jobs[j];
     const size_t end = j + 1 < jobs.size() ? offsets[j + 1] : total;
     for (size_t i = offsets[j]; i < end; ++i) gate_out[i] = glu(job.activation, gate_out[i], up_out[i]);
-    linears.push_back({job.down, gate_out.data() + offsets[j], job.num_rows, job.down_bias, job.out});
+    linears.push_back({job.down, gate_out + offsets[j], job.num_rows, job.down_bias, job.out});
   }
   quant::apply_linears(linears, pool);
 }

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/reused_buffer.h"
 
 namespace moert::experts {
 
@@ -18,7 +19,7 @@ void grouped_expert_ffn(const ExpertDispatchLayout& layout, std::span<const floa
                                    << hidden_size);
   MOERT_CHECK(layout.expert_entry_idx.size() == num_entries && layout.cu_expert_entries.size() == layout.experts.size() + 1,
               "layout is not grouped (call group_entries_by_expert)");
-  std::vector<float> rows, y;
+  thread_local ReusedBuffer rows_buffer, y_buffer;
   std::vector<ExpertGroup> groups;
   const size_t num_experts = layout.experts.size();
   for (size_t first = 0; first < num_experts;) {
@@ -29,26 +30,26 @@ void grouped_expert_ffn(const ExpertDispatchLayout& layout, std::span<const floa
     while (last < num_experts && layout.cu_expert_entries[last + 1] - begin <= kMaxEntriesPerExpertBatch) ++last;
     const int64_t end = layout.cu_expert_entries[last];
     const auto n = static_cast<size_t>(end - begin);
-    rows.resize(n * d);
-    y.resize(n * d);
+    float* rows = rows_buffer.get(n * d);
+    float* y = y_buffer.get(n * d);
     for (size_t j = 0; j < n; ++j) {
       const auto c = static_cast<size_t>(layout.expert_entry_idx[static_cast<size_t>(begin) + j]);
       const int64_t row = layout.entry_row[c];
       MOERT_CHECK(row >= 0 && static_cast<size_t>(row) < num_x_rows,
                   "entry " << c << " reads row " << row << " outside [0, " << num_x_rows << ")");
-      std::copy_n(x.data() + static_cast<size_t>(row) * d, d, rows.data() + j * d);
+      std::copy_n(x.data() + static_cast<size_t>(row) * d, d, rows + j * d);
     }
     groups.clear();
     for (size_t a = first; a < last; ++a) {
       const auto offset = static_cast<size_t>(layout.cu_expert_entries[a] - begin) * d;
-      groups.push_back({layout.experts[a], rows.data() + offset,
-                        layout.cu_expert_entries[a + 1] - layout.cu_expert_entries[a], y.data() + offset});
+      groups.push_back({layout.experts[a], rows + offset, layout.cu_expert_entries[a + 1] - layout.cu_expert_entries[a],
+                        y + offset});
     }
     batch_fn(groups);
     for (size_t j = 0; j < n; ++j) {
       const auto c = static_cast<size_t>(layout.expert_entry_idx[static_cast<size_t>(begin) + j]);
       const float w = layout.entry_weight[c];
-      const float* src = y.data() + j * d;
+      const float* src = y + j * d;
       float* dst = contributions.data() + c * d;
       for (size_t i = 0; i < d; ++i) dst[i] = w * src[i];
     }

@@ -35,14 +35,18 @@ void apply_linears(std::span<const LinearJob> jobs, ThreadPool& pool) {
     total += job.weight->out_features();
     max_k = std::max(max_k, job.weight->in_features());
   }
-  pool.parallel_for(total, linear_row_grain(max_k), [&](int64_t begin, int64_t end) {
-    int64_t first = 0;  // global index of the current job's feature 0
-    for (const LinearJob& job : jobs) {
-      const int64_t n = job.weight->out_features();
-      const int64_t lo = std::max(begin, first), hi = std::min(end, first + n);
-      if (lo < hi) job_rows(job, lo - first, hi - first);
-      first += n;
-      if (first >= end) break;
+  // Every thread takes the same share of every job's features (part p of P: features
+  // [N p / P, N (p + 1) / P) rounded down to a multiple of 4), so the threads stay balanced
+  // when the jobs differ in rows (a prefill's experts get unequal token counts).
+  const int64_t parts = std::min<int64_t>(pool.num_threads(), std::max<int64_t>(1, total / linear_row_grain(max_k)));
+  auto bound = [&](int64_t n, int64_t part) { return part == parts ? n : n * part / parts / 4 * 4; };
+  pool.parallel_for(parts, 1, [&](int64_t first_part, int64_t end_part) {
+    for (int64_t part = first_part; part < end_part; ++part) {
+      for (const LinearJob& job : jobs) {
+        const int64_t n = job.weight->out_features();
+        const int64_t begin = bound(n, part), end = bound(n, part + 1);
+        if (begin < end) job_rows(job, begin, end);
+      }
     }
   });
 }

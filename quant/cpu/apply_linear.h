@@ -23,10 +23,10 @@ struct LinearJob {
   float* y = nullptr;
 };
 
-// apply_linear of every job, with the output features of all of them split over the pool in
-// one parallel_for: one wake-up of the threads for, e.g., the gate and up projections of every
-// expert a MoE layer runs, instead of one per matrix (docs/perf/cpu-roofline.md). Each output
-// element has the bits apply_linear gives it. Outputs must not alias any job's input.
+// apply_linear of every job in one parallel_for, each thread taking an equal share of every
+// job's output features: one wake-up of the threads for, e.g., the gate and up projections of
+// every expert a MoE layer runs, instead of one per matrix (docs/perf/cpu-roofline.md). Each
+// output element has the bits apply_linear gives it. Outputs must not alias any job's input.
 void apply_linears(std::span<const LinearJob> jobs, ThreadPool& pool);
 
 }  // namespace moert::quant
