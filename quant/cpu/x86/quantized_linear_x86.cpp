@@ -142,6 +142,27 @@ MOERT_AVX512 inline __m512i chunk32_codes_avx512(const uint8_t* p) {
   return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
+// The chunk at element i of every column: scale[c][half] is column c's block scale of
+// elements [0, 16) and [16, 32) of the chunk (table x scale rounded once: the codec's value).
+template <int rows, int cols>
+MOERT_AVX512 inline void chunk32_fma_avx512(const float* x, int64_t x_stride, int64_t i, const RowRef* w, __m512 table,
+                                          const float (&scale)[cols][2], __m512 (&acc)[rows][cols]) {
+  __m512 w0[cols], w1[cols];
+  for (int c = 0; c < cols; ++c) {
+    const __m512i codes = chunk32_codes_avx512(w[c].data + i / 2);
+    w0[c] = _mm512_permutexvar_ps(codes, _mm512_mul_ps(table, _mm512_set1_ps(scale[c][0])));
+    w1[c] = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), _mm512_mul_ps(table, _mm512_set1_ps(scale[c][1])));
+  }
+  for (int r = 0; r < rows; ++r) {
+    const __m512 x0 = _mm512_loadu_ps(x + r * x_stride + i);
+    const __m512 x1 = _mm512_loadu_ps(x + r * x_stride + i + 16);
+    for (int c = 0; c < cols; ++c) {
+      acc[r][c] = _mm512_fmadd_ps(x0, w0[c], acc[r][c]);
+      acc[r][c] = _mm512_fmadd_ps(x1, w1[c], acc[r][c]);
+    }
+  }
+}
+
 template <int rows, int cols>
 MOERT_AVX512 void nvfp4_chunk32_tile_avx512(const float* x, int64_t x_stride, int64_t k, const RowRef* w,
                                             float* out) {
@@ -161,21 +182,13 @@ MOERT_AVX512 void nvfp4_chunk32_tile_avx512(const float* x, int64_t x_stride, in
     }
     for (int64_t i = k0; i < k1; i += 32) {
       const int64_t b = (i - k0) / kNvfp4BlockSize;
-      __m512 w0[cols], w1[cols];
+      float half_scale[cols][2];
       for (int c = 0; c < cols; ++c) {
         prefetch_stream_at(w[c].data, i / 2);
-        const __m512i codes = chunk32_codes_avx512(w[c].data + i / 2);
-        w0[c] = _mm512_permutexvar_ps(codes, _mm512_mul_ps(table, _mm512_set1_ps(scale[c][b])));
-        w1[c] = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), _mm512_mul_ps(table, _mm512_set1_ps(scale[c][b + 1])));
+        half_scale[c][0] = scale[c][b];
+        half_scale[c][1] = scale[c][b + 1];
       }
-      for (int r = 0; r < rows; ++r) {
-        const __m512 x0 = _mm512_loadu_ps(x + r * x_stride + i);
-        const __m512 x1 = _mm512_loadu_ps(x + r * x_stride + i + 16);
-        for (int c = 0; c < cols; ++c) {
-          acc[r][c] = _mm512_fmadd_ps(x0, w0[c], acc[r][c]);
-          acc[r][c] = _mm512_fmadd_ps(x1, w1[c], acc[r][c]);
-        }
-      }
+      chunk32_fma_avx512<rows, cols>(x, x_stride, i, w, table, half_scale, acc);
     }
   }
   finish_avx512<rows, cols>(acc, kIdentity, x, x_stride, k_chunks, k,
@@ -191,23 +204,13 @@ MOERT_AVX512 void mxfp4_chunk32_tile_avx512(const float* x, int64_t x_stride, in
     for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_setzero_ps();
   }
   for (int64_t i = 0; i < k; i += kMxfp4BlockSize) {
-    __m512 w0[cols], w1[cols];
+    float half_scale[cols][2];
     for (int c = 0; c < cols; ++c) {
       prefetch_stream_at(w[c].data, i / 2);
       prefetch_stream_at(w[c].scales, i / kMxfp4BlockSize);
-      const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(e8m0_decode(w[c].scales[i / kMxfp4BlockSize])));
-      const __m512i codes = chunk32_codes_avx512(w[c].data + i / 2);
-      w0[c] = _mm512_permutexvar_ps(codes, scaled);
-      w1[c] = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), scaled);
+      half_scale[c][0] = half_scale[c][1] = e8m0_decode(w[c].scales[i / kMxfp4BlockSize]);
     }
-    for (int r = 0; r < rows; ++r) {
-      const __m512 x0 = _mm512_loadu_ps(x + r * x_stride + i);
-      const __m512 x1 = _mm512_loadu_ps(x + r * x_stride + i + 16);
-      for (int c = 0; c < cols; ++c) {
-        acc[r][c] = _mm512_fmadd_ps(x0, w0[c], acc[r][c]);
-        acc[r][c] = _mm512_fmadd_ps(x1, w1[c], acc[r][c]);
-      }
-    }
+    chunk32_fma_avx512<rows, cols>(x, x_stride, i, w, table, half_scale, acc);
   }
   finish_avx512<rows, cols>(acc, kIdentity, x, x_stride, k, k,
                             [&](int c, int64_t i) { return weight_at<WeightFormat::kMxfp4>(w[c], i); }, out);
