@@ -508,19 +508,19 @@ Result<ModelWeights> bind_model_weights(const ModelConfig& c, const io::Checkpoi
 
 namespace {
 
-// Calls fn(weight) for every linear weight of the model: attention, dense and expert MLPs,
-// the shared expert and the LM head.
-template <typename Fn>
-void for_each_linear_weight(ModelWeights& weights, Fn fn) {
-  auto mlp = [&](GatedMlp& m) {
-    for (Linear* linear : {&m.gate, &m.up, &m.down}) fn(linear->weight);
+// Calls on_linear(linear) for every Linear of the model: attention, dense and expert MLPs, the
+// shared expert (the LM head is a bare LinearWeight, not among them). Weights: ModelWeights or
+// const ModelWeights.
+template <typename Weights, typename OnLinear>
+void for_each_linear(Weights& weights, OnLinear on_linear) {
+  auto mlp = [&](auto& m) {
+    for (auto* linear : {&m.gate, &m.up, &m.down}) on_linear(*linear);
   };
-  fn(weights.lm_head);
-  for (LayerWeights& layer : weights.layers) {
-    AttentionWeights& a = layer.attention;
-    for (Linear* linear : {&a.q, &a.k, &a.v, &a.o, &a.q_a, &a.kv_a}) fn(linear->weight);
+  for (auto& layer : weights.layers) {
+    auto& a = layer.attention;
+    for (auto* linear : {&a.q, &a.k, &a.v, &a.o, &a.q_a, &a.kv_a}) on_linear(*linear);
     if (layer.is_moe) {
-      for (GatedMlp& expert : layer.moe.experts) mlp(expert);
+      for (auto& expert : layer.moe.experts) mlp(expert);
       if (layer.moe.shared_expert.has_value()) mlp(*layer.moe.shared_expert);
     } else {
       mlp(layer.dense_mlp);
@@ -531,7 +531,7 @@ void for_each_linear_weight(ModelWeights& weights, Fn fn) {
 }  // namespace
 
 void repack_weights_for_cpu(ModelWeights& weights) {
-  for_each_linear_weight(weights, [&](quant::LinearWeight& weight) {
+  auto repack = [&](quant::LinearWeight& weight) {
     if (!weight.packed.has_value()) return;
     quant::QuantizedWeightView& q = *weight.packed;
     const bool fp4 = q.format == quant::WeightFormat::kNvfp4 || q.format == quant::WeightFormat::kMxfp4;
@@ -543,7 +543,9 @@ void repack_weights_for_cpu(ModelWeights& weights) {
                              quant::Fp4CodeOrder::kCpuChunk32, codes.data<uint8_t>());
     q.data = codes.data<uint8_t>();
     q.code_order = quant::Fp4CodeOrder::kCpuChunk32;
-  });
+  };
+  repack(weights.lm_head);
+  for_each_linear(weights, [&](Linear& linear) { repack(linear.weight); });
 }
 
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, const LoadOptions& options) {
@@ -589,10 +591,6 @@ void visit_linear(const Linear& linear, const std::function<void(const void*, in
   visit_floats(linear.bias, visit);
 }
 
-void visit_mlp(const GatedMlp& mlp, const std::function<void(const void*, int64_t)>& visit) {
-  for (const Linear* linear : {&mlp.gate, &mlp.up, &mlp.down}) visit_linear(*linear, visit);
-}
-
 }  // namespace
 
 void for_each_weight_region(const ModelWeights& weights,
@@ -604,23 +602,18 @@ void for_each_weight_region(const ModelWeights& weights,
     visit_floats(layer.input_norm, visit);
     visit_floats(layer.post_attention_norm, visit);
     const AttentionWeights& a = layer.attention;
-    for (const Linear* linear : {&a.q, &a.k, &a.v, &a.o, &a.q_a, &a.kv_a}) visit_linear(*linear, visit);
     for (const std::vector<float>* values : {&a.q_norm, &a.k_norm, &a.sinks, &a.q_a_norm, &a.kv_a_norm}) {
       visit_floats(*values, visit);
     }
     visit_view(a.key_absorb, visit);
     visit_view(a.value_up, visit);
     if (layer.is_moe) {
-      const MoeWeights& moe = layer.moe;
-      visit_view(moe.router, visit);
-      visit_floats(moe.router_bias, visit);
-      for (const GatedMlp& expert : moe.experts) visit_mlp(expert, visit);
-      if (moe.shared_expert.has_value()) visit_mlp(*moe.shared_expert, visit);
-      visit_view(moe.shared_expert_gate, visit);
-    } else {
-      visit_mlp(layer.dense_mlp, visit);
+      visit_view(layer.moe.router, visit);
+      visit_floats(layer.moe.router_bias, visit);
+      visit_view(layer.moe.shared_expert_gate, visit);
     }
   }
+  for_each_linear(weights, [&](const Linear& linear) { visit_linear(linear, visit); });
 }
 
 }  // namespace moert
