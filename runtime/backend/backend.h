@@ -107,6 +107,9 @@ class Backend {
   // runtime/model/weights.h for_each_weight_region): a backend may keep a device copy of
   // any part of it, made on first use. The CPU reads it in place and does nothing here.
   virtual void register_host_weights(const void* /*data*/, int64_t /*bytes*/) {}
+  // Returns once every op issued so far has completed, so that another stream or library
+  // (NCCL on its own stream) may read what they wrote. The CPU's ops complete as they return.
+  virtual void synchronize() {}
   // Strided 2-D copy: dst[r * dst_stride + i] = src[r * src_stride + i] for r < R, i < width.
   virtual void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t num_rows,
                          int64_t width) = 0;

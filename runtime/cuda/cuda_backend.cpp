@@ -502,6 +502,8 @@ class CudaBackend : public backend::Backend {
     if (!is_device_pointer(dst) || !is_device_pointer(src)) MOERT_CUDA_CHECK(cudaStreamSynchronize(stream()));
   }
 
+  void synchronize() override { MOERT_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
   void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t num_rows,
                  int64_t width) override {
     if (num_rows == 0 || width == 0) return;

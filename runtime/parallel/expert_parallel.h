@@ -1,9 +1,14 @@
 // Expert parallelism as a layer over the single-rank transformer: each rank computes only
 // the routed experts its placement gives it. Per MoE layer and step:
 //   dispatch plan (experts/placement) -> exchange row counts -> start the DISPATCH
-//   all-to-all of [hidden row | K expert ids (int32) | K weights] -> shared experts (overlapped)
-//   -> wait -> local grouped expert FFN, one weighted output per (row, expert) ->
-//   COMBINE all-to-all back -> sum per token in ascending expert id.
+//   all-to-alls of the hidden rows and of their routing columns [K expert ids (int32) |
+//   K weights] -> shared experts (overlapped) -> wait -> local grouped expert FFN, one
+//   weighted output per (row, expert) -> COMBINE all-to-all back -> sum per token in
+//   ascending expert id (Backend::combine_rows).
+// Two transports: the control transport (host memory: counts, routing columns) and the
+// payload transport that moves the float rows. A device payload transport (NCCL) keeps the
+// rows on the GPU end to end (packed by Backend::gather_rows, summed by combine_rows); a host
+// one (MPI) stages a device backend's rows through the host (docs/expert-parallel-gpu.md).
 // Because the combine sums the same products in the same order as LocalRoutedExperts,
 // outputs are bit-identical for any number of ranks and any placement.
 // Every rank must call run() for every MoE layer in the same order (empty batches too).
@@ -30,9 +35,12 @@ struct ExpertParallelStats {
 class ExpertParallelExperts : public RoutedExperts {
  public:
   // placement: one LayerPlacement per model layer (dense layers' entries are unused), or a
-  // single one used for every layer. config and transport must outlive this object.
-  // Expert compute runs on the backend run() is given (the model's).
-  ExpertParallelExperts(const ModelConfig& config, experts::ExpertPlacement placement, comm::Transport& transport);
+  // single one used for every layer. config and the transports must outlive this object.
+  // payload_transport: moves the rows (null: `transport` does); same ranks as `transport`.
+  // Expert compute runs on the backend run() is given (the model's); a device payload
+  // transport needs a device backend.
+  ExpertParallelExperts(const ModelConfig& config, experts::ExpertPlacement placement, comm::Transport& transport,
+                        comm::Transport* payload_transport = nullptr);
   // A transport failure aborts the whole job with a message naming this rank (no hang).
   void run(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
            const int32_t* expert_ids, const float* weights, float* out,
@@ -56,6 +64,7 @@ class ExpertParallelExperts : public RoutedExperts {
   const ModelConfig& config_;
   experts::ExpertPlacement placement_;
   comm::Transport& transport_;
+  comm::Transport& payload_;
   ExpertParallelStats stats_;
   std::vector<int64_t> routed_loads_;    // [L, E]
   std::vector<int64_t> computed_loads_;  // [L]
