@@ -179,7 +179,9 @@ int run_bench(const std::vector<std::string>& args) {
   }
   ThreadPool pool(threads);
   TransformerForward forward(model.config, model.weights, pool, device_backend.get());
-  parallel::ExpertParallelExperts experts(model.config, std::move(*placement), transport);
+  const std::unique_ptr<comm::Transport> row_transport =
+      open_row_transport(engine_options.ep_transport, device_backend.get(), transport);
+  parallel::ExpertParallelExperts experts(model.config, std::move(*placement), transport, row_transport.get());
   forward.set_routed_experts(&experts);
   spec::Proposer* proposer = spec_setup->start(pool, *config);
   parallel::BatchJobConfig job;

@@ -256,7 +256,9 @@ int run_serve_batch(const std::vector<std::string>& args) {
   }
   ThreadPool pool(threads);
   TransformerForward forward(model.config, model.weights, pool, device_backend.get());
-  parallel::ExpertParallelExperts experts(model.config, std::move(*placement), *transport);
+  const std::unique_ptr<comm::Transport> row_transport =
+      open_row_transport(engine_options.ep_transport, device_backend.get(), *transport);
+  parallel::ExpertParallelExperts experts(model.config, std::move(*placement), *transport, row_transport.get());
   forward.set_routed_experts(&experts);
   engine::Engine engine(forward, *config);
   engine.set_proposer(spec_setup->start(pool, *config));

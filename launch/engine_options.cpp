@@ -33,6 +33,9 @@ void add_engine_options(po::options_description& options, EngineOptions& v) {
        "(per-block scale)")
       ("device", po::value(&v.device)->default_value("cpu"),
        "where the model computes: cpu, or cuda (rank r of a node on GPU r % GPUs)")
+      ("ep-transport", po::value(&v.ep_transport)->default_value("auto"),
+       "what moves the expert-parallel rows: auto (NCCL with --device cuda when built with NCCL, else MPI), nccl, "
+       "or mpi (host memory)")
       ("threads", po::value(&v.threads)->default_value("auto"),
        "worker threads per rank, 1..4096 (auto: MOERT_NUM_THREADS, else the CPUs of the process's affinity mask, split "
        "among the ranks on this node when the launcher did not bind them)");
@@ -42,8 +45,19 @@ std::unique_ptr<backend::Backend> open_device_backend(const std::string& device)
   return value_or_throw(backend::open_device(value_or_throw(backend::parse_device(device)), comm::local_rank()));
 }
 
+std::unique_ptr<comm::Transport> open_row_transport(const std::string& ep_transport, const backend::Backend* backend,
+                                                    comm::Transport& control) {
+  return value_or_throw(
+      backend::open_row_transport(value_or_throw(backend::parse_row_transport(ep_transport)), backend, control));
+}
+
 engine::EngineConfig resolve_engine_config(const EngineOptions& v, const ModelConfig& model, DType auto_kv_cache_dtype) {
   engine::EngineConfig c;
+  // --ep-transport is checked here, before anything is written; NCCL opens later.
+  const backend::RowTransportChoice rows = value_or_throw(backend::parse_row_transport(v.ep_transport));
+  if (rows == backend::RowTransportChoice::kNccl && v.device != "cuda") {
+    throw CommandError("--ep-transport nccl moves device buffers: it needs --device cuda");
+  }
   const Result<DType> kv_dtype = attention::parse_kv_cache_dtype(v.kv_cache_dtype, auto_kv_cache_dtype);
   if (!kv_dtype.is_ok()) throw CommandError(kv_dtype.status().message());
   c.kv_cache_dtype = *kv_dtype;

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "runtime/backend/backend.h"
+#include "runtime/comm/transport.h"
 #include "runtime/engine/engine.h"
 #include "runtime/model/config.h"
 
@@ -23,6 +24,7 @@ struct EngineOptions {
   std::string threads = "auto";  // a count >= 1, or auto
   std::string kv_cache_dtype = "auto";  // auto, f32, bf16, fp8_e4m3
   std::string device = "cpu";           // cpu, cuda
+  std::string ep_transport = "auto";    // auto, nccl, mpi: what moves the expert-parallel rows
 };
 
 void add_engine_options(boost::program_options::options_description& options, EngineOptions& values);
@@ -36,6 +38,11 @@ int resolve_threads(const EngineOptions& values);
 // a CpuBackend over its pool), the CUDA backend on GPU local_rank % devices for cuda. Throws
 // CommandError with one line naming the problem (no CUDA in this build, no GPU, a bad value).
 std::unique_ptr<backend::Backend> open_device_backend(const std::string& device);
+// The transport that moves the expert-parallel rows under `--ep-transport` (null: `control`
+// does; backend::open_row_transport). Collective over `control`. Throws CommandError with one
+// line naming the problem.
+std::unique_ptr<comm::Transport> open_row_transport(const std::string& ep_transport, const backend::Backend* backend,
+                                                    comm::Transport& control);
 // The KV pool's bytes for --kv-cache-memory-fraction: fraction x MemAvailable (/proc/meminfo)
 // / ranks on this node. Throws CommandError when the fraction is outside (0, 1] or the
 // available memory cannot be read.

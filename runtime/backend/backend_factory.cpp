@@ -3,6 +3,9 @@
 #if defined(MOERT_HAS_CUDA_BACKEND)
 #include "runtime/cuda/cuda_backend.h"
 #endif
+#if defined(MOERT_HAS_NCCL_TRANSPORT)
+#include "runtime/comm/nccl_transport.h"
+#endif
 
 namespace moert::backend {
 
@@ -20,6 +23,38 @@ Result<std::unique_ptr<Backend>> open_device(DeviceChoice choice, int local_rank
   (void)local_rank;
   return unsupported("--device cuda: this moert was built without CUDA (configure with -DMOERT_WITH_CUDA=ON and "
                      "the CUDA toolkit installed)");
+#endif
+}
+
+Result<RowTransportChoice> parse_row_transport(const std::string& name) {
+  if (name == "auto") return RowTransportChoice::kAuto;
+  if (name == "nccl") return RowTransportChoice::kNccl;
+  if (name == "mpi") return RowTransportChoice::kMpi;
+  return invalid_argument("--ep-transport '" + name + "' is not auto, nccl or mpi");
+}
+
+Result<std::unique_ptr<comm::Transport>> open_row_transport(RowTransportChoice choice, const Backend* backend,
+                                                            comm::Transport& control) {
+  const bool on_cuda = backend != nullptr && backend->device().kind == DeviceKind::kCuda;
+  if (choice == RowTransportChoice::kMpi) return std::unique_ptr<comm::Transport>();
+  if (choice == RowTransportChoice::kNccl && !on_cuda) {
+    return unsupported("--ep-transport nccl moves device buffers: it needs --device cuda");
+  }
+#if defined(MOERT_HAS_NCCL_TRANSPORT)
+  if (!on_cuda) return std::unique_ptr<comm::Transport>();
+  comm::NcclTransportOptions options;
+  options.device = backend->device().index;
+  Result<std::unique_ptr<comm::Transport>> nccl = comm::make_nccl_transport(control, options);
+  if (!nccl.is_ok()) return unsupported("--ep-transport " + std::string(choice == RowTransportChoice::kAuto ? "auto" : "nccl") +
+                                        ": NCCL could not be set up (" + nccl.status().message() +
+                                        "); --ep-transport mpi moves the rows through host memory");
+  return nccl;
+#else
+  (void)control;
+  if (choice == RowTransportChoice::kNccl) {
+    return unsupported("--ep-transport nccl: this moert was built without NCCL (configure with CUDA and NCCL found)");
+  }
+  return std::unique_ptr<comm::Transport>();
 #endif
 }
 

@@ -111,6 +111,11 @@ TEST(Cli, DeviceChoiceFailsInOneLineWithoutAGpu) {
   expect_one_line_error(run_command(moert() + " score --device tpu --model " + dir + " --tokens 1,2"),
                         "--device 'tpu' is not cpu or cuda");
   testing::write_file(scratch / "in.jsonl", "{\"id\": \"a\", \"prompt_token_ids\": [1, 2], \"max_tokens\": 2}\n");
+  const std::string run_on_cpu = moert() + " run --model " + dir + " --input " + (scratch / "in.jsonl") + " --output " +
+                                 (scratch / "out.jsonl");
+  expect_one_line_error(run_command(run_on_cpu + " --ep-transport ucx"), "--ep-transport 'ucx' is not auto, nccl or mpi");
+  expect_one_line_error(run_command(run_on_cpu + " --ep-transport nccl"), "--ep-transport nccl moves device buffers");
+  EXPECT_FALSE(std::filesystem::exists(scratch / "out.jsonl"));  // nothing written
   const testing::CommandResult scored = run_command(moert() + " score --device cuda --model " + dir + " --tokens 1,2");
   if (scored.exit_code == 0) GTEST_SKIP() << "a GPU is visible";
   expect_one_line_error(scored, "--device cuda: ");
