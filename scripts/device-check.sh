@@ -7,7 +7,12 @@
 #   2. `moert score --device cuda` on every shared reference against its float64 logits;
 #   3. decode attention bandwidth against a device copy (batch 32, context 4096);
 #   4. batch-1 / batch-32 decode and prefill tok/s on `make-model --preset large`, moert
-#      beside Hugging Face transformers' generate() on the same checkpoint.
+#      beside Hugging Face transformers' generate() on the same checkpoint;
+#   5. the expert-parallel exchange through NCCL on one GPU (4096 x 7168 BF16 rows there and
+#      back) against a device copy of the same bytes (docs/expert-parallel-gpu.md);
+#   6. batch-1 decode of the same model as NVFP4, MXFP4 and FP8, as ratios to BF16.
+# NCCL is opened at run time (libnccl.so.2): the one of the machine's PyTorch when the system
+# has none on the loader path.
 # Binaries: $MOERT_DEVICE_BUNDLE/bin (made here by scripts/device-pack.sh, for sm_90a) or,
 # without a bundle, a build for the present GPU in build-device (needs the build deps).
 # References: $MOERT_SHARED_DIR/reference (default ../shared).
@@ -50,11 +55,17 @@ else
   cmake -S "$repo" -B "$repo/build-device" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOERT_CUDA_ARCHS="$cap" \
     -DMOERT_BUILD_BENCHMARKS=OFF > "$out/build.log" 2>&1 &&
     cmake --build "$repo/build-device" -j"$(nproc)" --target moert backend_conformance_cuda_test cli_cuda_test \
-      bench_cuda_decode_attention >> "$out/build.log" 2>&1 || { log "build failed (build.log)"; exit 1; }
+      bench_cuda_decode_attention bench_nccl_round_trip >> "$out/build.log" 2>&1 || { log "build failed (build.log)"; exit 1; }
   bin="$out/bin"
   mkdir -p "$bin"
   for t in launch/moert tests/runtime/backend/backend_conformance_cuda_test tests/launch/cli_cuda_test \
-           runtime/bench_cuda_decode_attention; do cp "$repo/build-device/$t" "$bin/"; done
+           runtime/bench_cuda_decode_attention runtime/comm/bench_nccl_round_trip; do cp "$repo/build-device/$t" "$bin/"; done
+fi
+if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
+  nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  [ -f "$nccl_lib/libnccl.so.2" ] || nccl_lib=$(dirname "$(find / -name libnccl.so.2 -not -path '/proc/*' 2>/dev/null | head -1)" 2>/dev/null)
+  if [ -n "$nccl_lib" ]; then export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$nccl_lib"; fi
+  log "libnccl.so.2 from ${nccl_lib:-nowhere (NCCL steps will fail)}"
 fi
 export MOERT_BIN="$bin/moert" MOERT_SHARED_DIR="$shared" MOERT_LOG_LEVEL=warn
 work="$(mktemp -d)"
@@ -105,6 +116,16 @@ log "4. throughput on the large preset, moert and transformers"
 python3 "$here/device/hf_generate_bench.py" "$work/large" --batch-sizes 1,32 --input-len 64 --output-len 64 \
   > "$out/hf-bench.json" 2> "$out/hf-bench.log"
 
+log "5. NCCL dispatch + combine round trip vs device copy"
+"$bin/bench_nccl_round_trip" --tokens 4096 --hidden 7168 --element-bytes 2 > "$out/nccl.json" 2> "$out/nccl.log"
+
+log "6. batch-1 decode per weight format"
+for format in nvfp4 mxfp4 fp8; do
+  "$bin/moert" quantize --model "$work/large" --format "$format" --out "$work/large-$format" > "$out/quantize-$format.log" 2>&1
+  "$bin/moert" bench --device cuda --model "$work/large-$format" --batch-sizes 1 --input-len 64 --output-len 64 \
+    --kv-cache-mb 8192 > "$out/moert-bench-$format.log" 2>&1
+done
+
 python3 - "$out" "$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)" > "$out/summary.json" <<'PY'
 import json, re, sys, datetime
 out, commit = sys.argv[1:3]
@@ -118,13 +139,24 @@ summary = {"date": datetime.date.today().isoformat(), "commit": commit,
            "rc": dict(line.strip().split("=") for line in open(out + "/rc.txt") if "=" in line),
            "score": [json.loads(line) for line in open(out + "/score.jsonl") if line.strip()],
            "attention": load(out + "/attention.json"),
-           "transformers": load(out + "/hf-bench.json")}
-moert = []
-for line in open(out + "/moert-bench.log"):
-    fields = dict(re.findall(r"(\w+)=([0-9.]+)", line))
-    if "output_tok_s" in fields:
-        moert.append({k: float(v) for k, v in fields.items()})
-summary["moert_bench"] = moert
+           "transformers": load(out + "/hf-bench.json"), "nccl_round_trip": load(out + "/nccl.json")}
+def bench_lines(path):
+    lines = []
+    try:
+        for line in open(path):
+            fields = dict(re.findall(r"(\w+)=([0-9.]+)", line))
+            if "output_tok_s" in fields:
+                lines.append({k: float(v) for k, v in fields.items()})
+    except OSError:
+        pass
+    return lines
+summary["moert_bench"] = bench_lines(out + "/moert-bench.log")
+bf16 = summary["moert_bench"][0]["output_tok_s"] if summary["moert_bench"] else None
+summary["decode_batch1_vs_bf16"] = {}
+for fmt in ("nvfp4", "mxfp4", "fp8"):
+    lines = bench_lines(f"{out}/moert-bench-{fmt}.log")
+    if lines and bf16:
+        summary["decode_batch1_vs_bf16"][fmt] = round(lines[0]["output_tok_s"] / bf16, 3)
 print(json.dumps(summary, indent=1))
 PY
 log "summary: $out/summary.json"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Packs what the device check carries to a GPU machine that has no build dependencies
 # (docs/cuda-backend.md, "Device check"), in .device/ (ignored by git):
-#   .device/bundle/bin   moert, the cuda-labelled tests and the attention benchmark, built
-#                        here for sm_90a (H100/H200) without MPI;
+#   .device/bundle/bin   moert, the cuda-labelled tests, the attention and NCCL benchmarks,
+#                        built here for sm_90a (H100/H200) without MPI (NCCL is opened at
+#                        run time: the device machine's, see device-check.sh);
 #   .device/bundle/lib   the shared libraries they need beyond glibc and the GPU driver;
 #   .device/refs-N/      the shared references as .tar.xz, chunks of at most
 #                        MOERT_DEVICE_CHUNK_MB (30) each, so that every call stays under the
@@ -18,12 +19,12 @@ build="$repo/build-device-pack"
 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOERT_CUDA_ARCHS="$archs" -DMOERT_WITH_MPI=OFF \
   -DMOERT_BUILD_BENCHMARKS=OFF > /dev/null
 cmake --build "$build" -j"$(nproc)" --target moert backend_conformance_cuda_test cli_cuda_test \
-  bench_cuda_decode_attention
+  bench_cuda_decode_attention bench_nccl_round_trip
 
 rm -rf "$repo/.device"
 mkdir -p "$repo/.device/bundle/bin" "$repo/.device/bundle/lib"
 for binary in launch/moert tests/runtime/backend/backend_conformance_cuda_test tests/launch/cli_cuda_test \
-              runtime/bench_cuda_decode_attention; do
+              runtime/bench_cuda_decode_attention runtime/comm/bench_nccl_round_trip; do
   cp "$build/$binary" "$repo/.device/bundle/bin/"
 done
 strip "$repo"/.device/bundle/bin/*

@@ -1,5 +1,7 @@
 #include "runtime/backend/backend_factory.h"
 
+#include "core/log.h"
+
 #if defined(MOERT_HAS_CUDA_BACKEND)
 #include "runtime/cuda/cuda_backend.h"
 #endif
@@ -45,10 +47,15 @@ Result<std::unique_ptr<comm::Transport>> open_row_transport(RowTransportChoice c
   comm::NcclTransportOptions options;
   options.device = backend->device().index;
   Result<std::unique_ptr<comm::Transport>> nccl = comm::make_nccl_transport(control, options);
-  if (!nccl.is_ok()) return unsupported("--ep-transport " + std::string(choice == RowTransportChoice::kAuto ? "auto" : "nccl") +
-                                        ": NCCL could not be set up (" + nccl.status().message() +
-                                        "); --ep-transport mpi moves the rows through host memory");
-  return nccl;
+  if (nccl.is_ok()) return nccl;
+  // make_nccl_transport fails on every rank alike, so every rank takes the same way here.
+  if (choice == RowTransportChoice::kAuto) {
+    MOERT_WARN("--ep-transport auto: NCCL could not be set up (" << nccl.status().message()
+                                                                 << "); the expert rows go through host memory");
+    return std::unique_ptr<comm::Transport>();
+  }
+  return unsupported("--ep-transport nccl: NCCL could not be set up (" + nccl.status().message() +
+                     "); --ep-transport mpi moves the rows through host memory");
 #else
   (void)control;
   if (choice == RowTransportChoice::kNccl) {

@@ -1,7 +1,10 @@
-// The only file of moert that includes <nccl.h>.
+// The only file of moert that includes <nccl.h>. NCCL itself is opened at run time
+// (dlopen of libnccl.so.2; docs/expert-parallel-gpu.md): moert starts where NCCL is not
+// installed, and make_nccl_transport then fails with a Status on every rank.
 #include "runtime/comm/nccl_transport.h"
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <nccl.h>
 
 #include <cstdlib>
@@ -20,6 +23,55 @@ namespace {
 static_assert(std::is_same_v<cudaStream_t, CUstream_st*>,
               "nccl_transport.h passes cudaStream_t as CUstream_st*");
 
+// The NCCL entry points moert calls, resolved from libnccl.so.2 once per process.
+struct NcclLibrary {
+  decltype(&::ncclGetUniqueId) GetUniqueId = nullptr;
+  decltype(&::ncclCommInitRank) CommInitRank = nullptr;
+  decltype(&::ncclCommDestroy) CommDestroy = nullptr;
+  decltype(&::ncclCommAbort) CommAbort = nullptr;
+  decltype(&::ncclCommGetAsyncError) CommGetAsyncError = nullptr;
+  decltype(&::ncclGetErrorString) GetErrorString = nullptr;
+  decltype(&::ncclGetLastError) GetLastError = nullptr;  // may be null (older NCCL)
+  decltype(&::ncclGroupStart) GroupStart = nullptr;
+  decltype(&::ncclGroupEnd) GroupEnd = nullptr;
+  decltype(&::ncclSend) Send = nullptr;
+  decltype(&::ncclRecv) Recv = nullptr;
+  decltype(&::ncclBroadcast) Broadcast = nullptr;
+  decltype(&::ncclAllReduce) AllReduce = nullptr;
+  std::string error;  // why NCCL is unusable; empty once every entry point resolved
+};
+
+const NcclLibrary& nccl() {
+  static const NcclLibrary library = [] {
+    NcclLibrary lib;
+    void* handle = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* why = dlerror();
+      lib.error = std::string("cannot open libnccl.so.2: ") + (why != nullptr ? why : "unknown error");
+      return lib;
+    }
+    auto resolve = [&](auto& entry, const char* name, bool required = true) {
+      entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(dlsym(handle, name));
+      if (entry == nullptr && required && lib.error.empty()) lib.error = std::string("libnccl.so.2 has no ") + name;
+    };
+    resolve(lib.GetUniqueId, "ncclGetUniqueId");
+    resolve(lib.CommInitRank, "ncclCommInitRank");
+    resolve(lib.CommDestroy, "ncclCommDestroy");
+    resolve(lib.CommAbort, "ncclCommAbort");
+    resolve(lib.CommGetAsyncError, "ncclCommGetAsyncError");
+    resolve(lib.GetErrorString, "ncclGetErrorString");
+    resolve(lib.GetLastError, "ncclGetLastError", /*required=*/false);  // NCCL >= 2.13
+    resolve(lib.GroupStart, "ncclGroupStart");
+    resolve(lib.GroupEnd, "ncclGroupEnd");
+    resolve(lib.Send, "ncclSend");
+    resolve(lib.Recv, "ncclRecv");
+    resolve(lib.Broadcast, "ncclBroadcast");
+    resolve(lib.AllReduce, "ncclAllReduce");
+    return lib;  // the handle stays open for the life of the process
+  }();
+  return library;
+}
+
 Status cuda_status(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return Status::ok();
   return internal_error(std::string(what) + ": " + cudaGetErrorName(error) + " (" +
@@ -28,8 +80,8 @@ Status cuda_status(cudaError_t error, const char* what) {
 
 Status nccl_status(ncclResult_t result, const char* what, ncclComm_t comm) {
   if (result == ncclSuccess) return Status::ok();
-  std::string text = std::string(what) + ": " + ncclGetErrorString(result);
-  const char* last = ncclGetLastError(comm);
+  std::string text = std::string(what) + ": " + nccl().GetErrorString(result);
+  const char* last = nccl().GetLastError != nullptr ? nccl().GetLastError(comm) : nullptr;
   if (last != nullptr && *last != '\0') text += std::string(" (") + last + ")";
   return internal_error(text);
 }
@@ -68,7 +120,7 @@ class NcclTransport final : public Transport {
   ~NcclTransport() override {
     if (comm_ != nullptr) {
       (void)synchronize("~NcclTransport");
-      ncclCommDestroy(comm_);
+      nccl().CommDestroy(comm_);
     }
     if (owns_stream_) cudaStreamDestroy(stream_);
   }
@@ -96,22 +148,22 @@ class NcclTransport final : public Transport {
     check_root(root);
     if (bytes == 0) return Status::ok();
     MOERT_RETURN_IF_ERROR(nccl_status(
-        ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast", comm_));
+        nccl().Broadcast(data, data, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast", comm_));
     return synchronize("broadcast");
   }
 
   Status gather(const void* send, size_t bytes, void* recv, int root) override {
     check_root(root);
     if (bytes == 0) return Status::ok();
-    MOERT_RETURN_IF_ERROR(nccl_status(ncclGroupStart(), "ncclGroupStart", comm_));
+    MOERT_RETURN_IF_ERROR(nccl_status(nccl().GroupStart(), "ncclGroupStart", comm_));
     if (rank() == root) {
       for (int src = 0; src < world_size(); ++src) {
-        (void)ncclRecv(static_cast<uint8_t*>(recv) + static_cast<size_t>(src) * bytes, bytes,
+        (void)nccl().Recv(static_cast<uint8_t*>(recv) + static_cast<size_t>(src) * bytes, bytes,
                        ncclUint8, src, comm_, stream_);
       }
     }
-    (void)ncclSend(send, bytes, ncclUint8, root, comm_, stream_);
-    MOERT_RETURN_IF_ERROR(nccl_status(ncclGroupEnd(), "ncclGroupEnd(gather)", comm_));
+    (void)nccl().Send(send, bytes, ncclUint8, root, comm_, stream_);
+    MOERT_RETURN_IF_ERROR(nccl_status(nccl().GroupEnd(), "ncclGroupEnd(gather)", comm_));
     return synchronize("gather");
   }
 
@@ -129,23 +181,23 @@ class NcclTransport final : public Transport {
     MOERT_CHECK(recv_valid.is_ok(), "" << recv_valid.message());
     const std::vector<int64_t> cu_send = exclusive_prefix_sum(send_bytes_per_rank);
     const std::vector<int64_t> cu_recv = exclusive_prefix_sum(recv_bytes_per_rank);
-    Status status = nccl_status(ncclGroupStart(), "ncclGroupStart", comm_);
+    Status status = nccl_status(nccl().GroupStart(), "ncclGroupStart", comm_);
     if (!status.is_ok()) return finished_exchange(status);
     for (int peer = 0; peer < world_size(); ++peer) {
       const auto p = static_cast<size_t>(peer);
       // Errors of the calls inside a group are reported by ncclGroupEnd.
       if (send_bytes_per_rank[p] > 0) {
-        (void)ncclSend(static_cast<const uint8_t*>(send) + cu_send[p],
+        (void)nccl().Send(static_cast<const uint8_t*>(send) + cu_send[p],
                        static_cast<size_t>(send_bytes_per_rank[p]), ncclUint8, peer, comm_,
                        stream_);
       }
       if (recv_bytes_per_rank[p] > 0) {
-        (void)ncclRecv(static_cast<uint8_t*>(recv) + cu_recv[p],
+        (void)nccl().Recv(static_cast<uint8_t*>(recv) + cu_recv[p],
                        static_cast<size_t>(recv_bytes_per_rank[p]), ncclUint8, peer, comm_,
                        stream_);
       }
     }
-    status = nccl_status(ncclGroupEnd(), "ncclGroupEnd(all_to_all_v)", comm_);
+    status = nccl_status(nccl().GroupEnd(), "ncclGroupEnd(all_to_all_v)", comm_);
     if (!status.is_ok()) return finished_exchange(status);
     return std::make_unique<NcclExchange>(this);
   }
@@ -156,7 +208,7 @@ class NcclTransport final : public Transport {
   }
 
   [[noreturn]] void abort(int code, const std::string& message) override {
-    if (comm_ != nullptr) ncclCommAbort(comm_);
+    if (comm_ != nullptr) nccl().CommAbort(comm_);
     comm_ = nullptr;
     bootstrap_.abort(code, message);
     std::abort();  // not reached: GCC does not trust [[noreturn]] on a virtual call
@@ -174,11 +226,11 @@ class NcclTransport final : public Transport {
       if (query == cudaSuccess) return Status::ok();
       if (query != cudaErrorNotReady) return cuda_status(query, what);
       ncclResult_t async_error = ncclSuccess;
-      ncclResult_t result = ncclCommGetAsyncError(comm_, &async_error);
+      ncclResult_t result = nccl().CommGetAsyncError(comm_, &async_error);
       if (result != ncclSuccess) return nccl_status(result, "ncclCommGetAsyncError", comm_);
       if (async_error != ncclSuccess && async_error != ncclInProgress) {
         Status status = nccl_status(async_error, what, comm_);
-        ncclCommAbort(comm_);
+        nccl().CommAbort(comm_);
         comm_ = nullptr;  // later calls fail with a Status (NCCL rejects a null comm)
         return status;
       }
@@ -191,7 +243,7 @@ class NcclTransport final : public Transport {
   Status all_reduce_impl(T* data, size_t count, ReduceOp op) {
     if (count == 0) return Status::ok();
     MOERT_RETURN_IF_ERROR(nccl_status(
-        ncclAllReduce(data, data, count, nccl_type<T>(), to_nccl(op), comm_, stream_),
+        nccl().AllReduce(data, data, count, nccl_type<T>(), to_nccl(op), comm_, stream_),
         "ncclAllReduce", comm_));
     return synchronize("all_reduce");
   }
@@ -234,7 +286,8 @@ Result<std::unique_ptr<Transport>> make_nccl_transport(Transport& bootstrap,
   // Local setup first; its outcome is shared, so that no rank enters ncclCommInitRank
   // while another has given up.
   Status local;
-  if (options.device >= 0) local = cuda_status(cudaSetDevice(options.device), "cudaSetDevice");
+  if (!nccl().error.empty()) local = unsupported(nccl().error);
+  if (local.is_ok() && options.device >= 0) local = cuda_status(cudaSetDevice(options.device), "cudaSetDevice");
   cudaStream_t stream = options.stream;
   const bool owns_stream = stream == nullptr;
   if (local.is_ok() && owns_stream) {
@@ -244,7 +297,7 @@ Result<std::unique_ptr<Transport>> make_nccl_transport(Transport& bootstrap,
   InitMessage message;
   std::memset(&message, 0, sizeof(message));
   if (local.is_ok() && bootstrap.rank() == 0) {
-    local = nccl_status(ncclGetUniqueId(&message.id), "ncclGetUniqueId", nullptr);
+    local = nccl_status(nccl().GetUniqueId(&message.id), "ncclGetUniqueId", nullptr);
   }
   int64_t any_failed = local.is_ok() ? 0 : 1;
   Status shared = bootstrap.all_reduce(&any_failed, 1, ReduceOp::kMax);
@@ -260,7 +313,7 @@ Result<std::unique_ptr<Transport>> make_nccl_transport(Transport& bootstrap,
   }
   ncclComm_t comm = nullptr;
   Status init = nccl_status(
-      ncclCommInitRank(&comm, bootstrap.world_size(), message.id, bootstrap.rank()),
+      nccl().CommInitRank(&comm, bootstrap.world_size(), message.id, bootstrap.rank()),
       "ncclCommInitRank", nullptr);
   if (!init.is_ok()) {
     if (owns_stream) cudaStreamDestroy(stream);

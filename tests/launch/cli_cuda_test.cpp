@@ -78,17 +78,21 @@ TEST_P(CliCuda, RunGivesTheCpuGreedyIdsOnOneAndTwoRanks) {
   std::vector<std::string> launches{""};
   // Two ranks where this machine has an MPI launcher (a device machine may not).
   if (run_command("command -v mpirun").exit_code == 0) launches.push_back("mpirun -np 2 --oversubscribe --bind-to none ");
+  // On the GPU, expert rows through NCCL (device buffers) and through host memory.
+  const std::vector<std::string> ways{"--device cuda --ep-transport nccl", "--device cuda --ep-transport mpi",
+                                      "--device cpu"};
   for (const std::string& launch : launches) {
-    for (const char* device : {"cuda", "cpu"}) {
-      const std::string out = scratch / (std::string(device) + std::to_string(launch.size()) + ".jsonl");
+    for (size_t w = 0; w < ways.size(); ++w) {
+      const std::string& way = ways[w];
+      const std::string out = scratch / ("run" + std::to_string(w) + "-" + std::to_string(launch.size()) + ".jsonl");
       const testing::CommandResult ran =
-          run_command(launch + moert() + " run --device " + device + " --kv-cache-dtype f32 --threads 2 --model " +
-                      ref + "/hf --input " + (scratch / "in.jsonl") + " --output " + out);
-      ASSERT_EQ(ran.exit_code, 0) << launch << device << ": " << ran.err;
+          run_command(launch + moert() + " run " + way + " --kv-cache-dtype f32 --threads 2 --model " + ref +
+                      "/hf --input " + (scratch / "in.jsonl") + " --output " + out);
+      ASSERT_EQ(ran.exit_code, 0) << launch << way << ": " << ran.err;
       const std::string text = testing::read_file(out);
       const nlohmann::json result = nlohmann::json::parse(text.substr(0, text.find('\n')));
       EXPECT_EQ(result.at("outputs").at(0).at("token_ids"), expected.at("gen_tokens"))
-          << launch << device << ": " << result.dump();
+          << launch << way << ": " << result.dump();
     }
   }
 }
