@@ -19,6 +19,19 @@ __host__ __device__ __forceinline__ uint32_t float_to_bits(float value) {
   return bits;
 }
 
+// The 16 bytes at p (16-byte aligned) as four little-endian words: one vector load on the GPU.
+__device__ __forceinline__ void load_16_bytes(const void* p, uint32_t (&words)[4]) {
+#if defined(__CUDACC__)
+  const uint4 v = __ldg(static_cast<const uint4*>(p));
+  words[0] = v.x;
+  words[1] = v.y;
+  words[2] = v.z;
+  words[3] = v.w;
+#else
+  memcpy(words, p, sizeof(words));
+#endif
+}
+
 __host__ __device__ __forceinline__ float bf16_to_float(uint16_t bits) { return bits_to_float(static_cast<uint32_t>(bits) << 16); }
 
 // Round to nearest, ties to even; NaN stays a quiet NaN (core/half.h f32_to_bf16).

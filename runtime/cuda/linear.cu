@@ -7,8 +7,11 @@
 //     products of one (row, feature) into outputs. Groups: 1 for linear, one per head for
 //     per_head_linear, one per active expert for the grouped FFN (rows = that expert's entries).
 //   * warp_kernel (at most kWarpMaxRows rows, i.e. decode): one warp per output feature, its
-//     lanes striding over K in chunks of kChunk elements, each decoded chunk dotted with up to
-//     kWarpRows x rows, then reduced over the warp (warp_sum_rows). W is read once per kWarpRows rows.
+//     lanes striding over K in chunks, each decoded chunk dotted with up to kWarpRows x rows,
+//     then reduced over the warp (warp_sum_rows). W is read once per kWarpRows rows. Where W's
+//     rows are 16-byte aligned a lane's chunk is 16 bytes of W read in one vector load
+//     (kWideElems: 4 F32, 8 BF16/F16, 16 FP8, 32 FP4 elements), so every format keeps the same
+//     bytes in flight and the 4-bit formats read at the rate BF16 does; otherwise kChunk.
 //   * tiled_kernel (more rows): a kTileRows x kTileCols output tile per block; K in steps of
 //     kTileK, each step's x and W chunks stored to shared memory as floats (W decoded as it is
 //     loaded), then every thread accumulates 4 x 4 outputs per weight.
@@ -103,15 +106,91 @@ __device__ __forceinline__ void decode_chunk_any(const DeviceWeight& w, int64_t 
   }
 }
 
+// ---- Wide weight readers (the warp kernel's 16-byte loads) ------------------------------------
+template <Kind kind>
+constexpr int kWideElems = kind == Kind::kF32 ? 4
+                           : (kind == Kind::kBF16 || kind == Kind::kF16) ? 8
+                           : (kind == Kind::kNvfp4 || kind == Kind::kMxfp4) ? 32
+                                                                            : 16;  // FP8
+static_assert(kWideElems<Kind::kNvfp4> == kMxfp4Block && kFp8Tile % kWideElems<Kind::kFp8Block> == 0,
+              "a wide FP4 chunk is one MXFP4 block (two NVFP4 blocks); a wide FP8 chunk lies in one scale tile");
+
+template <Kind kind>
+__device__ __forceinline__ int64_t row_bytes(int64_t cols) {
+  if constexpr (kind == Kind::kF32) return cols * 4;
+  if constexpr (kind == Kind::kBF16 || kind == Kind::kF16) return cols * 2;
+  if constexpr (kind == Kind::kNvfp4 || kind == Kind::kMxfp4) return cols / 2;
+  return cols;  // FP8
+}
+
+// Whether every row of W starts on a 16-byte boundary (then decode_wide may read it).
+template <Kind kind>
+__device__ __forceinline__ bool rows_16_byte_aligned(const DeviceWeight& w) {
+  return reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && row_bytes<kind>(w.cols) % 16 == 0;
+}
+
+// out[e] = W[n, k + e] for e < kWideElems<kind>, the same floats as decode_chunk, from one
+// 16-byte load. Preconditions: rows_16_byte_aligned(w), k % kWideElems<kind> == 0,
+// k + kWideElems<kind> <= K.
+template <Kind kind>
+__device__ __forceinline__ void decode_wide(const DeviceWeight& w, int64_t n, int64_t k,
+                                            float (&out)[kWideElems<kind>]) {
+  const int64_t cols = w.cols;
+  uint32_t words[4];
+  load_16_bytes(static_cast<const uint8_t*>(w.data) + n * row_bytes<kind>(cols) + row_bytes<kind>(k), words);
+  if constexpr (kind == Kind::kF32) {
+    for (int e = 0; e < 4; ++e) out[e] = bits_to_float(words[e]);
+  } else if constexpr (kind == Kind::kBF16 || kind == Kind::kF16) {
+    for (int e = 0; e < 8; ++e) {
+      const auto bits = static_cast<uint16_t>(words[e / 2] >> (16 * (e % 2)));
+      out[e] = kind == Kind::kBF16 ? bf16_to_float(bits) : f16_to_float(bits);
+    }
+  } else if constexpr (kind == Kind::kNvfp4 || kind == Kind::kMxfp4) {
+    float scale[2];  // NVFP4: blocks k / 16 and k / 16 + 1; MXFP4: block k / 32 twice
+    for (int b = 0; b < 2; ++b) {
+      scale[b] = kind == Kind::kNvfp4
+                     ? mul_rn(e4m3_to_float(w.scales[n * (cols / kNvfp4Block) + k / kNvfp4Block + b]), w.global_scale)
+                     : e8m0_to_float(w.scales[n * (cols / kMxfp4Block) + k / kMxfp4Block]);
+    }
+    for (int e = 0; e < 32; ++e) {
+      const auto code = static_cast<uint8_t>((words[e / 8] >> (4 * (e % 8))) & 0xFu);
+      out[e] = mul_rn(e2m1_to_float(code), scale[e / kNvfp4Block]);
+    }
+  } else {
+    const float scale = kind == Kind::kFp8Block
+                            ? w.block_scale_inv[(n / kFp8Tile) * ceil_div(cols, kFp8Tile) + k / kFp8Tile]
+                            : w.global_scale;
+    for (int e = 0; e < 16; ++e) {
+      out[e] = mul_rn(e4m3_to_float(static_cast<uint8_t>(words[e / 4] >> (8 * (e % 4)))), scale);
+    }
+  }
+}
+
 // ---- Warp dot products -------------------------------------------------------------------------
 // acc[r] += this lane's share of dot(x row r, W row n) for r < rows: lane l takes the chunks
-// starting at kChunk * (l + 32 j); the ragged last chunk (K % kChunk != 0) falls to one lane.
+// l + 32 j, of kWideElems<kind> elements where W's rows are 16-byte aligned, else of kChunk
+// (the ragged last chunk, K % kChunk != 0, falls to one lane).
 template <Kind kind>
 __device__ void warp_dot_rows(const DeviceWeight& w, int64_t n, const float* const (&x_rows)[kWarpRows], int rows,
                               float (&acc)[kWarpRows]) {
   const int64_t cols = w.cols;
+  const auto lane = static_cast<int64_t>(threadIdx.x % kWarpSize);
+  if (rows_16_byte_aligned<kind>(w)) {  // the same for every lane: no divergence
+    // Aligned rows hold whole wide chunks (K % kWideElems == 0): lane l takes chunks l + 32 j.
+    constexpr int kWide = kWideElems<kind>;
+    float wide[kWide];
+    for (int64_t k = lane * kWide; k < cols; k += kWarpSize * kWide) {
+      decode_wide<kind>(w, n, k, wide);
+      for (int r = 0; r < kWarpRows; ++r) {
+        if (r >= rows) break;
+        const float* x = x_rows[r] + k;
+        for (int e = 0; e < kWide; ++e) acc[r] = fmaf(x[e], wide[e], acc[r]);
+      }
+    }
+    return;
+  }
   float wv[kChunk];
-  int64_t k = static_cast<int64_t>(threadIdx.x % kWarpSize) * kChunk;
+  int64_t k = lane * kChunk;
   for (; k + kChunk <= cols; k += kWarpSize * kChunk) {
     decode_chunk<kind>(w, n, k, kChunk, wv);
     for (int r = 0; r < kWarpRows; ++r) {

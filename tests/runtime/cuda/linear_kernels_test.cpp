@@ -158,22 +158,26 @@ std::vector<double> reference_linear(const std::vector<float>& x, int64_t num_ro
 
 // ---- linear ------------------------------------------------------------------------------------
 // N = 36 (partial warp and tile columns), or 136 for FP8 block (two 128-row scale tiles, the
-// second ragged); K = 300 (ragged FP8 scale tile; K % 8 != 0: a partial chunk) or 320 for the
-// FP4 formats (K % 32 == 0).
+// second ragged); K = 300 (ragged FP8 scale tile; K % 8 != 0: a partial chunk; W's rows are
+// not 16-byte aligned except F32's) or 320 for the FP4 formats (K % 32 == 0), and the wide
+// K = 1056 (every format's rows 16-byte aligned: the warp kernel's 16-byte loads, more than one
+// pass of the warp over K, a ragged FP8 scale tile).
 int64_t test_out_features(Kind kind) { return kind == Kind::kFp8Block ? 136 : 36; }
 int64_t test_in_features(Kind kind) { return is_fp4(kind) ? 320 : 300; }
+constexpr int64_t kWideInFeatures = 1056;
 
 struct LinearCase {
   Kind kind;
   int64_t rows;
   bool bias;
+  int64_t in_features;
 };
 
 class LinearKernel : public ::testing::TestWithParam<LinearCase> {};
 
 TEST_P(LinearKernel, MatchesCpuAndFloat64Reference) {
   const LinearCase c = GetParam();
-  const int64_t n_out = test_out_features(c.kind), k_in = test_in_features(c.kind);
+  const int64_t n_out = test_out_features(c.kind), k_in = c.in_features;
   std::mt19937 rng(1234 + static_cast<int>(c.kind) * 97 + static_cast<int>(c.rows));
   const TestWeight w(c.kind, n_out, k_in, rng, 0.05f);
   const std::vector<float> x = random_floats(rng, c.rows * k_in);
@@ -196,8 +200,9 @@ std::vector<LinearCase> linear_cases() {
   std::vector<LinearCase> cases;
   for (Kind kind : kAllKinds) {
     for (int64_t rows : {1, 3, 9, 40}) {
-      for (bool bias : {false, true}) cases.push_back({kind, rows, bias});
+      for (bool bias : {false, true}) cases.push_back({kind, rows, bias, test_in_features(kind)});
     }
+    for (int64_t rows : {1, 9}) cases.push_back({kind, rows, true, kWideInFeatures});
   }
   return cases;
 }
@@ -205,7 +210,7 @@ std::vector<LinearCase> linear_cases() {
 INSTANTIATE_TEST_SUITE_P(AllFormats, LinearKernel, ::testing::ValuesIn(linear_cases()),
                          [](const ::testing::TestParamInfo<LinearCase>& info) {
                            return std::string(kind_name(info.param.kind)) + "_R" + std::to_string(info.param.rows) +
-                                  (info.param.bias ? "_bias" : "");
+                                  (info.param.bias ? "_bias" : "") + "_K" + std::to_string(info.param.in_features);
                          });
 
 // With x = one-hot rows every dot product is a single weight, so the outputs are the floats
@@ -215,32 +220,35 @@ class LinearDecode : public ::testing::TestWithParam<Kind> {};
 
 TEST_P(LinearDecode, WeightsEqualCpuDequantizedBitForBit) {
   const Kind kind = GetParam();
-  const int64_t n_out = test_out_features(kind), k_in = test_in_features(kind);
-  std::mt19937 rng(77 + static_cast<int>(kind));
-  const TestWeight w(kind, n_out, k_in, rng, 0.05f);
-  auto check = [&](const std::vector<int64_t>& hot_columns) {
-    const auto rows = static_cast<int64_t>(hot_columns.size());
-    std::vector<float> x(static_cast<size_t>(rows * k_in), 0.0f);
-    for (int64_t r = 0; r < rows; ++r) x[static_cast<size_t>(r * k_in + hot_columns[static_cast<size_t>(r)])] = 1.0f;
-    std::vector<float> y(static_cast<size_t>(rows * n_out), std::numeric_limits<float>::quiet_NaN());
-    ASSERT_EQ(0, kernels::linear(w.device, x.data(), rows, nullptr, y.data(), nullptr));
-    int mismatches = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t n = 0; n < n_out; ++n) {
-        const float expected = w.dequantized[static_cast<size_t>(n * k_in + hot_columns[static_cast<size_t>(r)])];
-        const float actual = y[static_cast<size_t>(r * n_out + n)];
-        if (actual != expected && mismatches++ < 5) {
-          ADD_FAILURE() << kind_name(kind) << " W[" << n << ", " << hot_columns[static_cast<size_t>(r)]
-                        << "]: kernel " << actual << ", CPU " << expected;
+  for (const int64_t k_in : {test_in_features(kind), kWideInFeatures}) {
+    const int64_t n_out = test_out_features(kind);
+    std::mt19937 rng(77 + static_cast<int>(kind));
+    const TestWeight w(kind, n_out, k_in, rng, 0.05f);
+    auto check = [&](const std::vector<int64_t>& hot_columns) {
+      const auto rows = static_cast<int64_t>(hot_columns.size());
+      std::vector<float> x(static_cast<size_t>(rows * k_in), 0.0f);
+      for (int64_t r = 0; r < rows; ++r) x[static_cast<size_t>(r * k_in + hot_columns[static_cast<size_t>(r)])] = 1.0f;
+      std::vector<float> y(static_cast<size_t>(rows * n_out), std::numeric_limits<float>::quiet_NaN());
+      ASSERT_EQ(0, kernels::linear(w.device, x.data(), rows, nullptr, y.data(), nullptr));
+      int mismatches = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t n = 0; n < n_out; ++n) {
+          const float expected = w.dequantized[static_cast<size_t>(n * k_in + hot_columns[static_cast<size_t>(r)])];
+          const float actual = y[static_cast<size_t>(r * n_out + n)];
+          if (actual != expected && mismatches++ < 5) {
+            ADD_FAILURE() << kind_name(kind) << " W[" << n << ", " << hot_columns[static_cast<size_t>(r)]
+                          << "]: kernel " << actual << ", CPU " << expected;
+          }
         }
       }
-    }
-    EXPECT_EQ(mismatches, 0) << "rows = " << rows;
-  };
-  std::vector<int64_t> identity(static_cast<size_t>(k_in));
-  for (int64_t k = 0; k < k_in; ++k) identity[static_cast<size_t>(k)] = k;
-  check(identity);
-  check({0, 1, 15, 16, 127, 128, k_in - 2, k_in - 1});
+      EXPECT_EQ(mismatches, 0) << "rows = " << rows << ", K = " << k_in;
+    };
+    std::vector<int64_t> identity(static_cast<size_t>(k_in));
+    for (int64_t k = 0; k < k_in; ++k) identity[static_cast<size_t>(k)] = k;
+    check(identity);
+    check({0, 1, 15, 16, 127, 128, k_in - 2, k_in - 1});
+    if (k_in == kWideInFeatures) check({31, 32, 33, 511, 512, 1023, k_in / 2 + 7, k_in - 17});
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, LinearDecode, ::testing::ValuesIn(kAllKinds),
