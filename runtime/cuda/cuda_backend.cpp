@@ -403,6 +403,7 @@ class CudaBackend : public backend::Backend {
     std::vector<DeviceExpert> table(static_cast<size_t>(max_expert) + 1);
     experts::GluActivation activation;
     int64_t intermediate = 0, max_entries = 0;
+    bool tensor_core_weights = true;
     for (size_t a = 0; a < layout.experts.size(); ++a) {
       const ExpertWeights w = expert_weights(layout.experts[a]);
       DeviceExpert& e = table[static_cast<size_t>(layout.experts[a])];
@@ -416,6 +417,8 @@ class CudaBackend : public backend::Backend {
                   "grouped experts differ in width or activation");
       intermediate = e.gate.rows;
       activation = w.activation;
+      tensor_core_weights = tensor_core_weights && tensor_core_weight(e.gate) && tensor_core_weight(e.up) &&
+                            tensor_core_weight(e.down);
       max_entries = std::max(max_entries, layout.cu_expert_entries[a + 1] - layout.cu_expert_entries[a]);
     }
     GroupedExpertArgs args;
@@ -432,6 +435,7 @@ class CudaBackend : public backend::Backend {
     args.experts = static_cast<const DeviceExpert*>(
         s.in_bytes(table.data(), static_cast<int64_t>(table.size() * sizeof(DeviceExpert))));
     args.activation = activation;
+    args.tensor_core_weights = tensor_core_weights;
     args.workspace = static_cast<float*>(s.temporary(
         static_cast<int64_t>(sizeof(float)) * grouped_expert_workspace_floats(num_entries, hidden_size, intermediate)));
     args.contributions = s.out(contributions.data(), num_entries * hidden_size);

@@ -15,13 +15,17 @@
 //   * tiled_kernel (more rows): a kTileRows x kTileCols output tile per block; K in steps of
 //     kTileK, each step's x and W chunks stored to shared memory as floats (W decoded as it is
 //     loaded), then every thread accumulates 4 x 4 outputs per weight.
-// Both decode W through decode_chunk<kind>, one reader per DeviceWeight::Kind, which yields
-// exactly the float the CPU codec's dequantizer yields for every element (so a dot product
-// differs from the CPU's only in its summation order).
+//   * tensor_core_kernel (more rows, weights exact in BF16 up to a factor: tensor_core_kind):
+//     the same 64 x 64 tiles on BF16 tensor cores (nvcuda::wmma), x split exactly into three
+//     BF16 pieces; see the section below.
+// The SIMT kernels decode W through decode_chunk<kind>, one reader per DeviceWeight::Kind, which
+// yields exactly the float the CPU codec's dequantizer yields for every element (so a dot
+// product differs from the CPU's only in its summation order).
 #include "runtime/cuda/linear.h"
 
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/device_math.h"
+#include "runtime/cuda/warp_matrix.h"
 
 namespace moert::MOERT_CUDA_NS {
 namespace {
@@ -357,10 +361,192 @@ __global__ void tiled_kernel(typename P::Params params) {
   }
 }
 
+// ---- The tensor-core kernel -----------------------------------------------------------------------
+// For weights whose values are exact in BF16 once a factor that is uniform over a tile of 64
+// features x 128 K is taken out (tensor_core_kind):
+//   BF16        the value, factor 1;
+//   MXFP4       E2M1 x 2^(E - 127) (2 significant bits), factor 1;
+//   NVFP4       E2M1 x E4M3 block scale (at most 6 significant bits), factor weight_scale_2;
+//   FP8 block   the E4M3 code, factor the 128 x 128 tile's scale (the tile's 64 features lie in
+//               one 128-row block, and K steps of 32 never straddle a 128 boundary);
+//   FP8 tensor  the E4M3 code, factor the tensor scale.
+// x is split exactly into BF16 pieces x = hi + mid + lo (8 + 8 + 8 significant bits), so every
+// piece x weight product is exact in F32 and the tensor cores' F32 sums give the dot product to
+// F32 accuracy, in another order than the CPU's. The factor multiplies the tile's partial sums
+// once per 128 K (FP8 block) or once at the end. One difference from decode_chunk: NVFP4's
+// weight_scale_2 is applied to the sum, not rounded into each weight first (<= 1 ulp per weight).
+constexpr int kTcThreads = 128;             // 4 warps; warp w owns rows 32 (w / 2) and features 32 (w % 2)
+constexpr int kMma = 16;                    // wmma tile: 16 x 16 x 16
+constexpr int kTcPitch = kTileK + 8;        // BF16 pitch of the shared input tiles (wmma: a multiple of 8)
+constexpr int kTcOutPitch = kTileCols + 4;  // F32 pitch of the output staging (wmma: a multiple of 4)
+constexpr int kXPieces = 3;
+static_assert(kTileRows == 64 && kTileCols == 64 && kTileK % kMma == 0 && kFp8Tile % kTileK == 0 &&
+              kFp8Tile % kTileCols == 0);
+
+__host__ __device__ __forceinline__ bool tensor_core_kind(Kind kind) {
+  return kind == Kind::kBF16 || kind == Kind::kMxfp4 || kind == Kind::kNvfp4 || kind == Kind::kFp8Block ||
+         kind == Kind::kFp8Tensor;
+}
+
+// out[e] = W[n, k + e] / tensor_core_factor(w, n, k), exact in BF16, for e < count; 0 beyond.
+// Same preconditions as decode_chunk.
+__device__ __forceinline__ void decode_chunk_unscaled(const DeviceWeight& w, int64_t n, int64_t k, int count,
+                                                      float (&out)[kChunk]) {
+  if (w.kind == Kind::kNvfp4) {
+    const uint8_t* row = static_cast<const uint8_t*>(w.data) + n * (w.cols / 2);
+    const float block_scale = e4m3_to_float(w.scales[n * (w.cols / kNvfp4Block) + k / kNvfp4Block]);
+    for (int e = 0; e < kChunk; ++e) {
+      const int64_t i = k + e;
+      const uint8_t byte = e < count ? row[i / 2] : 0;
+      out[e] = e < count ? mul_rn(e2m1_to_float(i % 2 == 0 ? (byte & 0xF) : (byte >> 4)), block_scale) : 0.0f;
+    }
+  } else if (w.kind == Kind::kFp8Block || w.kind == Kind::kFp8Tensor) {
+    const uint8_t* row = static_cast<const uint8_t*>(w.data) + n * w.cols + k;
+    for (int e = 0; e < kChunk; ++e) out[e] = e < count ? e4m3_to_float(row[e]) : 0.0f;
+  } else {
+    decode_chunk_any(w, n, k, count, out);  // BF16, MXFP4: the values themselves
+  }
+}
+
+__device__ __forceinline__ float tensor_core_factor(const DeviceWeight& w, int64_t n, int64_t k) {
+  switch (w.kind) {
+    case Kind::kNvfp4:
+    case Kind::kFp8Tensor: return w.global_scale;
+    case Kind::kFp8Block: return w.block_scale_inv[(n / kFp8Tile) * ceil_div(w.cols, kFp8Tile) + k / kFp8Tile];
+    default: return 1.0f;
+  }
+}
+
+// x = hi + mid + lo exactly (each piece BF16 bits).
+__device__ __forceinline__ void split_into_bf16(float x, uint16_t& hi, uint16_t& mid, uint16_t& lo) {
+  hi = float_to_bf16(x);
+  const float rest = x - bf16_to_float(hi);
+  mid = float_to_bf16(rest);
+  lo = float_to_bf16(rest - bf16_to_float(mid));
+}
+
+template <int kWeights>
+struct TensorCoreShared {
+  static constexpr int kInputBytes = (kXPieces + kWeights) * kTileRows * kTcPitch * 2;
+  static constexpr int kOutputBytes = kWeights * kTileRows * kTcOutPitch * 4;
+  static constexpr int kBytes = kInputBytes > kOutputBytes ? kInputBytes : kOutputBytes;
+  static_assert(kBytes <= 48 * 1024, "static shared memory");
+};
+
+__device__ __forceinline__ const __nv_bfloat16* as_bf16(const uint16_t* p) {
+  return reinterpret_cast<const __nv_bfloat16*>(p);
+}
+
+// Grid and row-tile striding as tiled_kernel, kTcThreads threads. Per K step every thread
+// stores 2 x chunks (as three BF16 pieces) and 2 chunks of each weight; each warp then runs
+// its 2 x 2 wmma tiles per weight over the step. The shared bytes hold the input tiles during
+// the K loop and the F32 output tiles after it.
+template <class P>
+__global__ void __launch_bounds__(kTcThreads) tensor_core_kernel(typename P::Params params) {
+  using namespace nvcuda;
+  using Accumulator = wmma::fragment<wmma::accumulator, kMma, kMma, kMma, float>;
+  alignas(32) __shared__ unsigned char shared_bytes[TensorCoreShared<P::kWeights>::kBytes];
+  uint16_t* const x_tiles = reinterpret_cast<uint16_t*>(shared_bytes);  // [piece][rows][kTcPitch]
+  uint16_t* const w_tiles = x_tiles + kXPieces * kTileRows * kTcPitch;   // [weight][features][kTcPitch]
+  float* const out_tiles = reinterpret_cast<float*>(shared_bytes);       // [weight][rows][kTcOutPitch]
+  const P p(params, static_cast<int64_t>(blockIdx.y));
+  const int64_t rows = p.num_rows(), cols_out = p.num_cols(), depth = p.weight(0).cols;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileCols;
+  const int t = static_cast<int>(threadIdx.x);
+  const int warp_row = (t / kWarpSize / 2) * 32, warp_col = (t / kWarpSize % 2) * 32;
+  DeviceWeight weights[P::kWeights];
+  for_each_index<P::kWeights>([&](auto j) { weights[j.value] = p.weight(j.value); });
+  for (int64_t row0 = static_cast<int64_t>(blockIdx.z) * kTileRows; row0 < rows;
+       row0 += static_cast<int64_t>(gridDim.z) * kTileRows) {
+    Accumulator acc[P::kWeights][2][2], partial[P::kWeights][2][2];
+    for (int j = 0; j < P::kWeights; ++j) {
+      for (int i = 0; i < 2; ++i) {
+        for (int c = 0; c < 2; ++c) {
+          wmma::fill_fragment(acc[j][i][c], 0.0f);
+          wmma::fill_fragment(partial[j][i][c], 0.0f);
+        }
+      }
+    }
+    for (int64_t k0 = 0; k0 < depth; k0 += kTileK) {
+      for (int slot = t; slot < kTileRows * (kTileK / kChunk); slot += kTcThreads) {
+        const int row = slot / (kTileK / kChunk), kc = (slot % (kTileK / kChunk)) * kChunk;
+        const int64_t k = k0 + kc;
+        const int count = k >= depth ? 0 : (depth - k < kChunk ? static_cast<int>(depth - k) : kChunk);
+        const float* x_row = row0 + row < rows ? p.x_row(row0 + row) : nullptr;
+        for (int e = 0; e < kChunk; ++e) {
+          uint16_t* piece = x_tiles + row * kTcPitch + kc + e;
+          split_into_bf16(x_row != nullptr && e < count ? x_row[k + e] : 0.0f, piece[0],
+                          piece[kTileRows * kTcPitch], piece[2 * kTileRows * kTcPitch]);
+        }
+        for (int j = 0; j < P::kWeights; ++j) {
+          float wv[kChunk] = {};
+          if (n0 + row < cols_out && count > 0) decode_chunk_unscaled(weights[j], n0 + row, k, count, wv);
+          for (int e = 0; e < kChunk; ++e) w_tiles[(j * kTileCols + row) * kTcPitch + kc + e] = float_to_bf16(wv[e]);
+        }
+      }
+      __syncthreads();
+      for (int kk = 0; kk < kTileK; kk += kMma) {
+        wmma::fragment<wmma::matrix_b, kMma, kMma, kMma, __nv_bfloat16, wmma::col_major> b[P::kWeights][2];
+        for (int j = 0; j < P::kWeights; ++j) {
+          for (int c = 0; c < 2; ++c) {
+            wmma::load_matrix_sync(b[j][c], as_bf16(w_tiles + (j * kTileCols + warp_col + kMma * c) * kTcPitch + kk),
+                                   kTcPitch);
+          }
+        }
+        for (int piece = 0; piece < kXPieces; ++piece) {
+          for (int i = 0; i < 2; ++i) {
+            wmma::fragment<wmma::matrix_a, kMma, kMma, kMma, __nv_bfloat16, wmma::row_major> a;
+            wmma::load_matrix_sync(
+                a, as_bf16(x_tiles + (piece * kTileRows + warp_row + kMma * i) * kTcPitch + kk), kTcPitch);
+            for (int j = 0; j < P::kWeights; ++j) {
+              for (int c = 0; c < 2; ++c) wmma::mma_sync(partial[j][i][c], a, b[j][c], partial[j][i][c]);
+            }
+          }
+        }
+      }
+      __syncthreads();
+      // The factor changes at 128-K boundaries for FP8 block weights; every weight's ends with K.
+      const int64_t next = k0 + kTileK;
+      for (int j = 0; j < P::kWeights; ++j) {
+        if (next < depth && !(weights[j].kind == Kind::kFp8Block && next % kFp8Tile == 0)) continue;
+        const float factor = tensor_core_factor(weights[j], n0, k0);
+        for (int i = 0; i < 2; ++i) {
+          for (int c = 0; c < 2; ++c) {
+            for (int e = 0; e < acc[j][i][c].num_elements; ++e) {
+              acc[j][i][c].x[e] = fmaf(partial[j][i][c].x[e], factor, acc[j][i][c].x[e]);
+            }
+            wmma::fill_fragment(partial[j][i][c], 0.0f);
+          }
+        }
+      }
+    }
+    for (int j = 0; j < P::kWeights; ++j) {
+      for (int i = 0; i < 2; ++i) {
+        for (int c = 0; c < 2; ++c) {
+          wmma::store_matrix_sync(out_tiles + (j * kTileRows + warp_row + kMma * i) * kTcOutPitch + warp_col + kMma * c,
+                                  acc[j][i][c], kTcOutPitch, wmma::mem_row_major);
+        }
+      }
+    }
+    __syncthreads();
+    for (int o = t; o < kTileRows * kTileCols; o += kTcThreads) {
+      const int r = o / kTileCols, c = o % kTileCols;
+      if (row0 + r < rows && n0 + c < cols_out) {
+        float dots[P::kWeights];
+        for (int j = 0; j < P::kWeights; ++j) dots[j] = out_tiles[(j * kTileRows + r) * kTcOutPitch + c];
+        p.store(row0 + r, n0 + c, dots);
+      }
+    }
+    __syncthreads();  // the next row tile overwrites the shared bytes
+  }
+}
+
 // Runs problem P over `num_groups` groups of at most `max_rows` rows and `num_cols` outputs.
+// tensor_cores: every weight of every group is of a tensor_core_kind (the caller knows it on
+// the host).
 template <class P>
 int launch_problem(const typename P::Params& params, int64_t num_groups, int64_t max_rows, int64_t num_cols,
-                   CUstream_st* stream) {
+                   CUstream_st* stream, bool tensor_cores = false) {
   if (num_groups <= 0 || max_rows <= 0 || num_cols <= 0) return 0;
   if (max_rows <= kWarpMaxRows) {
     const dim3 grid(static_cast<unsigned>(ceil_div(num_cols, kWarpsPerBlock)), static_cast<unsigned>(num_groups));
@@ -370,8 +556,13 @@ int launch_problem(const typename P::Params& params, int64_t num_groups, int64_t
     const int64_t row_tiles = ceil_div(max_rows, kTileRows);
     const dim3 grid(static_cast<unsigned>(ceil_div(num_cols, kTileCols)), static_cast<unsigned>(num_groups),
                     static_cast<unsigned>(row_tiles < kMaxGridZ ? row_tiles : kMaxGridZ));
-    auto* kernel = &tiled_kernel<P>;
-    MOERT_LAUNCH(kernel, grid, dim3(kTileThreads), stream, params);
+    if (tensor_cores) {
+      auto* kernel = &tensor_core_kernel<P>;
+      MOERT_LAUNCH(kernel, grid, dim3(kTcThreads), stream, params);
+    } else {
+      auto* kernel = &tiled_kernel<P>;
+      MOERT_LAUNCH(kernel, grid, dim3(kTileThreads), stream, params);
+    }
   }
   return static_cast<int>(cudaGetLastError());
 }
@@ -496,9 +687,12 @@ struct DownProblem {
 
 }  // namespace
 
+bool tensor_core_weight(const DeviceWeight& weight) { return tensor_core_kind(weight.kind); }
+
 int linear(const DeviceWeight& weight, const float* x, int64_t num_rows, const float* bias, float* y,
            CUstream_st* stream) {
-  return launch_problem<LinearProblem>(LinearParams{weight, x, num_rows, bias, y}, 1, num_rows, weight.rows, stream);
+  return launch_problem<LinearProblem>(LinearParams{weight, x, num_rows, bias, y}, 1, num_rows, weight.rows, stream,
+                                       tensor_core_kind(weight.kind));
 }
 
 int64_t grouped_expert_workspace_floats(int64_t num_entries, int64_t /*hidden_size*/, int64_t intermediate_size) {
@@ -507,10 +701,11 @@ int64_t grouped_expert_workspace_floats(int64_t num_entries, int64_t /*hidden_si
 
 int grouped_expert_ffn(const GroupedExpertArgs& args, int64_t max_entries_per_expert, CUstream_st* stream) {
   if (args.num_entries == 0 || args.num_active == 0) return 0;
-  const int status =
-      launch_problem<GateUpProblem>(args, args.num_active, max_entries_per_expert, args.intermediate_size, stream);
+  const int status = launch_problem<GateUpProblem>(args, args.num_active, max_entries_per_expert,
+                                                   args.intermediate_size, stream, args.tensor_core_weights);
   if (status != 0) return status;
-  return launch_problem<DownProblem>(args, args.num_active, max_entries_per_expert, args.hidden_size, stream);
+  return launch_problem<DownProblem>(args, args.num_active, max_entries_per_expert, args.hidden_size, stream,
+                                     args.tensor_core_weights);
 }
 
 int per_head_linear(const float* weights, int num_heads, int64_t out_features, int64_t in_features, const float* x,

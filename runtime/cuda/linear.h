@@ -28,6 +28,10 @@ struct DeviceWeight {
   float global_scale = 1.0f;                  // NVFP4 weight_scale_2; FP8 tensor scale
 };
 
+// Whether batches of this weight (more than 16 rows) run on the BF16 tensor cores: BF16, FP8
+// and FP4 weights, whose values are exact in BF16 up to a factor (linear.cu).
+bool tensor_core_weight(const DeviceWeight& weight);
+
 // y[R, N] = x[R, K] . W^T (+ bias[N] when not null).
 int linear(const DeviceWeight& weight, const float* x, int64_t num_rows, const float* bias, float* y,
            CUstream_st* stream);
@@ -62,6 +66,9 @@ struct GroupedExpertArgs {
   experts::GluActivation activation;
   float* workspace = nullptr;
   float* contributions = nullptr;              // [N_e, D]
+  // Host-side: every expert's gate, up and down satisfy tensor_core_weight (then groups of
+  // more than 16 entries run on the tensor cores).
+  bool tensor_core_weights = false;
 };
 int64_t grouped_expert_workspace_floats(int64_t num_entries, int64_t hidden_size, int64_t intermediate_size);
 // Host-side maxima the launcher needs to size its grid (the longest expert group).
