@@ -10,7 +10,9 @@
 #      beside Hugging Face transformers' generate() on the same checkpoint;
 #   5. the expert-parallel exchange through NCCL on one GPU (4096 x 7168 BF16 rows there and
 #      back) against a device copy of the same bytes (docs/expert-parallel-gpu.md);
-#   6. batch-1 decode of the same model as NVFP4, MXFP4 and FP8, as ratios to BF16.
+#   6. the linear kernels alone per format: batch-1 weight bandwidth against a device copy and
+#      512-row tensor-core throughput against the F16 SIMT tiles (bench_cuda_linear);
+#   7. batch-1 decode of the step-4 model as NVFP4, MXFP4 and FP8, as ratios to BF16.
 # NCCL is opened at run time (libnccl.so.2): the one of the machine's PyTorch when the system
 # has none on the loader path.
 # Binaries: $MOERT_DEVICE_BUNDLE/bin (made here by scripts/device-pack.sh, for sm_90a) or,
@@ -55,11 +57,11 @@ else
   cmake -S "$repo" -B "$repo/build-device" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOERT_CUDA_ARCHS="$cap" \
     -DMOERT_BUILD_BENCHMARKS=OFF > "$out/build.log" 2>&1 &&
     cmake --build "$repo/build-device" -j"$(nproc)" --target moert backend_conformance_cuda_test cli_cuda_test \
-      bench_cuda_decode_attention bench_nccl_round_trip >> "$out/build.log" 2>&1 || { log "build failed (build.log)"; exit 1; }
+      bench_cuda_decode_attention bench_nccl_round_trip bench_cuda_linear >> "$out/build.log" 2>&1 || { log "build failed (build.log)"; exit 1; }
   bin="$out/bin"
   mkdir -p "$bin"
   for t in launch/moert tests/runtime/backend/backend_conformance_cuda_test tests/launch/cli_cuda_test \
-           runtime/bench_cuda_decode_attention runtime/comm/bench_nccl_round_trip; do cp "$repo/build-device/$t" "$bin/"; done
+           runtime/bench_cuda_decode_attention runtime/comm/bench_nccl_round_trip runtime/bench_cuda_linear; do cp "$repo/build-device/$t" "$bin/"; done
 fi
 if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
   nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
@@ -119,7 +121,10 @@ python3 "$here/device/hf_generate_bench.py" "$work/large" --batch-sizes 1,32 --i
 log "5. NCCL dispatch + combine round trip vs device copy"
 "$bin/bench_nccl_round_trip" --tokens 4096 --hidden 7168 --element-bytes 2 > "$out/nccl.json" 2> "$out/nccl.log"
 
-log "6. batch-1 decode per weight format"
+log "6. linear kernels per format"
+"$bin/bench_cuda_linear" --n 16384 --k 16384 --prefill-rows 512 > "$out/linear.json" 2> "$out/linear.log"
+
+log "7. batch-1 decode per weight format"
 for format in nvfp4 mxfp4 fp8; do
   "$bin/moert" quantize --model "$work/large" --format "$format" --out "$work/large-$format" > "$out/quantize-$format.log" 2>&1
   "$bin/moert" bench --device cuda --model "$work/large-$format" --batch-sizes 1 --input-len 64 --output-len 64 \
@@ -139,7 +144,8 @@ summary = {"date": datetime.date.today().isoformat(), "commit": commit,
            "rc": dict(line.strip().split("=") for line in open(out + "/rc.txt") if "=" in line),
            "score": [json.loads(line) for line in open(out + "/score.jsonl") if line.strip()],
            "attention": load(out + "/attention.json"),
-           "transformers": load(out + "/hf-bench.json"), "nccl_round_trip": load(out + "/nccl.json")}
+           "transformers": load(out + "/hf-bench.json"), "nccl_round_trip": load(out + "/nccl.json"),
+           "linear_kernels": load(out + "/linear.json")}
 def bench_lines(path):
     lines = []
     try:

@@ -19,12 +19,12 @@ build="$repo/build-device-pack"
 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOERT_CUDA_ARCHS="$archs" -DMOERT_WITH_MPI=OFF \
   -DMOERT_BUILD_BENCHMARKS=OFF > /dev/null
 cmake --build "$build" -j"$(nproc)" --target moert backend_conformance_cuda_test cli_cuda_test \
-  bench_cuda_decode_attention bench_nccl_round_trip
+  bench_cuda_decode_attention bench_nccl_round_trip bench_cuda_linear
 
 rm -rf "$repo/.device"
 mkdir -p "$repo/.device/bundle/bin" "$repo/.device/bundle/lib"
 for binary in launch/moert tests/runtime/backend/backend_conformance_cuda_test tests/launch/cli_cuda_test \
-              runtime/bench_cuda_decode_attention runtime/comm/bench_nccl_round_trip; do
+              runtime/bench_cuda_decode_attention runtime/comm/bench_nccl_round_trip runtime/bench_cuda_linear; do
   cp "$build/$binary" "$repo/.device/bundle/bin/"
 done
 strip "$repo"/.device/bundle/bin/*

@@ -12,28 +12,15 @@
 #include <memory>
 #include <vector>
 
-#include <cuda_runtime.h>
-
 #include "runtime/comm/nccl_transport.h"
 #include "runtime/comm/self_transport.h"
+#include "runtime/cuda/bench/bench_timing.h"
 
 namespace {
 
-#define CHECK_CUDA(call)                                                   \
-  do {                                                                     \
-    const cudaError_t status = (call);                                     \
-    if (status != cudaSuccess) {                                           \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(status)); \
-      std::exit(1);                                                        \
-    }                                                                      \
-  } while (0)
-
-long long arg(int argc, char** argv, const char* name, long long fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
-  }
-  return fallback;
-}
+#define CHECK_CUDA MOERT_BENCH_CHECK_CUDA
+using moert::gpu_bench::int_arg;
+using moert::gpu_bench::seconds_per_call;
 
 void check(const moert::Status& status, const char* what) {
   if (!status.is_ok()) {
@@ -42,28 +29,12 @@ void check(const moert::Status& status, const char* what) {
   }
 }
 
-// Mean seconds of fn() over `repeats` calls after three warm-up calls; fn returns when its work is done.
-template <typename Fn>
-double seconds_per_call(Fn&& fn, int repeats) {
-  for (int i = 0; i < 3; ++i) fn();
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
-  CHECK_CUDA(cudaEventRecord(start));
-  for (int i = 0; i < repeats; ++i) fn();
-  CHECK_CUDA(cudaEventRecord(stop));
-  CHECK_CUDA(cudaEventSynchronize(stop));
-  float ms = 0.0f;
-  CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-  return ms / 1000.0 / repeats;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const long long tokens = arg(argc, argv, "--tokens", 4096), hidden = arg(argc, argv, "--hidden", 7168);
-  const long long element_bytes = arg(argc, argv, "--element-bytes", 2);
-  const int repeats = static_cast<int>(arg(argc, argv, "--repeats", 20));
+  const long long tokens = int_arg(argc, argv, "--tokens", 4096), hidden = int_arg(argc, argv, "--hidden", 7168);
+  const long long element_bytes = int_arg(argc, argv, "--element-bytes", 2);
+  const int repeats = static_cast<int>(int_arg(argc, argv, "--repeats", 20));
   const long long bytes = tokens * hidden * element_bytes;
   std::unique_ptr<moert::comm::Transport> bootstrap = moert::comm::make_self_transport();
   moert::Result<std::unique_ptr<moert::comm::Transport>> nccl = moert::comm::make_nccl_transport(*bootstrap);

@@ -11,39 +11,17 @@
 #include <vector>
 
 #include "runtime/cuda/attention.h"
+#include "runtime/cuda/bench/bench_timing.h"
 #include "runtime/cuda/cuda_api.h"
+
+#define CHECK_CUDA MOERT_BENCH_CHECK_CUDA
 
 namespace {
 
-#define CHECK_CUDA(call)                                                                   \
-  do {                                                                                     \
-    const cudaError_t status = (call);                                                     \
-    if (status != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(status));                 \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
+using moert::gpu_bench::seconds_per_call;
 
 int arg(int argc, char** argv, const char* name, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
-  }
-  return fallback;
-}
-
-template <typename Fn>
-double seconds_per_call(Fn&& fn, int repeats) {
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) fn();  // warm-up
-  CHECK_CUDA(cudaEventRecord(start));
-  for (int i = 0; i < repeats; ++i) fn();
-  CHECK_CUDA(cudaEventRecord(stop));
-  CHECK_CUDA(cudaEventSynchronize(stop));
-  float ms = 0.0f;
-  CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-  return ms / 1000.0 / repeats;
+  return static_cast<int>(moert::gpu_bench::int_arg(argc, argv, name, fallback));
 }
 
 }  // namespace
