@@ -78,9 +78,12 @@ TEST_P(CliCuda, RunGivesTheCpuGreedyIdsOnOneAndTwoRanks) {
   std::vector<std::string> launches{""};
   // Two ranks where this machine has an MPI launcher (a device machine may not).
   if (run_command("command -v mpirun").exit_code == 0) launches.push_back("mpirun -np 2 --oversubscribe --bind-to none ");
-  // On the GPU, expert rows through NCCL (device buffers) and through host memory.
+  // On the GPU: expert rows through NCCL (device buffers) and through host memory; n-gram
+  // speculation verified on the device; EPLB replicas re-planned every step. None may change
+  // a greedy token.
   const std::vector<std::string> ways{"--device cuda --ep-transport nccl", "--device cuda --ep-transport mpi",
-                                      "--device cpu"};
+                                      "--device cuda --spec ngram --spec-k 3",
+                                      "--device cuda --balance replicate --balance-interval 1", "--device cpu"};
   for (const std::string& launch : launches) {
     for (size_t w = 0; w < ways.size(); ++w) {
       const std::string& way = ways[w];

@@ -20,6 +20,7 @@
 #include "runtime/model/quantizer.h"
 #include "runtime/model/reference_forward.h"
 #include "runtime/parallel/expert_parallel.h"
+#include "tests/runtime/parallel/test_placements.h"
 #include "tests/runtime/comm/mpi_test_main.h"
 #include "tests/support/test_support.h"
 
@@ -77,6 +78,7 @@ ForwardBatch batch_for_rank(int rank, int vocab) {
   return batch;
 }
 
+
 struct DeviceEpCase {
   std::string arch;
   std::string format;
@@ -109,17 +111,22 @@ TEST_P(DeviceEpOverMpi, StagedAndDeviceRowsAreBitIdenticalToOneRank) {
   DenseKvCache local_cache(config);
   const std::vector<float> expected = local.forward(batch, local_cache).value();
 
-  for (const bool device_rows : {false, true}) {
+  // (device rows, replicas): staged and device rows over contiguous slices, and device rows
+  // with replicas (EPLB's placements).
+  for (const auto& [device_rows, replicas] : {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
     EmulatedDeviceRowsTransport device_transport(transport);
     TransformerForward forward(config, model->weights, pool, device.get());
-    ExpertParallelExperts experts(config, experts::contiguous_placement(config.num_experts(), transport.world_size()).value(),
+    ExpertParallelExperts experts(config,
+                                  replicas ? placement_with_replicas(config.num_experts(), transport.world_size())
+                                           : experts::contiguous_placement(config.num_experts(), transport.world_size()).value(),
                                   transport, device_rows ? &device_transport : nullptr);
     forward.set_routed_experts(&experts);
     DenseKvCache cache(config);
     Result<std::vector<float>> got = forward.forward(batch, cache);
     ASSERT_TRUE(got.is_ok()) << got.status().to_string();
     ASSERT_EQ(got->size(), expected.size());
-    const std::string what = GetParam().arch + (device_rows ? ", device rows" : ", staged rows") + ", rank " +
+    const std::string what = GetParam().arch + (device_rows ? ", device rows" : ", staged rows") +
+                             (replicas ? ", replicas" : "") + ", rank " +
                              std::to_string(transport.rank()) + " of " + std::to_string(transport.world_size());
     EXPECT_EQ(std::memcmp(got->data(), expected.data(), expected.size() * sizeof(float)), 0) << what;
     if (device_rows) {

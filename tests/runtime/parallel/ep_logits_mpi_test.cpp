@@ -8,6 +8,7 @@
 #include "experts/placement/placement.h"
 #include "runtime/model/reference_forward.h"
 #include "runtime/parallel/expert_parallel.h"
+#include "tests/runtime/parallel/test_placements.h"
 #include "tests/runtime/comm/mpi_test_main.h"
 #include "tests/support/test_support.h"
 
@@ -24,16 +25,6 @@ ForwardBatch batch_for_rank(int rank, int vocab) {
   return batch;
 }
 
-// Expert e on rank e % R, and every third expert also on rank (e + 1) % R.
-experts::ExpertPlacement placement_with_replicas(int num_experts, int num_ranks) {
-  std::vector<std::vector<int32_t>> rank_experts(static_cast<size_t>(num_ranks));
-  for (int e = 0; e < num_experts; ++e) rank_experts[static_cast<size_t>(e % num_ranks)].push_back(e);
-  if (num_ranks > 1) {
-    for (int e = 0; e < num_experts; e += 3) rank_experts[static_cast<size_t>((e + 1) % num_ranks)].push_back(e);
-  }
-  std::vector<experts::LayerPlacement> layers{experts::LayerPlacement::create(num_experts, rank_experts).value()};
-  return experts::ExpertPlacement::create(std::move(layers)).value();
-}
 
 class EpLogitsOverMpi : public ::testing::TestWithParam<std::string> {};
 
