@@ -72,7 +72,7 @@ void reorder_fp4_codes(const uint8_t* in, int64_t rows, int64_t cols, Fp4CodeOrd
       const uint8_t lo = fp4_code_at(src, i, cols, from), hi = fp4_code_at(src, i + 1, cols, from);
       if (to == Fp4CodeOrder::kCpuChunk32 && (i | 31) < cols) {
         // Elements i and i + 1 sit in different bytes of the chunk: write each nibble.
-        for (const auto [e, code] : {std::pair{i, lo}, std::pair{i + 1, hi}}) {
+        for (const auto& [e, code] : {std::pair{i, lo}, std::pair{i + 1, hi}}) {
           const int64_t j = e % 32;
           uint8_t& byte = dst[(e - j) / 2 + j % 16];
           byte = j < 16 ? static_cast<uint8_t>((byte & 0xF0) | code) : static_cast<uint8_t>((byte & 0x0F) | (code << 4));
