@@ -11,7 +11,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/thread_pool.h"
 #include "runtime/model/config.h"
+#include "runtime/model/quantizer.h"
 
 namespace moert::testing {
 
@@ -107,6 +109,27 @@ double relative_l2_error(const float* a, const double* b, int64_t count) {
   }
   if (norm == 0.0) throw std::runtime_error("relative_l2_error: the reference is all zeros");
   return std::sqrt(diff / norm);
+}
+
+std::string write_generated_model(const std::string& dir, const std::string& arch, const std::string& format,
+                                  const ModelShapeOverrides& shape, uint64_t seed) {
+  ThreadPool pool(2);
+  const Result<ModelConfig> config = preset_model_config(find_architecture(arch), "tiny", shape);
+  if (!config.is_ok()) throw std::runtime_error("preset_model_config: " + config.status().to_string());
+  const std::string bf16 = dir + "/bf16";
+  if (const Status written = write_random_checkpoint(*config, seed, bf16, 1 << 30, pool); !written.is_ok()) {
+    throw std::runtime_error("write_random_checkpoint: " + written.to_string());
+  }
+  if (format == "bf16") return bf16;
+  QuantizeOptions options;
+  const Result<quant::WeightFormat> parsed = parse_weight_format(format);
+  if (!parsed.is_ok()) throw std::runtime_error(parsed.status().to_string());
+  options.format = *parsed;
+  const std::string quantized = dir + "/" + format;
+  const Result<QuantizeReport> report = quantize_checkpoint(bf16, quantized, options);
+  if (!report.is_ok()) throw std::runtime_error("quantize_checkpoint: " + report.status().to_string());
+  if (report->quantized_tensors == 0) throw std::runtime_error("quantize_checkpoint quantized no tensor");
+  return quantized;
 }
 
 }  // namespace moert::testing

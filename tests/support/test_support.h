@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/model/generator.h"
+
 namespace moert::testing {
 
 // MOERT_SHARED_DIR (set by CTest) or "" when unset or absent.
@@ -44,6 +46,12 @@ class ScratchDir {
 
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& contents);
+
+// A random-weight checkpoint of `arch` (the tiny preset with `shape`'s overrides, `seed`)
+// written to dir/bf16 and, unless `format` is "bf16", quantized to `format` in dir/<format>;
+// returns the directory of the last. Throws std::runtime_error naming the step that failed.
+std::string write_generated_model(const std::string& dir, const std::string& arch, const std::string& format,
+                                  const ModelShapeOverrides& shape, uint64_t seed);
 
 // ||a - b||_2 / ||b||_2 over `count` values (b is the reference and must not be all zero).
 double relative_l2_error(const float* a, const double* b, int64_t count);

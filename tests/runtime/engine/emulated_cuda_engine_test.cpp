@@ -14,8 +14,7 @@
 
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/engine/engine.h"
-#include "runtime/model/generator.h"
-#include "runtime/model/quantizer.h"
+#include "runtime/model/weights.h"
 #include "tests/runtime/engine/serve_all.h"
 #include "tests/support/test_support.h"
 
@@ -39,17 +38,11 @@ TEST_P(EmulatedCudaEngine, ServesTheCpuTokensAndLogits) {
   shape.top_k = 2;
   shape.moe_intermediate_size = 32;
   ThreadPool pool(2);
-  const ModelConfig generated = preset_model_config(find_architecture(GetParam().arch), "tiny", shape).value();
-  ASSERT_TRUE(write_random_checkpoint(generated, 17, scratch / "bf16", 1 << 30, pool).is_ok());
-  QuantizeOptions quantize;
-  quantize.format = parse_weight_format(GetParam().format).value();
-  const Result<QuantizeReport> quantized = quantize_checkpoint(scratch / "bf16", scratch / "q", quantize);
-  ASSERT_TRUE(quantized.is_ok()) << quantized.status().to_string();
-  ASSERT_GT(quantized->quantized_tensors, 0);
+  const std::string dir = testing::write_generated_model(scratch.path(), GetParam().arch, GetParam().format, shape, 17);
   // The device reads the checkpoint's FP4 code order; the CPU twin the repacked CPU order.
-  Result<std::unique_ptr<LoadedModel>> model = load_model(scratch / "q", LoadOptions{.repack_for_cpu = false});
+  Result<std::unique_ptr<LoadedModel>> model = load_model(dir, LoadOptions{.repack_for_cpu = false});
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
-  Result<std::unique_ptr<LoadedModel>> cpu_model = load_model(scratch / "q");
+  Result<std::unique_ptr<LoadedModel>> cpu_model = load_model(dir);
   ASSERT_TRUE(cpu_model.is_ok()) << cpu_model.status().to_string();
   const ModelConfig& config = (*model)->config;
   std::unique_ptr<backend::Backend> cuda = cuda_emulated::make_cuda_backend(0).value();

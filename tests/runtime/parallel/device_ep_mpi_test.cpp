@@ -16,9 +16,8 @@
 #include "experts/placement/placement.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/emulation/emulated_runtime.h"
-#include "runtime/model/generator.h"
-#include "runtime/model/quantizer.h"
 #include "runtime/model/reference_forward.h"
+#include "runtime/model/weights.h"
 #include "runtime/parallel/expert_parallel.h"
 #include "tests/runtime/parallel/test_placements.h"
 #include "tests/runtime/comm/mpi_test_main.h"
@@ -97,12 +96,8 @@ TEST_P(DeviceEpOverMpi, StagedAndDeviceRowsAreBitIdenticalToOneRank) {
   shape.top_k = 2;
   shape.moe_intermediate_size = 32;
   ThreadPool pool(1);
-  const ModelConfig generated = preset_model_config(find_architecture(GetParam().arch), "tiny", shape).value();
-  ASSERT_TRUE(write_random_checkpoint(generated, 29, scratch / "bf16", 1 << 30, pool).is_ok());
-  QuantizeOptions quantize;
-  quantize.format = parse_weight_format(GetParam().format).value();
-  ASSERT_TRUE(quantize_checkpoint(scratch / "bf16", scratch / "q", quantize).is_ok());
-  std::unique_ptr<LoadedModel> model = load_model(scratch / "q", LoadOptions{.repack_for_cpu = false}).value();
+  const std::string dir = testing::write_generated_model(scratch.path(), GetParam().arch, GetParam().format, shape, 29);
+  std::unique_ptr<LoadedModel> model = load_model(dir, LoadOptions{.repack_for_cpu = false}).value();
   const ModelConfig& config = model->config;
   std::unique_ptr<backend::Backend> device = cuda_emulated::make_cuda_backend(0).value();
   const ForwardBatch batch = batch_for_rank(transport.rank(), config.vocab_size);
