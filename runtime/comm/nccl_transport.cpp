@@ -23,22 +23,18 @@ namespace {
 static_assert(std::is_same_v<cudaStream_t, CUstream_st*>,
               "nccl_transport.h passes cudaStream_t as CUstream_st*");
 
-// The NCCL entry points moert calls, resolved from libnccl.so.2 once per process.
+// The NCCL entry points moert calls (X(name, required)), resolved from libnccl.so.2 once per
+// process into NcclLibrary::name; ncclGetLastError came with NCCL 2.13 and may be missing.
+#define MOERT_NCCL_ENTRY_POINTS(X)                                                                            \
+  X(GetUniqueId, true) X(CommInitRank, true) X(CommDestroy, true) X(CommAbort, true)                          \
+  X(CommGetAsyncError, true) X(GetErrorString, true) X(GetLastError, false) X(GroupStart, true)               \
+  X(GroupEnd, true) X(Send, true) X(Recv, true) X(Broadcast, true) X(AllReduce, true)
+
 struct NcclLibrary {
-  decltype(&::ncclGetUniqueId) GetUniqueId = nullptr;
-  decltype(&::ncclCommInitRank) CommInitRank = nullptr;
-  decltype(&::ncclCommDestroy) CommDestroy = nullptr;
-  decltype(&::ncclCommAbort) CommAbort = nullptr;
-  decltype(&::ncclCommGetAsyncError) CommGetAsyncError = nullptr;
-  decltype(&::ncclGetErrorString) GetErrorString = nullptr;
-  decltype(&::ncclGetLastError) GetLastError = nullptr;  // may be null (older NCCL)
-  decltype(&::ncclGroupStart) GroupStart = nullptr;
-  decltype(&::ncclGroupEnd) GroupEnd = nullptr;
-  decltype(&::ncclSend) Send = nullptr;
-  decltype(&::ncclRecv) Recv = nullptr;
-  decltype(&::ncclBroadcast) Broadcast = nullptr;
-  decltype(&::ncclAllReduce) AllReduce = nullptr;
-  std::string error;  // why NCCL is unusable; empty once every entry point resolved
+#define MOERT_NCCL_MEMBER(name, required) decltype(&::nccl##name) name = nullptr;
+  MOERT_NCCL_ENTRY_POINTS(MOERT_NCCL_MEMBER)
+#undef MOERT_NCCL_MEMBER
+  std::string error;  // why NCCL is unusable; empty once every required entry point resolved
 };
 
 const NcclLibrary& nccl() {
@@ -50,23 +46,11 @@ const NcclLibrary& nccl() {
       lib.error = std::string("cannot open libnccl.so.2: ") + (why != nullptr ? why : "unknown error");
       return lib;
     }
-    auto resolve = [&](auto& entry, const char* name, bool required = true) {
-      entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(dlsym(handle, name));
-      if (entry == nullptr && required && lib.error.empty()) lib.error = std::string("libnccl.so.2 has no ") + name;
-    };
-    resolve(lib.GetUniqueId, "ncclGetUniqueId");
-    resolve(lib.CommInitRank, "ncclCommInitRank");
-    resolve(lib.CommDestroy, "ncclCommDestroy");
-    resolve(lib.CommAbort, "ncclCommAbort");
-    resolve(lib.CommGetAsyncError, "ncclCommGetAsyncError");
-    resolve(lib.GetErrorString, "ncclGetErrorString");
-    resolve(lib.GetLastError, "ncclGetLastError", /*required=*/false);  // NCCL >= 2.13
-    resolve(lib.GroupStart, "ncclGroupStart");
-    resolve(lib.GroupEnd, "ncclGroupEnd");
-    resolve(lib.Send, "ncclSend");
-    resolve(lib.Recv, "ncclRecv");
-    resolve(lib.Broadcast, "ncclBroadcast");
-    resolve(lib.AllReduce, "ncclAllReduce");
+#define MOERT_NCCL_RESOLVE(name, required)                                                    \
+  lib.name = reinterpret_cast<decltype(lib.name)>(dlsym(handle, "nccl" #name));              \
+  if (lib.name == nullptr && (required) && lib.error.empty()) lib.error = "libnccl.so.2 has no nccl" #name;
+    MOERT_NCCL_ENTRY_POINTS(MOERT_NCCL_RESOLVE)
+#undef MOERT_NCCL_RESOLVE
     return lib;  // the handle stays open for the life of the process
   }();
   return library;

@@ -19,7 +19,7 @@
 #include "runtime/model/reference_forward.h"
 #include "runtime/model/weights.h"
 #include "runtime/parallel/expert_parallel.h"
-#include "tests/runtime/parallel/test_placements.h"
+#include "tests/runtime/parallel/ep_test_support.h"
 #include "tests/runtime/comm/mpi_test_main.h"
 #include "tests/support/test_support.h"
 
@@ -67,17 +67,6 @@ class EmulatedDeviceRowsTransport : public comm::Transport {
   comm::Transport& host_;
 };
 
-ForwardBatch batch_for_rank(int rank, int vocab) {
-  ForwardBatch batch;
-  for (int i = 0; i < 3 + 2 * rank; ++i) {
-    batch.tokens.push_back((rank * 71 + i * 29 + 5) % vocab);
-    batch.positions.push_back(i);
-    batch.logit_rows.push_back(i);
-  }
-  return batch;
-}
-
-
 struct DeviceEpCase {
   std::string arch;
   std::string format;
@@ -100,7 +89,7 @@ TEST_P(DeviceEpOverMpi, StagedAndDeviceRowsAreBitIdenticalToOneRank) {
   std::unique_ptr<LoadedModel> model = load_model(dir, LoadOptions{.repack_for_cpu = false}).value();
   const ModelConfig& config = model->config;
   std::unique_ptr<backend::Backend> device = cuda_emulated::make_cuda_backend(0).value();
-  const ForwardBatch batch = batch_for_rank(transport.rank(), config.vocab_size);
+  const ForwardBatch batch = batch_for_rank(transport.rank(), config.vocab_size, 3, 2);
 
   TransformerForward local(config, model->weights, pool, device.get());
   DenseKvCache local_cache(config);

@@ -8,23 +8,12 @@
 #include "experts/placement/placement.h"
 #include "runtime/model/reference_forward.h"
 #include "runtime/parallel/expert_parallel.h"
-#include "tests/runtime/parallel/test_placements.h"
+#include "tests/runtime/parallel/ep_test_support.h"
 #include "tests/runtime/comm/mpi_test_main.h"
 #include "tests/support/test_support.h"
 
 namespace moert::parallel {
 namespace {
-
-ForwardBatch batch_for_rank(int rank, int vocab) {
-  ForwardBatch batch;
-  for (int i = 0; i < 4 + 5 * rank; ++i) {
-    batch.tokens.push_back((rank * 211 + i * 29 + 5) % vocab);
-    batch.positions.push_back(i);
-    batch.logit_rows.push_back(i);
-  }
-  return batch;
-}
-
 
 class EpLogitsOverMpi : public ::testing::TestWithParam<std::string> {};
 
@@ -33,7 +22,7 @@ TEST_P(EpLogitsOverMpi, BitIdenticalToOneRankForContiguousAndReplicatedPlacement
   comm::Transport& transport = comm::testing::mpi_test_transport();
   std::unique_ptr<LoadedModel> model = load_model(testing::shared_dir() + "/reference/" + GetParam() + "/hf").value();
   const ModelConfig& config = model->config;
-  const ForwardBatch batch = batch_for_rank(transport.rank(), config.vocab_size);
+  const ForwardBatch batch = batch_for_rank(transport.rank(), config.vocab_size, 4, 5);
   ThreadPool pool(1);
   TransformerForward local(config, model->weights, pool);
   DenseKvCache local_cache(config);

@@ -1,4 +1,4 @@
-// Placements the expert-parallel tests share.
+// What the expert-parallel tests share: a placement with replicas, each rank's own prompt.
 #pragma once
 
 #include <cstdint>
@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "experts/placement/placement.h"
+#include "runtime/model/transformer.h"
 
 namespace moert::parallel {
 
@@ -19,6 +20,18 @@ inline experts::ExpertPlacement placement_with_replicas(int num_experts, int num
   }
   std::vector<experts::LayerPlacement> layers{experts::LayerPlacement::create(num_experts, rank_experts).value()};
   return experts::ExpertPlacement::create(std::move(layers)).value();
+}
+
+// Rank `rank`'s prompt: first_length + growth * rank tokens at positions 0.., every row's
+// logits wanted (ranks differ in length and tokens, so batches are uneven).
+inline ForwardBatch batch_for_rank(int rank, int vocab, int first_length, int growth) {
+  ForwardBatch batch;
+  for (int i = 0; i < first_length + growth * rank; ++i) {
+    batch.tokens.push_back((rank * 211 + i * 29 + 5) % vocab);
+    batch.positions.push_back(i);
+    batch.logit_rows.push_back(i);
+  }
+  return batch;
 }
 
 }  // namespace moert::parallel
