@@ -49,6 +49,10 @@ struct QuantizedWeightView {
   float global_scale = 1.0f;
   // nvfp4/mxfp4: the order of the codes in `data`. Other formats: kCheckpoint.
   Fp4CodeOrder code_order = Fp4CodeOrder::kCheckpoint;
+  // fp8: true only when no code of `data` is an E4M3 NaN (0x7F / 0xFF) -- the loader rejects
+  // checkpoints with one, so it sets this for every FP8 weight it binds. Kernels may then
+  // leave out NaN handling; a NaN code in a view marked finite decodes to a wrong finite value.
+  bool fp8_codes_finite = false;
 };
 
 // The E2M1 code of element i of one row of packed codes (k elements) in `order`.

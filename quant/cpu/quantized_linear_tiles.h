@@ -51,6 +51,7 @@ struct RowRef {
   float global_scale = 1.0f;            // nvfp4
   int64_t k = 0;                        // fp4: elements per row
   Fp4CodeOrder code_order = Fp4CodeOrder::kCheckpoint;  // fp4
+  bool fp8_codes_finite = false;        // fp8: QuantizedWeightView::fp8_codes_finite
 };
 
 constexpr int64_t kFp8ScaleCols = kFp8BlockSize;  // 128 columns share an fp8 block scale
@@ -61,6 +62,7 @@ RowRef row_ref(const QuantizedWeightView& w, int64_t n) {
   const int64_t k = w.cols;
   r.k = k;
   r.code_order = w.code_order;
+  r.fp8_codes_finite = w.fp8_codes_finite;
   if constexpr (f == WeightFormat::kNvfp4) {
     r.data = w.data + n * (k / 2);
     r.scales = w.scales + n * (k / kNvfp4BlockSize);

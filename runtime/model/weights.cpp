@@ -548,6 +548,22 @@ void repack_weights_for_cpu(ModelWeights& weights) {
   for_each_linear(weights, [&](Linear& linear) { repack(linear.weight); });
 }
 
+namespace {
+
+void mark_fp8_codes_finite(ModelWeights& weights) {
+  auto mark = [](quant::LinearWeight& weight) {
+    if (!weight.packed.has_value()) return;
+    const quant::WeightFormat format = weight.packed->format;
+    if (format == quant::WeightFormat::kFp8Block || format == quant::WeightFormat::kFp8Tensor) {
+      weight.packed->fp8_codes_finite = true;
+    }
+  };
+  mark(weights.lm_head);
+  for_each_linear(weights, [&](Linear& linear) { mark(linear.weight); });
+}
+
+}  // namespace
+
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, const LoadOptions& options) {
   auto model = std::make_unique<LoadedModel>();
   MOERT_ASSIGN_OR_RETURN(model->config, load_model_config(model_dir));
@@ -557,6 +573,7 @@ Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, co
   Result<ModelWeights> weights = bind_model_weights(model->config, *model->checkpoint);
   if (!weights.is_ok()) return weights.status().with_context(model_dir);
   model->weights = std::move(weights).value();
+  mark_fp8_codes_finite(model->weights);  // check_checkpoint_values rejected every E4M3 NaN code
   if (options.repack_for_cpu) repack_weights_for_cpu(model->weights);
   return model;
 }

@@ -3,7 +3,8 @@
 // up and down are each [1024, 1024]) for 16 experts, so the 48 matrices are streamed one after
 // another like an MoE layer's expert FFNs. Reports weight bytes read per second (data + scales)
 // and GFLOP/s for 1 and 2 threads and T = 1, 4, 8 rows, against a plain memcpy measured in the
-// same run. The *_cpu rows take the FP4 codes in the CPU order the loader repacks them into.
+// same run. The *_cpu rows take the FP4 codes in the CPU order the loader repacks them into;
+// fp8_block_loaded has its codes marked finite, as the loader marks them (no NaN handling).
 //   bench_quantized_linear [experts=16] [min_seconds=0.3]
 #include <chrono>
 #include <cstdio>
@@ -108,6 +109,7 @@ Weights make_weights(const std::string& name, int64_t matrices, int64_t n, int64
     QuantizedWeightView v = view;
     v.data = w.data.data() + m * data_per;
     if (cpu_order) v.code_order = moert::quant::Fp4CodeOrder::kCpuChunk32;
+    v.fp8_codes_finite = name == "fp8_block_loaded";  // the codes above are never 0x7F / 0xFF
     if (scales_per > 0) v.scales = w.scales.data() + m * scales_per;
     if (block_scales_per > 0) v.block_scale_inv = w.block_scale_inv.data() + m * block_scales_per;
     w.views.push_back(v);
@@ -135,9 +137,9 @@ int main(int argc, char** argv) {
 
   std::mt19937 rng(1234);
   std::vector<Weights> all;
-  for (const char* name : {"bf16", "nvfp4", "nvfp4_cpu", "mxfp4", "mxfp4_cpu", "fp8_block"}) all.push_back(make_weights(name, matrices, n, k, rng));
+  for (const char* name : {"bf16", "nvfp4", "nvfp4_cpu", "mxfp4", "mxfp4_cpu", "fp8_block", "fp8_block_loaded"}) all.push_back(make_weights(name, matrices, n, k, rng));
 
-  std::printf("%-10s %8s %7s %2s %10s %13s %9s\n", "format", "MiB", "threads", "T", "GB/s", "% memcpy rd", "GFLOP/s");
+  std::printf("%-16s %8s %7s %2s %10s %13s %9s\n", "format", "MiB", "threads", "T", "GB/s", "% memcpy rd", "GFLOP/s");
   for (const Weights& w : all) {
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
@@ -168,7 +170,7 @@ int main(int argc, char** argv) {
         } while (elapsed < min_seconds);
         const double gbs = static_cast<double>(w.bytes) * reps / elapsed / 1e9;
         const double gflops = 2.0 * rows * n * k * matrices * reps / elapsed / 1e9;
-        std::printf("%-10s %8.1f %7d %2lld %10.2f %12.0f%% %9.2f\n", w.name.c_str(),
+        std::printf("%-16s %8.1f %7d %2lld %10.2f %12.0f%% %9.2f\n", w.name.c_str(),
                     static_cast<double>(w.bytes) / (1 << 20), threads, static_cast<long long>(rows), gbs,
                     100.0 * gbs / copy.read_gbs, gflops);
       }

@@ -222,6 +222,13 @@ void check_weight(const Owned& o, int64_t t, bool with_bias, Rng& rng, const std
     expect_same(run(x, t, chunk32, bias, pool2), y, what + " CPU code order");
     expect_same(run(x, t, chunk32, bias, pool2, /*portable=*/true), y, what + " CPU code order, portable");
   }
+  const bool fp8 = o.view.format == WeightFormat::kFp8Block || o.view.format == WeightFormat::kFp8Tensor;
+  if (fp8 && std::none_of(o.data.begin(), o.data.end(), [](uint8_t b) { return (b & 0x7F) == 0x7F; })) {
+    // What the loader marks (it rejects NaN codes): the decode without NaN handling, same bits.
+    QuantizedWeightView finite = o.view;
+    finite.fp8_codes_finite = true;
+    expect_same(run(x, t, finite, bias, pool2), y, what + " codes marked finite");
+  }
   for (int64_t r = 0; r < t; r += std::max<int64_t>(1, t / 3)) {
     const std::vector<float> x_row(x.begin() + r * k, x.begin() + (r + 1) * k);
     const std::vector<float> y_row = run(x_row, 1, o.view, bias, pool2);
