@@ -199,7 +199,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   try {
     device_backend = open_device_backend(engine_options.device);
     // The CPU kernels' FP4 code order only where the CPU backend computes (null backend).
-    loaded = value_or_throw(load_model(model_dir, LoadOptions{.repack_for_cpu = device_backend == nullptr}));
+    loaded = load_model_for(model_dir, device_backend.get());
     config = resolve_engine_config(engine_options, loaded->config,
                                    device_backend ? device_backend->preferred_kv_cache_dtype() : DType::kF32);
     config->forward_when_idle = true;

@@ -46,8 +46,7 @@ int run_score(const std::vector<std::string>& args) {
   const std::vector<int32_t> prompt(parsed.begin(), parsed.end());
 
   const std::unique_ptr<backend::Backend> device_backend = open_device_backend(device);
-  std::unique_ptr<LoadedModel> model =
-      value_or_throw(load_model(model_dir, LoadOptions{.repack_for_cpu = device_backend == nullptr}));
+  std::unique_ptr<LoadedModel> model = load_model_for(model_dir, device_backend.get());
   ThreadPool pool(threads > 0 ? threads : default_num_threads());
   ReferenceForward forward(model->config, model->weights, pool, device_backend.get());
   const GreedyOutput output = value_or_throw(greedy_generate(forward, prompt, num_generate));

@@ -45,6 +45,10 @@ std::unique_ptr<backend::Backend> open_device_backend(const std::string& device)
   return value_or_throw(backend::open_device(value_or_throw(backend::parse_device(device)), comm::local_rank()));
 }
 
+std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend) {
+  return value_or_throw(load_model(model_dir, LoadOptions{.repack_for_cpu = device_backend == nullptr}));
+}
+
 std::unique_ptr<comm::Transport> open_row_transport(const std::string& ep_transport, const backend::Backend* backend,
                                                     comm::Transport& control) {
   return value_or_throw(

@@ -10,6 +10,7 @@
 #include "runtime/comm/transport.h"
 #include "runtime/engine/engine.h"
 #include "runtime/model/config.h"
+#include "runtime/model/weights.h"
 
 namespace moert::launch {
 
@@ -38,6 +39,10 @@ int resolve_threads(const EngineOptions& values);
 // a CpuBackend over its pool), the CUDA backend on GPU local_rank % devices for cuda. Throws
 // CommandError with one line naming the problem (no CUDA in this build, no GPU, a bad value).
 std::unique_ptr<backend::Backend> open_device_backend(const std::string& device);
+// The model at `model_dir`, laid out for where it computes: FP4 codes repacked into the CPU
+// order for the CPU backend (device_backend null), the checkpoint's order for a device.
+// Throws CommandError with one line naming the problem.
+std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend);
 // The transport that moves the expert-parallel rows under `--ep-transport` (null: `control`
 // does; backend::open_row_transport). Collective over `control`. Throws CommandError with one
 // line naming the problem.
