@@ -3,7 +3,6 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "core/strict_json.h"
 #include "launch/commands.h"
 
 #if MOERT_WITH_TEXT
@@ -70,12 +69,7 @@ std::unique_ptr<CheckpointText> CheckpointText::load(const std::string& model_di
     }
 #endif
 #if MOERT_WITH_CHAT_TEMPLATE
-    bool has_template = std::filesystem::exists(dir / "chat_template.jinja", error);
-    if (!has_template && std::filesystem::exists(dir / "tokenizer_config.json", error)) {
-      const Result<nlohmann::json> config = read_strict_json_file((dir / "tokenizer_config.json").string());
-      has_template = config.is_ok() && config->is_object() && config->contains("chat_template");
-    }
-    if (has_template) impl->chat_template.emplace(text::CheckpointChatTemplate::load(dir));
+    impl->chat_template = text::CheckpointChatTemplate::load_if_present(dir);
 #endif
   } catch (const std::runtime_error& e) {
     throw CommandError(e.what());

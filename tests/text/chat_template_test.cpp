@@ -698,6 +698,17 @@ TEST(ChatTemplateApi, CheckpointTemplatesFromTokenizerConfig) {
   const CheckpointChatTemplate gpt = CheckpointChatTemplate::load(dir);
   const OracleCase c = oracle_case("gpt_oss", "tool_flow");
   EXPECT_EQ(gpt.apply(c.context.at("messages"), request_for(c)), c.output);
+  // load_if_present: the jinja file alone is a template; a config without chat_template and an
+  // empty folder are none; a malformed config is an error, not "no template".
+  ASSERT_TRUE(CheckpointChatTemplate::load_if_present(dir).has_value());
+  EXPECT_EQ(CheckpointChatTemplate::load_if_present(dir)->apply(c.context.at("messages"), request_for(c)), c.output);
+  std::filesystem::remove(dir / "chat_template.jinja");
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "</s>"})";
+  EXPECT_FALSE(CheckpointChatTemplate::load_if_present(dir).has_value());
+  std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": )";
+  EXPECT_THROW(CheckpointChatTemplate::load_if_present(dir), std::runtime_error);
+  std::filesystem::remove(dir / "tokenizer_config.json");
+  EXPECT_FALSE(CheckpointChatTemplate::load_if_present(dir).has_value());
   std::filesystem::remove_all(dir);
 }
 

@@ -85,12 +85,27 @@ std::string read_text_file(const std::filesystem::path& path) {
 }  // namespace
 
 CheckpointChatTemplate CheckpointChatTemplate::load(const std::filesystem::path& dir, std::string template_name) {
+  return load_config_and_template(dir, std::move(template_name), /*only_if_present=*/false).value();
+}
+
+std::optional<CheckpointChatTemplate> CheckpointChatTemplate::load_if_present(const std::filesystem::path& dir,
+                                                                              std::string template_name) {
+  return load_config_and_template(dir, std::move(template_name), /*only_if_present=*/true);
+}
+
+std::optional<CheckpointChatTemplate> CheckpointChatTemplate::load_config_and_template(
+    const std::filesystem::path& dir, std::string template_name, bool only_if_present) {
   const std::filesystem::path config_path = dir / "tokenizer_config.json";
+  const std::filesystem::path jinja_path = dir / "chat_template.jinja";
+  const bool has_jinja = std::filesystem::exists(jinja_path);
+  if (only_if_present && !has_jinja && !std::filesystem::exists(config_path)) return std::nullopt;
   Result<nlohmann::json> config = read_strict_json_file(config_path.string());
   if (!config.is_ok()) throw std::runtime_error(config.status().to_string());
-  const std::filesystem::path jinja_path = dir / "chat_template.jinja";
+  if (only_if_present && !has_jinja && !(config->is_object() && config->contains("chat_template"))) {
+    return std::nullopt;
+  }
   std::optional<std::string> template_file;
-  if (std::filesystem::exists(jinja_path)) template_file = read_text_file(jinja_path);
+  if (has_jinja) template_file = read_text_file(jinja_path);
   try {
     return from_config(*config, config_path.string(), template_file, std::move(template_name));
   } catch (const std::runtime_error& e) {

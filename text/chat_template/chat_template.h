@@ -134,6 +134,11 @@ class CheckpointChatTemplate {
   // `template_name` picks one of a list of named templates ([{"name", "template"}, ...]); empty:
   // "tool_use" when apply() is given tools and the list has it, else "default".
   static CheckpointChatTemplate load(const std::filesystem::path& dir, std::string template_name = {});
+  // The same, or nullopt when the checkpoint has no template at all (no chat_template.jinja
+  // and no chat_template in an existing tokenizer_config.json); reads each file once. Throws
+  // as load() when a file is missing or malformed.
+  static std::optional<CheckpointChatTemplate> load_if_present(const std::filesystem::path& dir,
+                                                               std::string template_name = {});
   // The same from a parsed tokenizer_config.json (`subject` names it in errors) and optionally
   // the text of a chat_template.jinja.
   static CheckpointChatTemplate from_config(const nlohmann::json& config, const std::string& subject,
@@ -153,6 +158,10 @@ class CheckpointChatTemplate {
 
  private:
   CheckpointChatTemplate() = default;
+  // load() (only_if_present false: never nullopt) and load_if_present().
+  static std::optional<CheckpointChatTemplate> load_config_and_template(const std::filesystem::path& dir,
+                                                                        std::string template_name,
+                                                                        bool only_if_present);
   std::shared_ptr<const ChatTemplate> default_template_;
   std::shared_ptr<const ChatTemplate> tool_use_template_;  // null: the default serves both
   nlohmann::ordered_json special_tokens_ = nlohmann::ordered_json::object();
