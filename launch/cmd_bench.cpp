@@ -144,8 +144,9 @@ int run_bench(const std::vector<std::string>& args) {
   std::optional<std::string> setup_error;
   try {
     device_backend = open_device_backend(engine_options.device);
-    // The CPU kernels' FP4 code order only where the CPU backend computes (null backend).
-    loaded = load_model_for(o.model_dir, device_backend.get());
+    // The CPU kernels' FP4 code order only where the CPU backend computes (null backend), and
+    // there only for the routed experts this rank computes (lay_out_for_cpu_rank, below).
+    loaded = load_model_for(o.model_dir, device_backend.get(), /*cpu_layout_later=*/true);
     config = resolve_engine_config(engine_options, loaded->config,
                                    device_backend ? device_backend->preferred_kv_cache_dtype() : DType::kF32);
     config->forward_when_idle = true;
@@ -153,6 +154,7 @@ int run_bench(const std::vector<std::string>& args) {
     spec_setup = std::make_unique<SpecSetup>(spec_options, loaded->config, &*config);
     threads = resolve_threads(engine_options);
     placement = value_or_throw(experts::contiguous_placement(loaded->config.num_experts(), ranks));
+    lay_out_for_cpu_rank(*loaded, device_backend.get(), *placement, transport.rank());
     if (root && !o.input_path.empty()) {
       check_input_file(o.input_path);
       std::ifstream input(o.input_path);

@@ -198,8 +198,9 @@ int run_serve_batch(const std::vector<std::string>& args) {
   std::optional<std::string> setup_error;
   try {
     device_backend = open_device_backend(engine_options.device);
-    // The CPU kernels' FP4 code order only where the CPU backend computes (null backend).
-    loaded = load_model_for(model_dir, device_backend.get());
+    // The CPU kernels' FP4 code order only where the CPU backend computes (null backend), and
+    // there only for the routed experts this rank computes (lay_out_for_cpu_rank, below).
+    loaded = load_model_for(model_dir, device_backend.get(), /*cpu_layout_later=*/true);
     config = resolve_engine_config(engine_options, loaded->config,
                                    device_backend ? device_backend->preferred_kv_cache_dtype() : DType::kF32);
     config->forward_when_idle = true;
@@ -219,6 +220,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
       throw CommandError(placement_path + " has " + std::to_string(placement->num_layers()) +
                          " layers, the model " + std::to_string(loaded->config.num_layers) + " (or give 1 for all)");
     }
+    lay_out_for_cpu_rank(*loaded, device_backend.get(), *placement, transport->rank());
     text = CheckpointText::load(model_dir);
     generation = value_or_throw(load_generation_defaults(model_dir, loaded->config));
     config->eos_token_ids = generation->eos_token_ids;

@@ -46,7 +46,21 @@ std::unique_ptr<backend::Backend> open_device_backend(const std::string& device)
 }
 
 std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend) {
-  return value_or_throw(load_model(model_dir, LoadOptions{.repack_for_cpu = device_backend == nullptr}));
+  return load_model_for(model_dir, device_backend, /*cpu_layout_later=*/false);
+}
+
+std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
+                                            bool cpu_layout_later) {
+  return value_or_throw(
+      load_model(model_dir, LoadOptions{.repack_for_cpu = device_backend == nullptr && !cpu_layout_later}));
+}
+
+void lay_out_for_cpu_rank(LoadedModel& model, const backend::Backend* device_backend,
+                          const experts::ExpertPlacement& placement, int rank) {
+  if (device_backend != nullptr) return;
+  repack_weights_for_cpu(model.weights, [&](int layer, int expert) {
+    return placement.layer(placement.num_layers() == 1 ? 0 : layer).rank_hosts(rank, expert);
+  });
 }
 
 std::unique_ptr<comm::Transport> open_row_transport(const std::string& ep_transport, const backend::Backend* backend,

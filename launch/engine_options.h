@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "experts/placement/placement.h"
 #include "runtime/backend/backend.h"
 #include "runtime/comm/transport.h"
 #include "runtime/engine/engine.h"
@@ -40,9 +41,17 @@ int resolve_threads(const EngineOptions& values);
 // CommandError with one line naming the problem (no CUDA in this build, no GPU, a bad value).
 std::unique_ptr<backend::Backend> open_device_backend(const std::string& device);
 // The model at `model_dir`, laid out for where it computes: FP4 codes repacked into the CPU
-// order for the CPU backend (device_backend null), the checkpoint's order for a device.
-// Throws CommandError with one line naming the problem.
+// order for the CPU backend (device_backend null), the checkpoint's order for a device. With a
+// placement, a CPU rank repacks only the routed experts `placement` gives `rank` (the others
+// stay in the checkpoint's order: no second copy of experts other ranks compute). Throws
+// CommandError with one line naming the problem.
 std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend);
+// The same in two steps, for launchers that need the model's config to make the placement:
+// load_model_for(..., /*cpu_layout_later=*/true) then lay_out_for_cpu_rank.
+std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
+                                            bool cpu_layout_later);
+void lay_out_for_cpu_rank(LoadedModel& model, const backend::Backend* device_backend,
+                          const experts::ExpertPlacement& placement, int rank);
 // The transport that moves the expert-parallel rows under `--ep-transport` (null: `control`
 // does; backend::open_row_transport). Collective over `control`. Throws CommandError with one
 // line naming the problem.

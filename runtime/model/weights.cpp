@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -530,7 +531,18 @@ void for_each_linear(Weights& weights, OnLinear on_linear) {
 
 }  // namespace
 
-void repack_weights_for_cpu(ModelWeights& weights) {
+void repack_weights_for_cpu(ModelWeights& weights, const std::function<bool(int, int)>& routed_expert_computed_here) {
+  std::unordered_set<const Linear*> elsewhere;  // routed experts' linears computed by other ranks
+  if (routed_expert_computed_here) {
+    for (size_t l = 0; l < weights.layers.size(); ++l) {
+      if (!weights.layers[l].is_moe) continue;
+      const std::vector<GatedMlp>& experts = weights.layers[l].moe.experts;
+      for (size_t e = 0; e < experts.size(); ++e) {
+        if (routed_expert_computed_here(static_cast<int>(l), static_cast<int>(e))) continue;
+        for (const Linear* linear : {&experts[e].gate, &experts[e].up, &experts[e].down}) elsewhere.insert(linear);
+      }
+    }
+  }
   auto repack = [&](quant::LinearWeight& weight) {
     if (!weight.packed.has_value()) return;
     quant::QuantizedWeightView& q = *weight.packed;
@@ -545,7 +557,9 @@ void repack_weights_for_cpu(ModelWeights& weights) {
     q.code_order = quant::Fp4CodeOrder::kCpuChunk32;
   };
   repack(weights.lm_head);
-  for_each_linear(weights, [&](Linear& linear) { repack(linear.weight); });
+  for_each_linear(weights, [&](Linear& linear) {
+    if (!elsewhere.contains(&linear)) repack(linear.weight);
+  });
 }
 
 namespace {

@@ -118,7 +118,11 @@ Result<ModelWeights> bind_model_weights(const ModelConfig& config, const io::Che
 // computes faster in quant::Fp4CodeOrder::kCpuChunk32 (quant::preferred_fp4_code_order;
 // docs/quant-formats.md "CPU code order") into storage the weights own; the checkpoint's
 // mapping is left as it is. Same results; the CUDA backend reads the checkpoint order only.
-void repack_weights_for_cpu(ModelWeights& weights);
+// routed_expert_computed_here(layer, expert), when given, limits the routed experts repacked to
+// those this rank computes (an expert-parallel rank need not hold a second copy of the
+// others; an expert EPLB moves here later runs in the checkpoint order, as fast or nearly).
+void repack_weights_for_cpu(ModelWeights& weights,
+                            const std::function<bool(int layer, int expert)>& routed_expert_computed_here = {});
 
 struct LoadOptions {
   // repack_weights_for_cpu after binding: for the CPU backend (false for --device cuda).

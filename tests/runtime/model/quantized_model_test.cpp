@@ -136,6 +136,19 @@ TEST_F(QuantizedModel, EveryFormatLoadsAndMatchesItsDequantizedTwin) {
     EXPECT_EQ(unpacked->weights.layers[1].moe.experts[0].up.weight.packed->code_order, quant::Fp4CodeOrder::kCheckpoint);
     ReferenceForward unpacked_forward(unpacked->config, unpacked->weights, pool);
     EXPECT_EQ(compare_models(unpacked_forward, packed_forward, eval_sequences()).value().mean_kl(), 0.0) << format;
+    // An expert-parallel rank repacks only the routed experts it computes (here the even ones);
+    // the mix of orders computes the same bits too.
+    const std::unique_ptr<LoadedModel> mixed = load_model(out, LoadOptions{.repack_for_cpu = false}).value();
+    repack_weights_for_cpu(mixed->weights, [](int /*layer*/, int expert) { return expert % 2 == 0; });
+    const auto order_of = [&](int expert) {
+      return mixed->weights.layers[1].moe.experts[static_cast<size_t>(expert)].up.weight.packed->code_order;
+    };
+    EXPECT_EQ(order_of(0), moe_layer.moe.experts[0].up.weight.packed->code_order) << format;
+    EXPECT_EQ(order_of(1), quant::Fp4CodeOrder::kCheckpoint) << format;
+    EXPECT_EQ(mixed->weights.layers[1].attention.q.weight.packed->code_order,
+              moe_layer.attention.q.weight.packed->code_order) << format;
+    ReferenceForward mixed_forward(mixed->config, mixed->weights, pool);
+    EXPECT_EQ(compare_models(mixed_forward, packed_forward, eval_sequences()).value().mean_kl(), 0.0) << format;
 
     const DistributionComparison drift = compare_models(bf16_forward, packed_forward, eval_sequences()).value();
     EXPECT_GT(drift.mean_kl(), 0.0) << format;
