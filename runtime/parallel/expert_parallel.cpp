@@ -193,14 +193,17 @@ void ExpertParallelExperts::run(backend::Backend& backend, int layer, const MoeW
   if (!recv_rows.is_ok()) fail(recv_rows.status());
   int64_t num_recv = 0;
   for (int64_t rows : *recv_rows) num_recv += rows;
+  // Every buffer and byte-count vector of a started exchange lives until its wait().
   std::vector<std::byte> routing_recv(static_cast<size_t>(num_recv * routing_format.row_bytes()));
+  const std::vector<int64_t> routing_send_bytes = scaled(plan->send_row_counts, routing_format.row_bytes());
+  const std::vector<int64_t> routing_recv_bytes = scaled(*recv_rows, routing_format.row_bytes());
   std::unique_ptr<comm::PendingExchange> routing_exchange = transport_.start_all_to_all_v(
-      routing_send.data(), scaled(plan->send_row_counts, routing_format.row_bytes()), routing_recv.data(),
-      scaled(*recv_rows, routing_format.row_bytes()));
+      routing_send.data(), routing_send_bytes, routing_recv.data(), routing_recv_bytes);
   PayloadRows recv(row_device, num_recv, dim);
   const std::vector<int64_t> send_bytes = scaled(plan->send_row_counts, row_bytes);
+  const std::vector<int64_t> recv_bytes = scaled(*recv_rows, row_bytes);
   std::unique_ptr<comm::PendingExchange> dispatch =
-      payload_.start_all_to_all_v(send.data(), send_bytes, recv.data(), scaled(*recv_rows, row_bytes));
+      payload_.start_all_to_all_v(send.data(), send_bytes, recv.data(), recv_bytes);
   stats_.all_to_all_s += seconds_since(exchange_start);
   const auto overlap_start = std::chrono::steady_clock::now();
   overlapped();
