@@ -72,10 +72,8 @@ std::unique_ptr<comm::Transport> open_row_transport(const std::string& ep_transp
 engine::EngineConfig resolve_engine_config(const EngineOptions& v, const ModelConfig& model, DType auto_kv_cache_dtype) {
   engine::EngineConfig c;
   // --ep-transport is checked here, before anything is written; NCCL opens later.
-  const backend::RowTransportChoice rows = value_or_throw(backend::parse_row_transport(v.ep_transport));
-  if (rows == backend::RowTransportChoice::kNccl && v.device != "cuda") {
-    throw CommandError("--ep-transport nccl moves device buffers: it needs --device cuda");
-  }
+  throw_if_error(backend::check_row_transport(value_or_throw(backend::parse_row_transport(v.ep_transport)),
+                                              value_or_throw(backend::parse_device(v.device))));
   const Result<DType> kv_dtype = attention::parse_kv_cache_dtype(v.kv_cache_dtype, auto_kv_cache_dtype);
   if (!kv_dtype.is_ok()) throw CommandError(kv_dtype.status().message());
   c.kv_cache_dtype = *kv_dtype;

@@ -35,13 +35,18 @@ Result<RowTransportChoice> parse_row_transport(const std::string& name) {
   return invalid_argument("--ep-transport '" + name + "' is not auto, nccl or mpi");
 }
 
+Status check_row_transport(RowTransportChoice choice, DeviceChoice device) {
+  if (choice == RowTransportChoice::kNccl && device != DeviceChoice::kCuda) {
+    return unsupported("--ep-transport nccl moves device buffers: it needs --device cuda");
+  }
+  return Status::ok();
+}
+
 Result<std::unique_ptr<comm::Transport>> open_row_transport(RowTransportChoice choice, const Backend* backend,
                                                             comm::Transport& control) {
   const bool on_cuda = backend != nullptr && backend->device().kind == DeviceKind::kCuda;
   if (choice == RowTransportChoice::kMpi) return std::unique_ptr<comm::Transport>();
-  if (choice == RowTransportChoice::kNccl && !on_cuda) {
-    return unsupported("--ep-transport nccl moves device buffers: it needs --device cuda");
-  }
+  MOERT_RETURN_IF_ERROR(check_row_transport(choice, on_cuda ? DeviceChoice::kCuda : DeviceChoice::kCpu));
 #if defined(MOERT_HAS_NCCL_TRANSPORT)
   if (!on_cuda) return std::unique_ptr<comm::Transport>();
   comm::NcclTransportOptions options;

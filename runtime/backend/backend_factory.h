@@ -27,6 +27,10 @@ Result<std::unique_ptr<Backend>> open_device(DeviceChoice choice, int local_rank
 //   mpi   the job's host transport (a device backend's rows are staged through the host).
 enum class RowTransportChoice { kAuto, kNccl, kMpi };
 Result<RowTransportChoice> parse_row_transport(const std::string& name);
+// kUnsupported, one line, when `choice` cannot serve a model computing on `device` (nccl moves
+// device buffers: it needs cuda). open_row_transport checks it too; launchers call it early,
+// before anything is written.
+Status check_row_transport(RowTransportChoice choice, DeviceChoice device);
 
 // The payload transport for parallel::ExpertParallelExperts: NCCL over `control` (its
 // bootstrap; must outlive the result) on `backend`'s GPU, or null where `control` itself
