@@ -34,6 +34,9 @@ Status validate_quantized_weight(const QuantizedWeightView& w) {
   if (!fp4 && w.code_order != Fp4CodeOrder::kCheckpoint) {
     return invalid_argument(where + "the CPU code order applies to NVFP4 / MXFP4 only");
   }
+  if (!fp4 && w.activations != ActivationPrecision::kF32) {
+    return invalid_argument(where + "int8 activations apply to NVFP4 / MXFP4 only");
+  }
   if (w.rows == 0 || w.cols == 0) return Status::ok();
   if (w.cols > std::numeric_limits<int64_t>::max() / w.rows) {
     return invalid_argument(where + "rows * cols = " + std::to_string(w.rows) + " * " + std::to_string(w.cols) +

@@ -31,6 +31,13 @@ enum class Fp4CodeOrder {
   kCpuChunk32,
 };
 
+// What the CPU kernels compute a weight's dot products with.
+enum class ActivationPrecision {
+  kF32,   // x as given (the default: exact as the portable reference, quant/cpu/quantized_linear.h)
+  kInt8,  // x quantized to int8 per 16 elements (NVFP4 / MXFP4 only; explicit opt-in,
+          // quant/cpu/int8_linear.h, docs/quant-formats.md "Int8 activations")
+};
+
 // Plain view of one quantized [N, K] weight, laid out as in the checkpoints (or with its
 // FP4 codes in the CPU order). Borrowed: the buffers must outlive every call that uses it.
 struct QuantizedWeightView {
@@ -53,6 +60,9 @@ struct QuantizedWeightView {
   // checkpoints with one, so it sets this for every FP8 weight it binds. Kernels may then
   // leave out NaN handling; a NaN code in a view marked finite decodes to a wrong finite value.
   bool fp8_codes_finite = false;
+  // CPU kernels: kInt8 quantizes x for this weight (set by the loader under
+  // `--activation-quant int8`). Other backends compute in F32 whatever it says.
+  ActivationPrecision activations = ActivationPrecision::kF32;
 };
 
 // The E2M1 code of element i of one row of packed codes (k elements) in `order`.
@@ -72,7 +82,7 @@ void reorder_fp4_codes(const uint8_t* in, int64_t rows, int64_t cols, Fp4CodeOrd
 
 // Ok when the view can be passed to quantized_linear_forward: rows, cols >= 0; K % 16 == 0
 // (nvfp4) or K % 32 == 0 (mxfp4); the pointers the format uses are non-null for a non-empty
-// matrix; kCpuChunk32 only for NVFP4 / MXFP4. Errors are kInvalidArgument and name the offending value.
+// matrix; kCpuChunk32 and int8 activations only for NVFP4 / MXFP4. Errors are kInvalidArgument and name the offending value.
 Status validate_quantized_weight(const QuantizedWeightView& w);
 
 // The bytes of each buffer of the view (0 for a buffer its format does not use): what a

@@ -46,6 +46,20 @@ CpuIsa active_cpu_isa() {
   return isa;
 }
 
+bool cpu_has_avx512_vnni() {
+  static const bool vnni = [] {
+    if (active_cpu_isa() != CpuIsa::kAvx512) return false;
+    const char* cap = std::getenv("MOERT_CPU_ISA");
+    if (cap != nullptr && std::strcmp(cap, "avx512-novnni") == 0) return false;
+#if defined(MOERT_X86_KERNELS)
+    return __builtin_cpu_supports("avx512vnni") != 0;
+#else
+    return false;
+#endif
+  }();
+  return vnni;
+}
+
 const char* cpu_isa_label(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kAvx512: return "avx512";

@@ -11,6 +11,10 @@ enum class CpuIsa { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
 
 CpuIsa active_cpu_isa();
 const char* cpu_isa_label(CpuIsa isa);  // "portable", "avx2", "avx512"
+// AVX-512 VNNI (vpdpbusd) is present and active_cpu_isa() is kAvx512: the int8 dot products
+// of quant/cpu/int8_linear.h use it (same bits as without; MOERT_CPU_ISA=avx512-novnni turns
+// it off so tests reach the other AVX-512 variant).
+bool cpu_has_avx512_vnni();
 // cpu_isa_label(active_cpu_isa()): the path every CPU kernel takes in this process.
 const char* cpu_isa_name();
 

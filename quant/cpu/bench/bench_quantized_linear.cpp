@@ -5,6 +5,8 @@
 // and GFLOP/s for 1 and 2 threads and T = 1, 4, 8 rows, against a plain memcpy measured in the
 // same run. The *_cpu rows take the FP4 codes in the CPU order the loader repacks them into;
 // fp8_block_loaded has its codes marked finite, as the loader marks them (no NaN handling).
+// The *_int8 rows are the int8-activation mode (quant/cpu/int8_linear.h, CPU code order,
+// through apply_linear: x's quantization included).
 //   bench_quantized_linear [experts=16] [min_seconds=0.3]
 #include <chrono>
 #include <cstdio>
@@ -18,6 +20,8 @@
 #include "quant/bf16.h"
 #include "core/cpu/isa.h"
 #include "quant/cpu/linear.h"
+#include "quant/cpu/apply_linear.h"
+#include "quant/cpu/int8_linear.h"
 #include "quant/cpu/quantized_linear.h"
 #include "core/tensor.h"
 
@@ -84,7 +88,8 @@ Weights make_weights(const std::string& name, int64_t matrices, int64_t n, int64
   view.rows = n;
   view.cols = k;
   int64_t data_per = 0, scales_per = 0, block_scales_per = 0;
-  const bool cpu_order = name.ends_with("_cpu");  // codes repacked as at load (quant/quantized_weight.h)
+  const bool int8 = name.ends_with("_int8");
+  const bool cpu_order = name.ends_with("_cpu") || int8;  // codes repacked as at load (quant/quantized_weight.h)
   if (name.starts_with("nvfp4") || name.starts_with("mxfp4")) {
     const bool nv = name.starts_with("nvfp4");
     view.format = nv ? WeightFormat::kNvfp4 : WeightFormat::kMxfp4;
@@ -109,6 +114,7 @@ Weights make_weights(const std::string& name, int64_t matrices, int64_t n, int64
     QuantizedWeightView v = view;
     v.data = w.data.data() + m * data_per;
     if (cpu_order) v.code_order = moert::quant::Fp4CodeOrder::kCpuChunk32;
+    if (int8) v.activations = moert::quant::ActivationPrecision::kInt8;
     v.fp8_codes_finite = name == "fp8_block_loaded";  // the codes above are never 0x7F / 0xFF
     if (scales_per > 0) v.scales = w.scales.data() + m * scales_per;
     if (block_scales_per > 0) v.block_scale_inv = w.block_scale_inv.data() + m * block_scales_per;
@@ -128,8 +134,8 @@ int main(int argc, char** argv) {
 
   const size_t copy_bytes = 256u << 20;
   const CopyBandwidth copy = measure_copy(copy_bytes);
-  std::printf("cpu path: linear %s, quantized %s\n", moert::cpu::cpu_isa_name(),
-              moert::quant::quantized_linear_isa_name());
+  std::printf("cpu path: linear %s, quantized %s, int8 activations %s\n", moert::cpu::cpu_isa_name(),
+              moert::quant::quantized_linear_isa_name(), moert::quant::int8_linear_isa_name());
   std::printf("memcpy 256 MiB, 1 thread: read %.1f GB/s (bytes/time), read+write %.1f GB/s; read-only sum %.1f GB/s\n",
               copy.read_gbs, copy.read_write_gbs, copy.read_only_gbs);
   std::printf("weights: %lld experts x %lld matrices [%lld, %lld]\n\n", static_cast<long long>(experts),
@@ -137,7 +143,10 @@ int main(int argc, char** argv) {
 
   std::mt19937 rng(1234);
   std::vector<Weights> all;
-  for (const char* name : {"bf16", "nvfp4", "nvfp4_cpu", "mxfp4", "mxfp4_cpu", "fp8_block", "fp8_block_loaded"}) all.push_back(make_weights(name, matrices, n, k, rng));
+  for (const char* name : {"bf16", "nvfp4", "nvfp4_cpu", "nvfp4_int8", "mxfp4", "mxfp4_cpu", "mxfp4_int8", "fp8_block",
+                           "fp8_block_loaded"}) {
+    all.push_back(make_weights(name, matrices, n, k, rng));
+  }
 
   std::printf("%-16s %8s %7s %2s %10s %13s %9s\n", "format", "MiB", "threads", "T", "GB/s", "% memcpy rd", "GFLOP/s");
   for (const Weights& w : all) {
@@ -154,8 +163,8 @@ int main(int argc, char** argv) {
                                                 const_cast<uint16_t*>(w.bf16.data()) + m * n * k);
               moert::quant::linear_forward(x.data(), rows, tv, nullptr, y.data(), pool);
             } else {
-              moert::quant::quantized_linear_forward(x.data(), rows, w.views[static_cast<size_t>(m)], nullptr,
-                                                     y.data(), pool);
+              moert::quant::apply_linear(moert::quant::LinearWeight::from_packed(w.views[static_cast<size_t>(m)]),
+                                         x.data(), rows, nullptr, y.data(), pool);
             }
           }
         };

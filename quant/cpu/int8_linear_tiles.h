@@ -1,0 +1,132 @@
+// Internal to quant/cpu/int8_linear.cpp and quant/cpu/x86/int8_linear_x86.cpp: one weight
+// row of the int8 path, its block scales and codes in the group layout, and the row driver
+// every instruction-set path runs its tiles under (the definition: quant/cpu/int8_linear.h).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "quant/cpu/int8_linear.h"
+#include "quant/formats/fp4.h"
+#include "quant/formats/minifloat.h"
+#include "core/check.h"
+
+namespace moert::quant::int8_detail {
+
+// 2 * e2m1 of every code: the weight integers (sign bit 3).
+constexpr int8_t kDoubledE2m1[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// The kernels' unsigned weights: 12 + 2 * e2m1 (in [0, 24]; lane_offsets takes the 12 back out).
+constexpr uint8_t kOffsetDoubledE2m1[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+constexpr int kWeightOffset = 12;
+
+// Group-local block (of 16 elements) of lane l: lane l covers group bytes 4l .. 4l + 3.
+constexpr int lane_block(int l) { return static_cast<int>(int8_group_element(4 * l) / 16); }
+
+// One weight row (output feature) of an NVFP4 / MXFP4 view.
+struct Int8Col {
+  const uint8_t* codes = nullptr;   // the row's K / 2 packed bytes
+  const uint8_t* scales = nullptr;  // its block scale bytes (per 16: NVFP4, per 32: MXFP4)
+  float global_scale = 1.0f;
+  bool nvfp4 = true;
+  int64_t k = 0;
+  Fp4CodeOrder order = Fp4CodeOrder::kCheckpoint;
+};
+
+inline Int8Col int8_col(const QuantizedWeightView& w, int64_t n) {
+  Int8Col c;
+  c.nvfp4 = w.format == WeightFormat::kNvfp4;
+  c.k = w.cols;
+  c.codes = w.data + n * (w.cols / 2);
+  c.scales = w.scales + n * (w.cols / (c.nvfp4 ? kNvfp4BlockSize : kMxfp4BlockSize));
+  c.global_scale = w.global_scale;
+  c.order = w.code_order;
+  return c;
+}
+
+// s_b of 16-element block b (the codec's block scale), 0 past K.
+inline float block_scale(const Int8Col& c, int64_t b) {
+  if (b * 16 >= c.k) return 0.0f;
+  if (c.nvfp4) return e4m3_decode(c.scales[b]) * c.global_scale;
+  return e8m0_decode(c.scales[b / 2]);
+}
+
+// The code of group g's byte j (0 for an absent element: e2m1 0).
+inline uint8_t group_code(const Int8Col& c, int64_t g, int j) {
+  const int64_t e = g * kInt8Group + int8_group_element(j);
+  return e < c.k ? fp4_code_at(c.codes, e, c.k, c.order) : 0;
+}
+
+// Group g's codes as 32 bytes in the kCpuChunk32 form of a full group (byte j: group byte j in
+// the low nibble, group byte 32 + j in the high one): how the SIMD paths read a last, partial
+// group without touching memory past the row.
+inline void pack_group_codes(const Int8Col& c, int64_t g, uint8_t* out32) {
+  for (int j = 0; j < 32; ++j) out32[j] = static_cast<uint8_t>(group_code(c, g, j) | (group_code(c, g, 32 + j) << 4));
+}
+
+// True when group g lies whole in the row in the kCpuChunk32 order, so its 32 bytes sit at
+// codes + 32 g in that form.
+inline bool group_in_place(const Int8Col& c, int64_t g) {
+  return c.order == Fp4CodeOrder::kCpuChunk32 && (g + 1) * kInt8Group <= c.k;
+}
+
+inline float reduce_int8_lanes(float* lanes) {
+  for (int width = kInt8GroupLanes / 2; width >= 1; width /= 2) {
+    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  }
+  return lanes[0];
+}
+
+constexpr int64_t kRowTile = 64;  // x rows kept in cache while the weights stream past
+
+// Kernel: kRows, kCols and tile<rows, cols>(x, t, cols, out): out[r * cols + c] = the lane
+// tree of x row t + r against weight row cols[c] (bias not added).
+template <typename Kernel, int cols>
+void run_int8_tile(int rows, const Int8RowsView& x, int64_t t, const Int8Col* w, float* out) {
+  switch (rows) {
+    case 1: return Kernel::template tile<1, cols>(x, t, w, out);
+    case 2: return Kernel::template tile<2, cols>(x, t, w, out);
+    case 3:
+      if constexpr (Kernel::kRows >= 3) return Kernel::template tile<3, cols>(x, t, w, out);
+      [[fallthrough]];
+    default:
+      if constexpr (Kernel::kRows >= 4) return Kernel::template tile<4, cols>(x, t, w, out);
+      MOERT_CHECK(false, "tile rows = " << rows);
+  }
+}
+
+template <typename Kernel>
+void int8_forward_rows(const Int8RowsView& x, const QuantizedWeightView& w, const float* bias, float* y, int64_t begin,
+                       int64_t end) {
+  constexpr int kRows = Kernel::kRows;
+  constexpr int kCols = Kernel::kCols;
+  const int64_t n = w.rows;
+  float dots[kRows * kCols];
+  Int8Col refs[kCols];
+  for (int64_t t0 = 0; t0 < x.rows; t0 += kRowTile) {
+    const int64_t t_end = std::min(x.rows, t0 + kRowTile);
+    int64_t col = begin;
+    for (; kCols > 1 && col + kCols <= end; col += kCols) {
+      for (int c = 0; c < kCols; ++c) refs[c] = int8_col(w, col + c);
+      for (int64_t t = t0; t < t_end; t += kRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kRows, t_end - t));
+        run_int8_tile<Kernel, kCols>(rows, x, t, refs, dots);
+        for (int r = 0; r < rows; ++r) {
+          for (int c = 0; c < kCols; ++c) {
+            y[(t + r) * n + col + c] = dots[r * kCols + c] + (bias != nullptr ? bias[col + c] : 0.0f);
+          }
+        }
+      }
+    }
+    for (; col < end; ++col) {
+      refs[0] = int8_col(w, col);
+      const float b = bias != nullptr ? bias[col] : 0.0f;
+      for (int64_t t = t0; t < t_end; t += kRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kRows, t_end - t));
+        run_int8_tile<Kernel, 1>(rows, x, t, refs, dots);
+        for (int r = 0; r < rows; ++r) y[(t + r) * n + col] = dots[r] + b;
+      }
+    }
+  }
+}
+
+}  // namespace moert::quant::int8_detail

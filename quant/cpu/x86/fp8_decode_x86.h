@@ -1,0 +1,59 @@
+// x86 decoders shared by the quantized linear paths (quant/cpu/x86/*.cpp): E4M3 bytes to
+// floats without a table, and NVFP4 block scales. Include after <immintrin.h>.
+#pragma once
+
+#include <cstdint>
+
+#include "quant/formats/minifloat.h"
+
+namespace moert::quant::x86 {
+
+#define MOERT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define MOERT_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// 16 E4M3 bytes -> 16 floats (times 2^-8; see kFp8FoldLimit), NaN codes -> NaN. With
+// kCodesFinite (QuantizedWeightView::fp8_codes_finite: no NaN code in the weight) the NaN
+// fix-up is left out: 3 of 8 instructions.
+template <bool kCodesFinite = false>
+MOERT_AVX512 inline __m512 fp8_decode16_avx512(const uint8_t* p) {
+  const __m256i sx = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  // Sign-extended byte << 7: bits 7..14 = the byte, bit 15 = its sign; drop bit 14.
+  __m256i h = _mm256_and_si256(_mm256_slli_epi16(sx, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
+  if constexpr (!kCodesFinite) {
+    const __m256i mag = _mm256_set1_epi16(0x3F80);
+    const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, mag), mag);
+    h = _mm256_mask_mov_epi16(h, nan, _mm256_set1_epi16(0x7E00));
+  }
+  return _mm512_cvtph_ps(h);
+}
+
+// The E4M3 bytes through fp8_decode16_avx512 (the value times 2^-8, exact) times 256 * global:
+// one rounding of the exact product, i.e. e4m3_decode(byte) * global_scale (no gather).
+MOERT_AVX512 inline void nvfp4_scales_avx512(const uint8_t* bytes, int64_t count, float global_scale, float* out) {
+  const __m512 g = _mm512_set1_ps(global_scale * 256.0f);
+  int64_t b = 0;
+  for (; b + 16 <= count; b += 16) _mm512_storeu_ps(out + b, _mm512_mul_ps(fp8_decode16_avx512(bytes + b), g));
+  for (; b < count; ++b) out[b] = e4m3_decode(bytes[b]) * global_scale;
+}
+
+// 8 E4M3 bytes -> 8 floats times 2^-8, as fp8_decode16_avx512 (kCodesFinite likewise).
+template <bool kCodesFinite = false>
+MOERT_AVX2 inline __m256 fp8_decode8_avx2(const uint8_t* p) {
+  const __m128i sx = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m128i h = _mm_and_si128(_mm_slli_epi16(sx, 7), _mm_set1_epi16(static_cast<short>(0xBF80)));
+  if constexpr (kCodesFinite) return _mm256_cvtph_ps(h);
+  const __m128i mag = _mm_set1_epi16(0x3F80);
+  const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, mag), mag);
+  // OR-ing 0x7E00 into S.0111111.1110000000 gives exponent 11111 with a nonzero mantissa.
+  return _mm256_cvtph_ps(_mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7E00))));
+}
+
+// As nvfp4_scales_avx512, 8 at a time.
+MOERT_AVX2 inline void nvfp4_scales_avx2(const uint8_t* bytes, int64_t count, float global_scale, float* out) {
+  const __m256 g = _mm256_set1_ps(global_scale * 256.0f);
+  int64_t b = 0;
+  for (; b + 8 <= count; b += 8) _mm256_storeu_ps(out + b, _mm256_mul_ps(fp8_decode8_avx2(bytes + b), g));
+  for (; b < count; ++b) out[b] = e4m3_decode(bytes[b]) * global_scale;
+}
+
+}  // namespace moert::quant::x86

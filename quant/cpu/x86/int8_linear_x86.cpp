@@ -1,0 +1,293 @@
+#include "quant/cpu/x86/int8_linear_x86.h"
+
+// GCC 12 reports _mm512_undefined_epi32() inside its own intrinsics (_mm512_broadcast_i32x4)
+// as (maybe-)uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include "core/cpu/prefetch.h"
+#include "quant/cpu/int8_linear_tiles.h"
+#include "quant/cpu/x86/fp8_decode_x86.h"
+
+namespace moert::quant::x86 {
+namespace {
+
+using namespace int8_detail;
+
+// Weight block scales are decoded a chunk of groups at a time into a stack buffer: one float
+// per scale byte (NVFP4: per 16 elements, MXFP4: per 32), zeros past K.
+constexpr int64_t kChunkGroups = 16;
+constexpr int64_t kChunkScales = kChunkGroups * 4 + 4;
+
+// E8M0 bytes -> floats 2^(e - 127) by placing e in the exponent field: e = 0 is the subnormal
+// 2^-127 and e = 255 the NaN code, as e8m0_decode.
+MOERT_AVX512 inline void e8m0_scales_avx512(const uint8_t* bytes, int64_t count, float* out) {
+  int64_t b = 0;
+  for (; b + 16 <= count; b += 16) {
+    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + b)));
+    __m512i f = _mm512_slli_epi32(e, 23);
+    f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
+    f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)), _mm512_set1_epi32(0x7FC00000));
+    _mm512_storeu_si512(out + b, f);
+  }
+  for (; b < count; ++b) out[b] = e8m0_decode(bytes[b]);
+}
+
+MOERT_AVX2 inline void e8m0_scales_avx2(const uint8_t* bytes, int64_t count, float* out) {
+  int64_t b = 0;
+  for (; b + 8 <= count; b += 8) {
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + b)));
+    __m256i f = _mm256_slli_epi32(e, 23);
+    f = _mm256_blendv_epi8(f, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
+    f = _mm256_blendv_epi8(f, _mm256_set1_epi32(0x7FC00000), _mm256_cmpeq_epi32(e, _mm256_set1_epi32(255)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + b), f);
+  }
+  for (; b < count; ++b) out[b] = e8m0_decode(bytes[b]);
+}
+
+// Scales of the groups [g0, g1) of column c into out[0 ..): NVFP4 e4m3 * global, MXFP4 e8m0
+// (the SIMD decoders give the codecs' bits).
+template <typename Nvfp4Scales, typename E8m0Scales>
+inline void decode_chunk_scales(const Int8Col& c, int64_t g0, int64_t g1, float* out, Nvfp4Scales nvfp4_scales,
+                                E8m0Scales e8m0_scales) {
+  const int64_t per_group = c.nvfp4 ? 4 : 2;
+  const int64_t block = c.nvfp4 ? kNvfp4BlockSize : kMxfp4BlockSize;
+  const int64_t first = g0 * per_group;
+  const int64_t present = std::min(g1 * per_group, c.k / block) - first;
+  cpu::prefetch_weight_stream(c.scales + first);
+  if (c.nvfp4) {
+    nvfp4_scales(c.scales + first, present, c.global_scale, out);
+  } else {
+    e8m0_scales(c.scales + first, present, out);
+  }
+  for (int64_t b = present; b < (g1 - g0) * per_group; ++b) out[b] = 0.0f;
+}
+
+// A group's 32 code bytes and their form: a full group is read in place in the weight's code
+// order; a last, partial group is packed into `tail` in the kCpuChunk32 form.
+struct GroupCodes {
+  const uint8_t* bytes;
+  bool checkpoint_order;
+};
+
+inline GroupCodes group_codes(const Int8Col& c, int64_t g, int64_t full_groups, uint8_t* tail) {
+  if (g < full_groups) return {c.codes + g * 32, c.order == Fp4CodeOrder::kCheckpoint};
+  pack_group_codes(c, g, tail);
+  return {tail, false};
+}
+
+// ---- AVX-512 -----------------------------------------------------------------------------------
+// The 64 group bytes from 32 code bytes v, with lo = v & 15 and hi = v >> 4 & 15 (16-byte lanes:
+// elements 0-31 and 32-63): kCpuChunk32 form [lo | hi]; checkpoint order (byte i holds elements
+// 2i, 2i + 1) [unpacklo(lo, hi) | unpackhi(lo, hi)], the nibbles interleaved back into element
+// order per 16-byte lane. Either way group bytes 0-31 then 32-63 (int8_group_element); one
+// vpshufb then maps the codes to 12 + 2 * e2m1. Register dword lane l = group lane l, so the
+// float lanes are the canonical lanes.
+MOERT_AVX512 inline __m512i weight_bytes_avx512(GroupCodes group, __m512i lut) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group.bytes));
+  const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+  const __m512i nibbles =
+      group.checkpoint_order
+          ? _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_unpacklo_epi8(lo, hi)), _mm256_unpackhi_epi8(lo, hi), 1)
+          : _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1);
+  return _mm512_shuffle_epi8(lut, nibbles);
+}
+
+// acc + the 4-byte dot products of unsigned u and signed s per dword lane (exact: |u s| <=
+// 24 * 127, no saturation). With VNNI one vpdpbusd, written as asm so that the function
+// needs no VNNI target (a VNNI target would let the compiler fuse the non-VNNI variant's
+// vpmaddwd + vpaddd into a VNNI instruction).
+template <bool kVnni>
+MOERT_AVX512 inline __m512i dot_bytes_avx512(__m512i acc, __m512i u, __m512i s) {
+  if constexpr (kVnni) {
+    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+    return acc;
+  } else {
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
+  }
+}
+
+// The 16 lane scales of a group from its block scales at p: NVFP4 blocks 0, 2, 1, 3 (4 per
+// group), MXFP4 blocks 0, 1, 0, 1 (2 per group), each over 4 lanes.
+MOERT_AVX512 inline __m512 weight_lane_scales_avx512(const float* p, bool nvfp4) {
+  if (nvfp4) {
+    return _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 1, 1, 1, 1, 2, 2, 2, 2, 0, 0, 0, 0),
+                                 _mm512_zextps128_ps512(_mm_loadu_ps(p)));
+  }
+  const __m128 two = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0),
+                               _mm512_zextps128_ps512(two));
+}
+
+template <int rows, int cols, bool kVnni>
+MOERT_AVX512 void int8_tile_avx512(const Int8RowsView& x, int64_t t, const Int8Col* w, float* out) {
+  const int64_t groups = int8_groups(x.cols), full_groups = x.cols / kInt8Group;
+  const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kOffsetDoubledE2m1)));
+  const int64_t per_group = w[0].nvfp4 ? 4 : 2;
+  __m512 acc[rows][cols];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  alignas(64) float scale[cols][kChunkScales];
+  alignas(32) uint8_t tail[32];
+  for (int64_t g0 = 0; g0 < groups; g0 += kChunkGroups) {
+    const int64_t g1 = std::min(groups, g0 + kChunkGroups);
+    for (int c = 0; c < cols; ++c) decode_chunk_scales(w[c], g0, g1, scale[c], nvfp4_scales_avx512, e8m0_scales_avx512);
+    for (int64_t g = g0; g < g1; ++g) {
+      __m512i wu[cols];
+      __m512 ws[cols];
+      for (int c = 0; c < cols; ++c) {
+        if (g % 2 == 0) cpu::prefetch_weight_stream(w[c].codes + g * 32);
+        wu[c] = weight_bytes_avx512(group_codes(w[c], g, full_groups, tail), lut);
+        ws[c] = weight_lane_scales_avx512(scale[c] + (g - g0) * per_group, w[c].nvfp4);
+      }
+      for (int r = 0; r < rows; ++r) {
+        const int64_t at = (t + r) * groups + g;
+        const __m512i xq = _mm512_loadu_si512(x.codes + at * kInt8Group);
+        const __m512 xs = _mm512_loadu_ps(x.lane_scales + at * kInt8GroupLanes);
+        const __m512i offset = _mm512_loadu_si512(x.lane_offsets + at * kInt8GroupLanes);
+        for (int c = 0; c < cols; ++c) {
+          const __m512i sum = dot_bytes_avx512<kVnni>(offset, wu[c], xq);
+          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws[c], xs), acc[r][c]);
+        }
+      }
+    }
+  }
+  alignas(64) float lanes[kInt8GroupLanes];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) {
+      _mm512_store_ps(lanes, acc[r][c]);
+      out[r * cols + c] = reduce_int8_lanes(lanes);
+    }
+  }
+}
+
+template <bool kVnni>
+struct Avx512Int8Kernel {
+  static constexpr int kRows = 4;
+  static constexpr int kCols = 4;
+  template <int rows, int cols>
+  static void tile(const Int8RowsView& x, int64_t t, const Int8Col* w, float* out) {
+    int8_tile_avx512<rows, cols, kVnni>(x, t, w, out);
+  }
+};
+
+// ---- AVX2 --------------------------------------------------------------------------------------
+// Half 0 of a group (group bytes 0-31, lanes 0-7) and half 1 (bytes 32-63, lanes 8-15), as in
+// weight_bytes_avx512: kCpuChunk32 form lo / hi, checkpoint order unpacklo / unpackhi(lo, hi).
+// The halves run one after the other to keep the live registers within AVX2's 16.
+template <int half>
+MOERT_AVX2 inline __m256i weight_bytes_avx2(GroupCodes group, __m256i lut) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group.bytes));
+  __m256i nibbles;
+  if (group.checkpoint_order) {
+    const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    nibbles = half == 0 ? _mm256_unpacklo_epi8(lo, hi) : _mm256_unpackhi_epi8(lo, hi);
+  } else {
+    nibbles = _mm256_and_si256(half == 0 ? v : _mm256_srli_epi16(v, 4), low4);
+  }
+  return _mm256_shuffle_epi8(lut, nibbles);
+}
+
+// Lane scales of one half: NVFP4 half 0 = blocks 0, 2 and half 1 = blocks 1, 3; MXFP4 both
+// halves = blocks 0, 1; each over 4 lanes.
+template <int half>
+MOERT_AVX2 inline __m256 weight_lane_scales_avx2(const float* p, bool nvfp4) {
+  if (nvfp4) {
+    const __m256i index = half == 0 ? _mm256_set_epi32(2, 2, 2, 2, 0, 0, 0, 0) : _mm256_set_epi32(3, 3, 3, 3, 1, 1, 1, 1);
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)), index);
+  }
+  const __m128 two = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0));
+}
+
+template <int half, int rows, int cols>
+MOERT_AVX2 inline void int8_half_avx2(const Int8RowsView& x, int64_t t, int64_t groups, int64_t g,
+                                      const GroupCodes (&codes)[cols], const float* const (&scales)[cols],
+                                      bool nvfp4, __m256i lut, __m256 (&acc)[rows][cols][2]) {
+  __m256i wu[cols];
+  __m256 ws[cols];
+  for (int c = 0; c < cols; ++c) {
+    wu[c] = weight_bytes_avx2<half>(codes[c], lut);
+    ws[c] = weight_lane_scales_avx2<half>(scales[c], nvfp4);
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int r = 0; r < rows; ++r) {
+    const int64_t at = (t + r) * groups + g;
+    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.codes + at * kInt8Group + 32 * half));
+    const __m256 xs = _mm256_loadu_ps(x.lane_scales + at * kInt8GroupLanes + 8 * half);
+    const __m256i offset =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.lane_offsets + at * kInt8GroupLanes + 8 * half));
+    for (int c = 0; c < cols; ++c) {
+      const __m256i sum = _mm256_add_epi32(offset, _mm256_madd_epi16(_mm256_maddubs_epi16(wu[c], xq), ones));
+      acc[r][c][half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(ws[c], xs), acc[r][c][half]);
+    }
+  }
+}
+
+template <int rows, int cols>
+MOERT_AVX2 void int8_tile_avx2(const Int8RowsView& x, int64_t t, const Int8Col* w, float* out) {
+  const int64_t groups = int8_groups(x.cols), full_groups = x.cols / kInt8Group;
+  const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kOffsetDoubledE2m1)));
+  const int64_t per_group = w[0].nvfp4 ? 4 : 2;
+  __m256 acc[rows][cols][2];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
+  }
+  alignas(32) float scale[cols][kChunkScales];
+  alignas(32) uint8_t tail[cols][32];
+  for (int64_t g0 = 0; g0 < groups; g0 += kChunkGroups) {
+    const int64_t g1 = std::min(groups, g0 + kChunkGroups);
+    for (int c = 0; c < cols; ++c) decode_chunk_scales(w[c], g0, g1, scale[c], nvfp4_scales_avx2, e8m0_scales_avx2);
+    for (int64_t g = g0; g < g1; ++g) {
+      GroupCodes codes[cols];
+      const float* scales[cols];
+      for (int c = 0; c < cols; ++c) {
+        if (g % 2 == 0) cpu::prefetch_weight_stream(w[c].codes + g * 32);
+        codes[c] = group_codes(w[c], g, full_groups, tail[c]);
+        scales[c] = scale[c] + (g - g0) * per_group;
+      }
+      int8_half_avx2<0, rows, cols>(x, t, groups, g, codes, scales, w[0].nvfp4, lut, acc);
+      int8_half_avx2<1, rows, cols>(x, t, groups, g, codes, scales, w[0].nvfp4, lut, acc);
+    }
+  }
+  alignas(32) float lanes[kInt8GroupLanes];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) {
+      _mm256_store_ps(lanes, acc[r][c][0]);
+      _mm256_store_ps(lanes + 8, acc[r][c][1]);
+      out[r * cols + c] = reduce_int8_lanes(lanes);
+    }
+  }
+}
+
+struct Avx2Int8Kernel {
+  static constexpr int kRows = 2;
+  static constexpr int kCols = 2;
+  template <int rows, int cols>
+  static void tile(const Int8RowsView& x, int64_t t, const Int8Col* w, float* out) {
+    int8_tile_avx2<rows, cols>(x, t, w, out);
+  }
+};
+
+}  // namespace
+
+void int8_linear_rows_avx512_vnni(const Int8RowsView& x, const QuantizedWeightView& w, const float* bias, float* y,
+                                  int64_t begin, int64_t end) {
+  int8_forward_rows<Avx512Int8Kernel<true>>(x, w, bias, y, begin, end);
+}
+
+void int8_linear_rows_avx512(const Int8RowsView& x, const QuantizedWeightView& w, const float* bias, float* y,
+                             int64_t begin, int64_t end) {
+  int8_forward_rows<Avx512Int8Kernel<false>>(x, w, bias, y, begin, end);
+}
+
+void int8_linear_rows_avx2(const Int8RowsView& x, const QuantizedWeightView& w, const float* bias, float* y,
+                           int64_t begin, int64_t end) {
+  int8_forward_rows<Avx2Int8Kernel>(x, w, bias, y, begin, end);
+}
+
+}  // namespace moert::quant::x86
