@@ -5,7 +5,8 @@
 #     weights, top_k / num_experts of the routed experts, the LM head; not the embedding,
 #     of which one row is read),
 #   * `moert bench` batch-1 decode, 64-token prefill and 32-sequence decode of BF16, FP8, NVFP4
-#     and MXFP4 copies of one model (medians of the repeats),
+#     and MXFP4 copies of one model (medians of the repeats), the FP4 ones also with
+#     `--fp4-activations int8` (rows nvfp4+int8, mxfp4+int8; docs/quant-formats.md §5b),
 # and the ratios the goals are stated in: bandwidth used by batch-1 decode, each format's
 # decode rate over BF16's, prefill over decode, 32 sequences over 1.
 #   bash bench/cpu_roofline.sh [threads=2] [preset=large] [repeats=3] [output_len=32]
@@ -50,22 +51,26 @@ PY
 }
 
 # The median output_tok_s / input_tok_s of one `moert bench` configuration.
-bench_field() {  # model field batch input_len output_len
+bench_field() {  # model field batch input_len output_len [extra flags]
   "$moert" bench --model "$1" --batch-sizes "$3" --num-requests $(($3 == 1 ? 4 : 2 * $3)) --input-len "$4" \
-    --output-len "$5" --threads "$threads" --warmup 1 --repeats "$repeats" | grep '^bench:' | grep -o "$2=[0-9.]*" | cut -d= -f2
+    --output-len "$5" --threads "$threads" --warmup 1 --repeats "$repeats" ${6:-} | grep '^bench:' |
+    grep -o "$2=[0-9.]*" | cut -d= -f2
 }
 
 bandwidth=$("$bandwidth_bin" "$threads" 1024 5 | grep -o 'read_bandwidth_gb_s=[0-9.]*' | cut -d= -f2)
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $threads threads, read bandwidth $bandwidth GB/s"
-printf '%-6s %12s %12s %10s %12s %12s %12s\n' format "MB/token" "decode tok/s" "bandwidth" "prefill tok/s" "32-seq tok/s" "vs bf16"
+printf '%-11s %12s %12s %10s %12s %12s %12s\n' format "MB/token" "decode tok/s" "bandwidth" "prefill tok/s" "32-seq tok/s" "vs bf16"
 declare -A decode
-for format in bf16 fp8 nvfp4 mxfp4; do
-  bytes=$(bytes_per_token "$work/$format")
-  decode[$format]=$(bench_field "$work/$format" output_tok_s 1 8 "$output_len")
-  prefill=$(bench_field "$work/$format" input_tok_s 1 64 1)
-  batched=$(bench_field "$work/$format" output_tok_s 32 8 "$output_len")
+for format in bf16 fp8 nvfp4 nvfp4+int8 mxfp4 mxfp4+int8; do
+  dir="$work/${format%+int8}"
+  extra=""
+  [ "$format" = "${format%+int8}" ] || extra="--fp4-activations int8"
+  bytes=$(bytes_per_token "$dir")
+  decode[$format]=$(bench_field "$dir" output_tok_s 1 8 "$output_len" "$extra")
+  prefill=$(bench_field "$dir" input_tok_s 1 64 1 "$extra")
+  batched=$(bench_field "$dir" output_tok_s 32 8 "$output_len" "$extra")
   awk -v f="$format" -v b="$bytes" -v d="${decode[$format]}" -v p="$prefill" -v s="$batched" -v bw="$bandwidth" \
       -v base="${decode[bf16]}" 'BEGIN {
-        printf "%-6s %12.1f %12.1f %9.0f%% %12.1f %12.1f %11.2fx\n", f, b / 1e6, d, 100 * d * b / (bw * 1e9), p, s, d / base
+        printf "%-11s %12.1f %12.1f %9.0f%% %12.1f %12.1f %11.2fx\n", f, b / 1e6, d, 100 * d * b / (bw * 1e9), p, s, d / base
         printf "       prefill / decode %.2fx, 32 sequences / batch 1 %.2fx\n", p / d, s / d }'
 done

@@ -143,10 +143,12 @@ int run_bench(const std::vector<std::string>& args) {
   int threads = 1;
   std::optional<std::string> setup_error;
   try {
+    const quant::ActivationPrecision fp4_activations =
+        resolve_fp4_activations(engine_options.fp4_activations, engine_options.device);
     device_backend = open_device_backend(engine_options.device);
     // The CPU kernels' FP4 code order only where the CPU backend computes (null backend), and
     // there only for the routed experts this rank computes (lay_out_for_cpu_rank, below).
-    loaded = load_model_for(o.model_dir, device_backend.get(), /*cpu_layout_later=*/true);
+    loaded = load_model_for(o.model_dir, device_backend.get(), /*cpu_layout_later=*/true, fp4_activations);
     config = resolve_engine_config(engine_options, loaded->config,
                                    device_backend ? device_backend->preferred_kv_cache_dtype() : DType::kF32);
     config->forward_when_idle = true;

@@ -36,6 +36,9 @@ void add_engine_options(po::options_description& options, EngineOptions& v) {
       ("ep-transport", po::value(&v.ep_transport)->default_value("auto"),
        "what moves the expert-parallel rows: auto (NCCL with --device cuda when built with NCCL, else MPI), nccl, "
        "or mpi (host memory)")
+      ("fp4-activations", po::value(&v.fp4_activations)->default_value("f32"),
+       "what the CPU computes NVFP4 / MXFP4 weights with: f32 (exact) or int8 (activations quantized per 16 "
+       "elements: faster decode, logits off by ~1e-3 relative; docs/quant-formats.md \"Int8 activations\")")
       ("threads", po::value(&v.threads)->default_value("auto"),
        "worker threads per rank, 1..4096 (auto: MOERT_NUM_THREADS, else the CPUs of the process's affinity mask, split "
        "among the ranks on this node when the launcher did not bind them)");
@@ -45,14 +48,26 @@ std::unique_ptr<backend::Backend> open_device_backend(const std::string& device)
   return value_or_throw(backend::open_device(value_or_throw(backend::parse_device(device)), comm::local_rank()));
 }
 
-std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend) {
-  return load_model_for(model_dir, device_backend, /*cpu_layout_later=*/false);
+quant::ActivationPrecision resolve_fp4_activations(const std::string& value, const std::string& device) {
+  const Result<quant::ActivationPrecision> parsed = quant::parse_activation_precision(value);
+  if (!parsed.is_ok()) throw CommandError("--fp4-activations " + parsed.status().message());
+  const quant::ActivationPrecision precision = *parsed;
+  if (precision != quant::ActivationPrecision::kF32 && device != "cpu") {
+    throw CommandError("--fp4-activations " + value + " runs on the CPU only (--device cpu; got --device " + device +
+                       ")");
+  }
+  return precision;
 }
 
 std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
-                                            bool cpu_layout_later) {
-  return value_or_throw(
-      load_model(model_dir, LoadOptions{.repack_for_cpu = device_backend == nullptr && !cpu_layout_later}));
+                                            quant::ActivationPrecision fp4_activations) {
+  return load_model_for(model_dir, device_backend, /*cpu_layout_later=*/false, fp4_activations);
+}
+
+std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
+                                            bool cpu_layout_later, quant::ActivationPrecision fp4_activations) {
+  return value_or_throw(load_model(model_dir, LoadOptions{.repack_for_cpu = device_backend == nullptr && !cpu_layout_later,
+                                                          .fp4_activations = fp4_activations}));
 }
 
 void lay_out_for_cpu_rank(LoadedModel& model, const backend::Backend* device_backend,

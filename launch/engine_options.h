@@ -27,6 +27,7 @@ struct EngineOptions {
   std::string kv_cache_dtype = "auto";  // auto, f32, bf16, fp8_e4m3
   std::string device = "cpu";           // cpu, cuda
   std::string ep_transport = "auto";    // auto, nccl, mpi: what moves the expert-parallel rows
+  std::string fp4_activations = "f32";  // f32, int8: what the CPU computes NVFP4 / MXFP4 weights with
 };
 
 void add_engine_options(boost::program_options::options_description& options, EngineOptions& values);
@@ -40,16 +41,22 @@ int resolve_threads(const EngineOptions& values);
 // a CpuBackend over its pool), the CUDA backend on GPU local_rank % devices for cuda. Throws
 // CommandError with one line naming the problem (no CUDA in this build, no GPU, a bad value).
 std::unique_ptr<backend::Backend> open_device_backend(const std::string& device);
+// `--fp4-activations` for `--device`: f32, or int8 (the CPU backend only; quant/cpu/int8_linear.h).
+// Throws CommandError with one line naming the problem.
+quant::ActivationPrecision resolve_fp4_activations(const std::string& value, const std::string& device);
 // The model at `model_dir`, laid out for where it computes: FP4 codes repacked into the CPU
 // order for the CPU backend (device_backend null), the checkpoint's order for a device. With a
 // placement, a CPU rank repacks only the routed experts `placement` gives `rank` (the others
 // stay in the checkpoint's order: no second copy of experts other ranks compute). Throws
 // CommandError with one line naming the problem.
-std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend);
+// FP4 weights computed with `fp4_activations` (resolve_fp4_activations).
+std::unique_ptr<LoadedModel> load_model_for(
+    const std::string& model_dir, const backend::Backend* device_backend,
+    quant::ActivationPrecision fp4_activations = quant::ActivationPrecision::kF32);
 // The same in two steps, for launchers that need the model's config to make the placement:
 // load_model_for(..., /*cpu_layout_later=*/true) then lay_out_for_cpu_rank.
 std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
-                                            bool cpu_layout_later);
+                                            bool cpu_layout_later, quant::ActivationPrecision fp4_activations);
 void lay_out_for_cpu_rank(LoadedModel& model, const backend::Backend* device_backend,
                           const experts::ExpertPlacement& placement, int rank);
 // The transport that moves the expert-parallel rows under `--ep-transport` (null: `control`

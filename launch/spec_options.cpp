@@ -33,7 +33,10 @@ void add_spec_options(po::options_description& options, SpecOptions& v) {
       ("spec-max-k", po::value(&v.max_num_draft)->default_value(8), "the most drafts with --spec-k auto")
       ("ngram-min", po::value(&v.ngram_min)->default_value(2), "shortest suffix the n-gram proposer matches")
       ("ngram-max", po::value(&v.ngram_max)->default_value(4), "longest suffix the n-gram proposer matches")
-      ("draft-kv-blocks", po::value(&v.draft_kv_blocks)->default_value(0), "KV blocks of the draft model's pool (0: as many as the target's)");
+      ("draft-kv-blocks", po::value(&v.draft_kv_blocks)->default_value(0), "KV blocks of the draft model's pool (0: as many as the target's)")
+      ("draft-fp4-activations", po::value(&v.draft_fp4_activations)->default_value("f32"),
+       "what the CPU computes the draft's NVFP4 / MXFP4 weights with: f32 or int8 (faster; the draft's rounding "
+       "changes only which drafts are accepted, never the output distribution)");
 }
 
 SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engine::EngineConfig* engine)
@@ -45,6 +48,9 @@ SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engi
     throw CommandError("--draft-model " + options.draft_model + " needs --spec=draft (got --spec=" + options_.method + ")");
   }
   if (options_.method == "draft" && options.draft_model.empty()) throw CommandError("--spec=draft needs --draft-model DIR");
+  const Result<quant::ActivationPrecision> draft_activations =
+      quant::parse_activation_precision(options.draft_fp4_activations);
+  if (!draft_activations.is_ok()) throw CommandError("--draft-fp4-activations " + draft_activations.status().message());
   if (options.draft_kv_blocks < 0 || (options.draft_kv_blocks > 0 && options.draft_kv_blocks < 2)) {
     throw CommandError("--draft-kv-blocks = " + std::to_string(options.draft_kv_blocks) + " must be 0 or >= 2");
   }
@@ -69,7 +75,7 @@ SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engi
     if (!valid.is_ok()) throw CommandError("--ngram-min/--ngram-max: " + valid.message());
   }
   if (options_.method == "draft") {
-    draft_ = value_or_throw(load_model(options.draft_model));
+    draft_ = value_or_throw(load_model(options.draft_model, LoadOptions{.fp4_activations = *draft_activations}));
     if (draft_->config.vocab_size != target.vocab_size) {
       throw CommandError("draft model " + options.draft_model + " has a vocabulary of " +
                          std::to_string(draft_->config.vocab_size) + " tokens, the target " +

@@ -22,6 +22,7 @@ struct SpecOptions {
   int ngram_min = 2;
   int ngram_max = 4;
   int draft_kv_blocks = 0;      // 0: as many blocks as the target pool
+  std::string draft_fp4_activations = "f32";  // f32, int8: the draft's FP4 weights on the CPU
 };
 
 void add_spec_options(boost::program_options::options_description& options, SpecOptions& values);

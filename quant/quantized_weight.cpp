@@ -19,6 +19,16 @@ const char* weight_format_name(WeightFormat format) {
   return "?";
 }
 
+const char* activation_precision_name(ActivationPrecision precision) {
+  return precision == ActivationPrecision::kInt8 ? "int8" : "f32";
+}
+
+Result<ActivationPrecision> parse_activation_precision(const std::string& name) {
+  if (name == "f32") return ActivationPrecision::kF32;
+  if (name == "int8") return ActivationPrecision::kInt8;
+  return invalid_argument("'" + name + "' is not one of f32, int8");
+}
+
 Status validate_quantized_weight(const QuantizedWeightView& w) {
   const std::string where = std::string("quantized weight (") + weight_format_name(w.format) + "): ";
   if (w.rows < 0) return invalid_argument(where + "rows = " + std::to_string(w.rows) + " must be >= 0");

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/status.h"
 
@@ -37,6 +38,10 @@ enum class ActivationPrecision {
   kInt8,  // x quantized to int8 per 16 elements (NVFP4 / MXFP4 only; explicit opt-in,
           // quant/cpu/int8_linear.h, docs/quant-formats.md "Int8 activations")
 };
+
+// "f32" or "int8" (the values of `--fp4-activations`).
+const char* activation_precision_name(ActivationPrecision precision);
+Result<ActivationPrecision> parse_activation_precision(const std::string& name);
 
 // Plain view of one quantized [N, K] weight, laid out as in the checkpoints (or with its
 // FP4 codes in the CPU order). Borrowed: the buffers must outlive every call that uses it.

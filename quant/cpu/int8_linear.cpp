@@ -73,36 +73,21 @@ void Int8Rows::quantize(const float* x, int64_t rows, int64_t cols) {
   codes_.assign(static_cast<size_t>(rows * groups * kInt8Group), 0);
   lane_scales_.assign(static_cast<size_t>(rows * groups * kInt8GroupLanes), 0.0f);
   lane_offsets_.assign(static_cast<size_t>(rows * groups * kInt8GroupLanes), 0);
-  for (int64_t t = 0; t < rows; ++t) {
-    const float* row = x + t * cols;
-    int8_t* codes = codes_.data() + t * groups * kInt8Group;
-    float* lane_scales = lane_scales_.data() + t * groups * kInt8GroupLanes;
-    int32_t* lane_offsets = lane_offsets_.data() + t * groups * kInt8GroupLanes;
-    for (int64_t g = 0; g < groups; ++g) {
-      for (int b = 0; b < 4; ++b) {
-        const int64_t first = g * kInt8Group + 16 * b;  // element; the block's group bytes follow
-        if (first >= cols) continue;                     // absent: codes and scales stay 0
-        float amax = 0.0f;
-        bool finite = true;
-        for (int i = 0; i < 16; ++i) {
-          finite = finite && std::isfinite(row[first + i]);
-          amax = std::max(amax, std::fabs(row[first + i]));
-        }
-        const float inv = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
-        const float half_d = finite ? 0.5f * (amax / 127.0f) : std::numeric_limits<float>::quiet_NaN();
-        // The block's first group byte (the block order 0, 2, 1, 3 is its own inverse).
-        const int64_t byte0 = int8_group_element(16 * b);
-        for (int i = 0; i < 16; ++i) {
-          codes[g * kInt8Group + byte0 + i] = static_cast<int8_t>(std::nearbyint(row[first + i] * inv));
-        }
-        for (int l = static_cast<int>(byte0 / 4); l < byte0 / 4 + 4; ++l) lane_scales[g * kInt8GroupLanes + l] = half_d;
-      }
-      for (int l = 0; l < kInt8GroupLanes; ++l) {
-        int32_t sum = 0;
-        for (int j = 4 * l; j < 4 * l + 4; ++j) sum += codes[g * kInt8Group + j];
-        lane_offsets[g * kInt8GroupLanes + l] = -kWeightOffset * sum;
-      }
-    }
+  switch (int8_path()) {
+#if defined(MOERT_X86_KERNELS)
+    case Int8Path::kAvx512Vnni:
+    case Int8Path::kAvx512:
+      return x86::quantize_int8_rows_avx512(x, rows, cols, codes_.data(), lane_scales_.data(), lane_offsets_.data());
+    case Int8Path::kAvx2:
+      return x86::quantize_int8_rows_avx2(x, rows, cols, codes_.data(), lane_scales_.data(), lane_offsets_.data());
+#else
+    case Int8Path::kAvx512Vnni:
+    case Int8Path::kAvx512:
+    case Int8Path::kAvx2:
+#endif
+    case Int8Path::kPortable:
+      return quantize_rows(x, rows, cols, codes_.data(), lane_scales_.data(), lane_offsets_.data(),
+                           quantize_block_portable);
   }
 }
 

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "quant/cpu/int8_linear.h"
 #include "quant/formats/fp4.h"
@@ -67,6 +69,48 @@ inline void pack_group_codes(const Int8Col& c, int64_t g, uint8_t* out32) {
 // codes + 32 g in that form.
 inline bool group_in_place(const Int8Col& c, int64_t g) {
   return c.order == Fp4CodeOrder::kCpuChunk32 && (g + 1) * kInt8Group <= c.k;
+}
+
+// x's 16-element block at `x` by the definition: its codes into codes[0, 16), and the lane
+// scale 0.5 * d returned (NaN, codes 0, when an element is not finite).
+inline float quantize_block_portable(const float* x, int8_t* codes) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int i = 0; i < 16; ++i) {
+    finite = finite && std::isfinite(x[i]);
+    amax = std::max(amax, std::fabs(x[i]));
+  }
+  if (!finite) {
+    std::fill_n(codes, 16, int8_t{0});
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  for (int i = 0; i < 16; ++i) codes[i] = static_cast<int8_t>(std::nearbyint(x[i] * inv));
+  return 0.5f * (amax / 127.0f);
+}
+
+// Rows of x into an Int8RowsView's buffers (sized for rows x groups, zeroed), each block by
+// quantize_block(x16, codes16) -> lane scale.
+template <typename QuantizeBlock>
+void quantize_rows(const float* x, int64_t rows, int64_t cols, int8_t* codes, float* lane_scales,
+                   int32_t* lane_offsets, QuantizeBlock quantize_block) {
+  const int64_t groups = int8_groups(cols);
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t at = t * groups + g;
+      int8_t* group_codes = codes + at * kInt8Group;
+      for (int b = 0; b < 4 && g * kInt8Group + 16 * b < cols; ++b) {  // absent blocks stay 0
+        // The block's first group byte (the block order 0, 2, 1, 3 is its own inverse).
+        const int64_t byte0 = int8_group_element(16 * b);
+        const float half_d = quantize_block(x + t * cols + g * kInt8Group + 16 * b, group_codes + byte0);
+        std::fill_n(lane_scales + at * kInt8GroupLanes + byte0 / 4, 4, half_d);
+      }
+      for (int l = 0; l < kInt8GroupLanes; ++l) {
+        const int8_t* q = group_codes + 4 * l;
+        lane_offsets[at * kInt8GroupLanes + l] = -kWeightOffset * (q[0] + q[1] + q[2] + q[3]);
+      }
+    }
+  }
 }
 
 inline float reduce_int8_lanes(float* lanes) {

@@ -564,19 +564,29 @@ void repack_weights_for_cpu(ModelWeights& weights, const std::function<bool(int,
 
 namespace {
 
-void mark_fp8_codes_finite(ModelWeights& weights) {
-  auto mark = [](quant::LinearWeight& weight) {
-    if (!weight.packed.has_value()) return;
-    const quant::WeightFormat format = weight.packed->format;
-    if (format == quant::WeightFormat::kFp8Block || format == quant::WeightFormat::kFp8Tensor) {
-      weight.packed->fp8_codes_finite = true;
-    }
+void for_each_packed_weight(ModelWeights& weights, const std::function<void(quant::QuantizedWeightView&)>& visit) {
+  auto visit_weight = [&](quant::LinearWeight& weight) {
+    if (weight.packed.has_value()) visit(*weight.packed);
   };
-  mark(weights.lm_head);
-  for_each_linear(weights, [&](Linear& linear) { mark(linear.weight); });
+  visit_weight(weights.lm_head);
+  for_each_linear(weights, [&](Linear& linear) { visit_weight(linear.weight); });
+}
+
+void mark_fp8_codes_finite(ModelWeights& weights) {
+  for_each_packed_weight(weights, [](quant::QuantizedWeightView& w) {
+    if (w.format == quant::WeightFormat::kFp8Block || w.format == quant::WeightFormat::kFp8Tensor) {
+      w.fp8_codes_finite = true;
+    }
+  });
 }
 
 }  // namespace
+
+void set_fp4_activations(ModelWeights& weights, quant::ActivationPrecision precision) {
+  for_each_packed_weight(weights, [&](quant::QuantizedWeightView& w) {
+    if (w.format == quant::WeightFormat::kNvfp4 || w.format == quant::WeightFormat::kMxfp4) w.activations = precision;
+  });
+}
 
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, const LoadOptions& options) {
   auto model = std::make_unique<LoadedModel>();
@@ -588,6 +598,7 @@ Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, co
   if (!weights.is_ok()) return weights.status().with_context(model_dir);
   model->weights = std::move(weights).value();
   mark_fp8_codes_finite(model->weights);  // check_checkpoint_values rejected every E4M3 NaN code
+  set_fp4_activations(model->weights, options.fp4_activations);
   if (options.repack_for_cpu) repack_weights_for_cpu(model->weights);
   return model;
 }

@@ -121,12 +121,19 @@ Result<ModelWeights> bind_model_weights(const ModelConfig& config, const io::Che
 // routed_expert_computed_here(layer, expert), when given, limits the routed experts repacked to
 // those this rank computes (an expert-parallel rank need not hold a second copy of the
 // others; an expert EPLB moves here later runs in the checkpoint order, as fast or nearly).
+// Marks every NVFP4 / MXFP4 weight (attention, experts, lm_head) to be computed with
+// `precision` activations by the CPU kernels (kInt8: quant/cpu/int8_linear.h, the explicit
+// `--fp4-activations int8` mode); other formats are left as they are.
+void set_fp4_activations(ModelWeights& weights, quant::ActivationPrecision precision);
+
 void repack_weights_for_cpu(ModelWeights& weights,
                             const std::function<bool(int layer, int expert)>& routed_expert_computed_here = {});
 
 struct LoadOptions {
   // repack_weights_for_cpu after binding: for the CPU backend (false for --device cuda).
   bool repack_for_cpu = true;
+  // What the CPU kernels compute NVFP4 / MXFP4 weights with (set_fp4_activations).
+  quant::ActivationPrecision fp4_activations = quant::ActivationPrecision::kF32;
 };
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, const LoadOptions& options = {});
 

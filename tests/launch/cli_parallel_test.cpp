@@ -280,6 +280,23 @@ TEST(CliParallelSpec, GreedyOutputsEqualPlainDecodingOnOneAndFourRanks) {
   EXPECT_EQ(run(mpirun(1), "ngram_np1", "--spec ngram --spec-k 4"), plain);
   EXPECT_EQ(run(mpirun(4), "ngram_np4", "--spec ngram --spec-k 4"), plain);
   EXPECT_EQ(run(mpirun(2), "nvfp4_np2", "--spec draft --draft-model " + nvfp4 + " --spec-k 4"), plain);
+  // A draft computed with int8 activations proposes other tokens at times, never other outputs.
+  EXPECT_EQ(run(mpirun(2), "nvfp4_int8_np2",
+                "--spec draft --draft-model " + nvfp4 + " --draft-fp4-activations int8 --spec-k 4"),
+            plain);
+  // The int8-activation mode on an NVFP4 target is rank-invariant like the F32 path (every
+  // request, sampled ones included), and its own outputs, not the F32 ones.
+  auto run_int8 = [&](const std::string& launcher, const std::string& name) {
+    const std::string output = scratch / (name + ".jsonl");
+    const testing::CommandResult result =
+        run_command(launcher + moert + " run --model " + nvfp4 + " --input " + input + " --output " + output +
+                    " --threads 1 --max-batched-tokens 48 --fp4-activations int8");
+    EXPECT_EQ(result.exit_code, 0) << name << ": " << result.err;
+    return outputs_by_id(output);
+  };
+  const auto int8_one_rank = run_int8("", "int8_np1");
+  EXPECT_EQ(int8_one_rank.size(), 12u);
+  EXPECT_EQ(run_int8(mpirun(4), "int8_np4"), int8_one_rank);
 }
 
 // The MPI transport under each point-to-point layer Open MPI can use here: UCX (pml ucx;

@@ -164,6 +164,23 @@ MOERT_AVX512 void int8_tile_avx512(const Int8RowsView& x, int64_t t, const Int8C
   }
 }
 
+// quantize_block_portable on one register: the same max, product and round-to-nearest-even
+// (vcvtps2dq under the default rounding mode is nearbyint); |x * 127 / amax| <= 127 needs no
+// saturation, the narrowing saturates anyway.
+MOERT_AVX512 inline float quantize_block_avx512(const float* x, int8_t* codes) {
+  const __m512 v = _mm512_loadu_ps(x);
+  const __m512 magnitude = _mm512_abs_ps(v);
+  if (_mm512_cmp_ps_mask(magnitude, _mm512_set1_ps(std::numeric_limits<float>::infinity()), _CMP_LT_OQ) != 0xFFFF) {
+    std::fill_n(codes, 16, int8_t{0});
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  const float amax = _mm512_reduce_max_ps(magnitude);
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(codes), _mm512_cvtsepi32_epi8(q));
+  return 0.5f * (amax / 127.0f);
+}
+
 template <bool kVnni>
 struct Avx512Int8Kernel {
   static constexpr int kRows = 4;
@@ -264,6 +281,32 @@ MOERT_AVX2 void int8_tile_avx2(const Int8RowsView& x, int64_t t, const Int8Col* 
   }
 }
 
+// quantize_block_portable in two 8-float halves (as quantize_block_avx512).
+MOERT_AVX2 inline float quantize_block_avx2(const float* x, int8_t* codes) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), infinity = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+  const __m256 m0 = _mm256_andnot_ps(sign, v0), m1 = _mm256_andnot_ps(sign, v1);
+  const int finite = _mm256_movemask_ps(_mm256_cmp_ps(m0, infinity, _CMP_LT_OQ)) &
+                     _mm256_movemask_ps(_mm256_cmp_ps(m1, infinity, _CMP_LT_OQ));
+  if (finite != 0xFF) {
+    std::fill_n(codes, 16, int8_t{0});
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  __m256 m = _mm256_max_ps(m0, m1);
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  const float amax = _mm_cvtss_f32(h);
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const __m256 scale = _mm256_set1_ps(inv);
+  const __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, scale)), q1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, scale));
+  // packs works per 128-bit lane: [q0 0-3, q1 0-3, q0 4-7, q1 4-7] -> element order by 64-bit lanes.
+  const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(codes),
+                   _mm_packs_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1)));
+  return 0.5f * (amax / 127.0f);
+}
+
 struct Avx2Int8Kernel {
   static constexpr int kRows = 2;
   static constexpr int kCols = 2;
@@ -274,6 +317,16 @@ struct Avx2Int8Kernel {
 };
 
 }  // namespace
+
+void quantize_int8_rows_avx512(const float* x, int64_t rows, int64_t cols, int8_t* codes, float* lane_scales,
+                               int32_t* lane_offsets) {
+  quantize_rows(x, rows, cols, codes, lane_scales, lane_offsets, quantize_block_avx512);
+}
+
+void quantize_int8_rows_avx2(const float* x, int64_t rows, int64_t cols, int8_t* codes, float* lane_scales,
+                             int32_t* lane_offsets) {
+  quantize_rows(x, rows, cols, codes, lane_scales, lane_offsets, quantize_block_avx2);
+}
 
 void int8_linear_rows_avx512_vnni(const Int8RowsView& x, const QuantizedWeightView& w, const float* bias, float* y,
                                   int64_t begin, int64_t end) {

@@ -150,6 +150,21 @@ TEST_F(QuantizedModel, EveryFormatLoadsAndMatchesItsDequantizedTwin) {
     ReferenceForward mixed_forward(mixed->config, mixed->weights, pool);
     EXPECT_EQ(compare_models(mixed_forward, packed_forward, eval_sequences()).value().mean_kl(), 0.0) << format;
 
+    // --fp4-activations int8 marks the FP4 weights only; their logits move by the activation
+    // rounding (docs/quant-formats.md §5b), far less than the weights' own quantization.
+    const std::unique_ptr<LoadedModel> int8 =
+        load_model(out, LoadOptions{.fp4_activations = quant::ActivationPrecision::kInt8}).value();
+    EXPECT_EQ(int8->weights.layers[1].moe.experts[0].up.weight.packed->activations,
+              fp4 ? quant::ActivationPrecision::kInt8 : quant::ActivationPrecision::kF32) << format;
+    ReferenceForward int8_forward(int8->config, int8->weights, pool);
+    const DistributionComparison rounding = compare_models(packed_forward, int8_forward, eval_sequences()).value();
+    if (fp4) {
+      EXPECT_GT(rounding.mean_kl(), 0.0) << format;
+      EXPECT_LT(rounding.mean_kl(), 1e-3) << format;
+    } else {
+      EXPECT_EQ(rounding.mean_kl(), 0.0) << format;
+    }
+
     const DistributionComparison drift = compare_models(bf16_forward, packed_forward, eval_sequences()).value();
     EXPECT_GT(drift.mean_kl(), 0.0) << format;
     EXPECT_LT(drift.mean_kl(), 0.5) << format;
