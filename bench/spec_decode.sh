@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Speculative decoding on the large preset: output tokens/s and acceptance at batch 1 and
 # 16, without speculation and with (a) the 1-layer truncation of a draft-friendly target,
-# (b) the target's own NVFP4 copy as its draft (self-speculation), (c) the n-gram
+# (b) the target's own NVFP4 copy as its draft (self-speculation; also computed with int8
+# activations, --draft-fp4-activations int8), (c) the n-gram
 # proposer on repetitive prompts; fixed K and --spec-k auto. A control at the end: the
 # same target shape with 4 experts all active per token (--num-experts 4 --top-k 4, the
 # same active parameters), where a K+1-token verify pass reads no more expert weights
@@ -38,6 +39,8 @@ for batch in 1 16; do
   bench "draft 1-layer K=$k" "$batch" --spec draft --draft-model "$work/draft1" --spec-k "$k"
   bench "draft 1-layer auto" "$batch" --spec draft --draft-model "$work/draft1" --spec-k auto
   bench "nvfp4 self-draft K=$k" "$batch" --spec draft --draft-model "$work/nvfp4" --spec-k "$k"
+  bench "nvfp4 int8 self-draft K=$k" "$batch" --spec draft --draft-model "$work/nvfp4" --spec-k "$k" \
+    --draft-fp4-activations int8
   bench "none, repetitive" "$batch" --repetitive
   bench "ngram K=$k, repetitive" "$batch" --repetitive --spec ngram --spec-k "$k"
   bench "ngram auto, repetitive" "$batch" --repetitive --spec ngram --spec-k auto

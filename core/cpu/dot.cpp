@@ -8,6 +8,9 @@
 #if defined(MOERT_X86_KERNELS)
 #include "core/cpu/x86/dot_x86.h"
 #endif
+#if defined(MOERT_ARM_KERNELS)
+#include "core/cpu/arm/dot_neon.h"
+#endif
 
 namespace moert::cpu {
 namespace {
@@ -40,6 +43,11 @@ void dot_rows_of_kind(const float* x, int64_t x_stride, int rows, int64_t k, con
 #else
     case CpuIsa::kAvx512:
     case CpuIsa::kAvx2:  // never selected without the x86 kernels (core/cpu/isa.cpp)
+#endif
+#if defined(MOERT_ARM_KERNELS)
+    case CpuIsa::kNeon: return arm::dot_rows_neon(kind, x, x_stride, rows, k, w, out);
+#else
+    case CpuIsa::kNeon:  // never selected without the AArch64 kernels
 #endif
     case CpuIsa::kPortable:
       return dot_rows_portable(x, x_stride, rows, k, [&](int64_t i) { return scalar_weight<kind>(w, i); }, out);

@@ -7,6 +7,10 @@
 #if defined(MOERT_X86_KERNELS)
 #include <cpuid.h>
 #endif
+#if defined(MOERT_ARM_KERNELS)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 namespace moert::cpu {
 namespace {
@@ -35,35 +39,60 @@ CpuIsa active_cpu_isa() {
       }
     }
 #endif
+#if defined(MOERT_ARM_KERNELS)
+    best = CpuIsa::kNeon;  // Advanced SIMD is part of every AArch64 CPU
+#endif
     if (const char* cap = std::getenv("MOERT_CPU_ISA")) {
-      const CpuIsa wanted = std::strcmp(cap, "portable") == 0 ? CpuIsa::kPortable
-                            : std::strcmp(cap, "avx2") == 0   ? CpuIsa::kAvx2
-                                                              : CpuIsa::kAvx512;
-      best = std::min(best, wanted);
+      if (std::strcmp(cap, "portable") == 0) {
+        best = CpuIsa::kPortable;
+      } else if (best != CpuIsa::kNeon) {
+        best = std::min(best, std::strcmp(cap, "avx2") == 0 ? CpuIsa::kAvx2 : CpuIsa::kAvx512);
+      }
     }
     return best;
   }();
   return isa;
 }
 
+namespace {
+
+// An optional extension of the active path: `isa` is active, MOERT_CPU_ISA is not `off_cap`,
+// and the CPU has it (has_it, asked only then).
+bool extension_in_use(CpuIsa isa, const char* off_cap, bool (*has_it)()) {
+  if (active_cpu_isa() != isa) return false;
+  const char* cap = std::getenv("MOERT_CPU_ISA");
+  return !(cap != nullptr && std::strcmp(cap, off_cap) == 0) && has_it();
+}
+
+}  // namespace
+
 bool cpu_has_avx512_vnni() {
-  static const bool vnni = [] {
-    if (active_cpu_isa() != CpuIsa::kAvx512) return false;
-    const char* cap = std::getenv("MOERT_CPU_ISA");
-    if (cap != nullptr && std::strcmp(cap, "avx512-novnni") == 0) return false;
+  static const bool vnni = extension_in_use(CpuIsa::kAvx512, "avx512-novnni", [] {
 #if defined(MOERT_X86_KERNELS)
     return __builtin_cpu_supports("avx512vnni") != 0;
 #else
     return false;
 #endif
-  }();
+  });
   return vnni;
+}
+
+bool cpu_has_neon_dotprod() {
+  static const bool dotprod = extension_in_use(CpuIsa::kNeon, "neon-nodot", [] {
+#if defined(MOERT_ARM_KERNELS)
+    return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#else
+    return false;
+#endif
+  });
+  return dotprod;
 }
 
 const char* cpu_isa_label(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kAvx512: return "avx512";
     case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kNeon: return "neon";
     case CpuIsa::kPortable: return "portable";
   }
   return "?";

@@ -10,6 +10,9 @@
 #if defined(MOERT_X86_KERNELS)
 #include "quant/cpu/x86/int8_linear_x86.h"
 #endif
+#if defined(MOERT_ARM_KERNELS)
+#include "quant/cpu/arm/int8_linear_neon.h"
+#endif
 
 namespace moert::quant {
 namespace {
@@ -51,12 +54,13 @@ void check_call(const Int8RowsView& x, const QuantizedWeightView& w, int64_t beg
   MOERT_CHECK(0 <= begin && begin <= end && end <= w.rows, "rows [" << begin << ", " << end << ") of " << w.rows);
 }
 
-enum class Int8Path { kPortable, kAvx2, kAvx512, kAvx512Vnni };
+enum class Int8Path { kPortable, kAvx2, kAvx512, kAvx512Vnni, kNeon, kNeonDotprod };
 
 Int8Path int8_path() {
   switch (cpu::active_cpu_isa()) {
     case cpu::CpuIsa::kAvx512: return cpu::cpu_has_avx512_vnni() ? Int8Path::kAvx512Vnni : Int8Path::kAvx512;
     case cpu::CpuIsa::kAvx2: return Int8Path::kAvx2;
+    case cpu::CpuIsa::kNeon: return cpu::cpu_has_neon_dotprod() ? Int8Path::kNeonDotprod : Int8Path::kNeon;
     case cpu::CpuIsa::kPortable: return Int8Path::kPortable;
   }
   return Int8Path::kPortable;
@@ -85,6 +89,8 @@ void Int8Rows::quantize(const float* x, int64_t rows, int64_t cols) {
     case Int8Path::kAvx512:
     case Int8Path::kAvx2:
 #endif
+    case Int8Path::kNeon:  // the portable quantizer (x is small next to W)
+    case Int8Path::kNeonDotprod:
     case Int8Path::kPortable:
       return quantize_rows(x, rows, cols, codes_.data(), lane_scales_.data(), lane_offsets_.data(),
                            quantize_block_portable);
@@ -119,6 +125,13 @@ void int8_linear_rows(const Int8RowsView& x, const QuantizedWeightView& w, const
     case Int8Path::kAvx512:
     case Int8Path::kAvx2:  // never selected without the x86 kernels (core/cpu/isa.cpp)
 #endif
+#if defined(MOERT_ARM_KERNELS)
+    case Int8Path::kNeonDotprod: return arm::int8_linear_rows_neon_dotprod(x, w, bias, y, begin, end);
+    case Int8Path::kNeon: return arm::int8_linear_rows_neon(x, w, bias, y, begin, end);
+#else
+    case Int8Path::kNeonDotprod:
+    case Int8Path::kNeon:  // never selected without the AArch64 kernels
+#endif
     case Int8Path::kPortable: return int8_forward_rows<PortableInt8Kernel>(x, w, bias, y, begin, end);
   }
 }
@@ -128,6 +141,8 @@ const char* int8_linear_isa_name() {
     case Int8Path::kAvx512Vnni: return "avx512-vnni";
     case Int8Path::kAvx512: return "avx512";
     case Int8Path::kAvx2: return "avx2";
+    case Int8Path::kNeonDotprod: return "neon-dotprod";
+    case Int8Path::kNeon: return "neon";
     case Int8Path::kPortable: return "portable";
   }
   return "?";

@@ -72,7 +72,8 @@ void int8_linear_rows(const Int8RowsView& x, const QuantizedWeightView& w, const
 void int8_linear_rows_portable(const Int8RowsView& x, const QuantizedWeightView& w, const float* bias, float* y,
                                int64_t begin, int64_t end);
 
-// "avx512-vnni", "avx512", "avx2" or "portable": the path int8_linear_rows takes here.
+// "avx512-vnni", "avx512", "avx2", "neon-dotprod", "neon" or "portable": the path
+// int8_linear_rows takes here.
 const char* int8_linear_isa_name();
 
 }  // namespace moert::quant

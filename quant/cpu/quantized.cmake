@@ -18,3 +18,11 @@ if(MOERT_X86_KERNELS)
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/x86/quantized_linear_x86.cpp
                               ${CMAKE_CURRENT_LIST_DIR}/x86/int8_linear_x86.cpp PROPERTIES COMPILE_OPTIONS "-O3")
 endif()
+# AArch64 only: the NEON tiles (arm/), exact and int8.
+if(MOERT_ARM_KERNELS)
+  target_sources(moert_quantized_linear PRIVATE ${CMAKE_CURRENT_LIST_DIR}/arm/quantized_linear_neon.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/arm/int8_linear_neon.cpp)
+  target_compile_definitions(moert_quantized_linear PRIVATE MOERT_ARM_KERNELS=1)
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/arm/quantized_linear_neon.cpp
+                              ${CMAKE_CURRENT_LIST_DIR}/arm/int8_linear_neon.cpp PROPERTIES COMPILE_OPTIONS "-O3")
+endif()

@@ -13,6 +13,9 @@
 #if defined(MOERT_X86_KERNELS)
 #include "quant/cpu/x86/quantized_linear_x86.h"
 #endif
+#if defined(MOERT_ARM_KERNELS)
+#include "quant/cpu/arm/quantized_linear_neon.h"
+#endif
 #include "quant/formats/fp4.h"
 #include "quant/formats/fp8.h"
 #include "quant/formats/minifloat.h"
@@ -85,6 +88,15 @@ void rows_on_path(Isa isa, const float* x, int64_t num_rows, const QuantizedWeig
     case Isa::kAvx512:
     case Isa::kAvx2:  // never selected without the x86 kernels (core/cpu/isa.cpp)
 #endif
+#if defined(MOERT_ARM_KERNELS)
+    case Isa::kNeon:  // the NEON tiles read FP4 codes in the checkpoint order (the one NEON prefers)
+      if (w.code_order == Fp4CodeOrder::kCheckpoint) {
+        return arm::quantized_linear_rows_neon(x, num_rows, w, bias, y, begin, end);
+      }
+      return forward_kernel<PortableKernel>(x, num_rows, w, bias, y, begin, end);
+#else
+    case Isa::kNeon:  // never selected without the AArch64 kernels
+#endif
     case Isa::kPortable: return forward_kernel<PortableKernel>(x, num_rows, w, bias, y, begin, end);
   }
 }
@@ -100,8 +112,9 @@ void forward_on_path(Isa isa, const float* x, int64_t num_rows, const QuantizedW
 }  // namespace
 
 Fp4CodeOrder preferred_fp4_code_order(WeightFormat format) {
-  const bool chunk32 = (active_isa() == Isa::kAvx512 && format == WeightFormat::kNvfp4) ||
-                       (active_isa() != Isa::kPortable && format == WeightFormat::kMxfp4);
+  const Isa isa = active_isa();
+  const bool chunk32 = (isa == Isa::kAvx512 && format == WeightFormat::kNvfp4) ||
+                       ((isa == Isa::kAvx512 || isa == Isa::kAvx2) && format == WeightFormat::kMxfp4);
   return chunk32 ? Fp4CodeOrder::kCpuChunk32 : Fp4CodeOrder::kCheckpoint;
 }
 

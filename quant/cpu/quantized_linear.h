@@ -23,8 +23,8 @@
 namespace moert::quant {
 
 // x: [T, K] F32; bias: [N] F32 or nullptr; y: [T, N] F32 (must not alias x). Multi-threaded
-// over N on `pool`; AVX-512 or AVX2+FMA chosen at run time (MOERT_CPU_ISA=portable|avx2|avx512
-// caps it, as for linear_forward), with a portable fallback. Precondition:
+// over N on `pool`; AVX-512, AVX2+FMA or NEON chosen at run time (MOERT_CPU_ISA caps it, as
+// for linear_forward), with a portable fallback. Precondition:
 // validate_quantized_weight(w) is ok (checked).
 void quantized_linear_forward(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias,
                               float* y, ThreadPool& pool);
@@ -43,10 +43,10 @@ void quantized_linear_rows(const float* x, int64_t num_rows, const QuantizedWeig
 // The FP4 code order the path chosen on this CPU computes `format` (NVFP4 / MXFP4) fastest
 // (the loader repacks into it, runtime/model/weights.h): kCpuChunk32 for both on AVX-512 and
 // for MXFP4 on AVX2 (measured by bench_quantized_linear, docs/perf/cpu-roofline.md), else
-// kCheckpoint. Every order computes the same bits on every path.
+// kCheckpoint (the NEON tiles read only that one). Every order computes the same bits on every path.
 Fp4CodeOrder preferred_fp4_code_order(WeightFormat format);
 
-// "avx512", "avx2" or "portable": the path quantized_linear_forward takes on this CPU.
+// "avx512", "avx2", "neon" or "portable": the path quantized_linear_forward takes on this CPU.
 const char* quantized_linear_isa_name();
 
 }  // namespace moert::quant

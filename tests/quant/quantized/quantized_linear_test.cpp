@@ -260,9 +260,14 @@ void sweep(WeightFormat format, const std::vector<int64_t>& ks) {
 }
 
 // The path the run-time selection must pick, worked out here without core/cpu/isa.cpp:
-// the best one this CPU supports (the SIMD paths exist only in x86-64 builds), capped by
-// MOERT_CPU_ISA (portable < avx2 < avx512; any other value caps nothing).
+// the best one this CPU supports (the SIMD paths exist only in x86-64 and AArch64 builds),
+// capped by MOERT_CPU_ISA (x86-64: portable < avx2 < avx512, any other value caps nothing;
+// AArch64: neon unless portable).
 std::string expected_cpu_path() {
+#if defined(__aarch64__)
+  const char* arm_cap = std::getenv("MOERT_CPU_ISA");
+  return arm_cap != nullptr && std::string(arm_cap) == "portable" ? "portable" : "neon";
+#endif
   int best = 0;  // 0 portable, 1 avx2, 2 avx512
 #if defined(__x86_64__)
   __builtin_cpu_init();
@@ -287,7 +292,7 @@ std::string expected_cpu_path() {
 TEST(QuantizedLinear, ReportsPathImpliedByCpuAndIsaCap) {
   const std::string path = quantized_linear_isa_name();
   std::printf("quantized_linear path: %s\n", path.c_str());
-  EXPECT_TRUE(path == "avx512" || path == "avx2" || path == "portable") << path;
+  EXPECT_TRUE(path == "avx512" || path == "avx2" || path == "neon" || path == "portable") << path;
   EXPECT_EQ(path, expected_cpu_path());
   EXPECT_EQ(std::string(cpu::cpu_isa_name()), path);
 }
@@ -650,6 +655,9 @@ TEST(Int8Activations, ReportsPathAndRejectsOtherFormats) {
   const char* cap = std::getenv("MOERT_CPU_ISA");
   if (isa == "avx512" && cap != nullptr && std::string(cap) == "avx512-novnni") {
     EXPECT_EQ(path, "avx512");
+  } else if (isa == "neon") {
+    const bool no_dot = cap != nullptr && std::string(cap) == "neon-nodot";
+    EXPECT_TRUE(path == "neon" || (!no_dot && path == "neon-dotprod")) << path;
   } else {
     EXPECT_TRUE(isa == "avx512" ? (path == "avx512" || path == "avx512-vnni") : path == isa) << path << " / " << isa;
   }
