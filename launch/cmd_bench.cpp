@@ -178,7 +178,8 @@ int run_bench(const std::vector<std::string>& args) {
   const LoadedModel& model = *loaded;
   if (root) {
     std::cout << "model: " << describe_model_config(model.config) << "\n"
-              << describe_engine_config(*config, threads) << ", device " << engine_options.device << ", " << ranks << " rank(s)\n"
+              << describe_engine_config(*config, threads) << ", device " << engine_options.device
+              << describe_fp4_activations(engine_options) << ", " << ranks << " rank(s)\n"
               << spec_setup->describe() << "\n";
   }
   ThreadPool pool(threads);

@@ -255,7 +255,9 @@ int run_serve_batch(const std::vector<std::string>& args) {
   const LoadedModel& model = *loaded;
   if (root) {
     MOERT_INFO("model: " << describe_model_config(model.config));
-    MOERT_INFO(describe_engine_config(*config, threads) << ", device " << engine_options.device << ", " << transport->world_size() << " rank(s)");
+    MOERT_INFO(describe_engine_config(*config, threads) << ", device " << engine_options.device
+                                                        << describe_fp4_activations(engine_options) << ", "
+                                                        << transport->world_size() << " rank(s)");
     MOERT_INFO(spec_setup->describe());
   }
   ThreadPool pool(threads);

@@ -156,6 +156,10 @@ int resolve_threads(const EngineOptions& v) {
   return threads_for_rank(affinity_cpu_count(), machine, comm::local_rank_count());
 }
 
+std::string describe_fp4_activations(const EngineOptions& v) {
+  return v.fp4_activations == "f32" ? "" : ", fp4 activations " + v.fp4_activations;
+}
+
 std::string describe_engine_config(const engine::EngineConfig& c, int threads) {
   char line[512];
   std::snprintf(line, sizeof(line),
