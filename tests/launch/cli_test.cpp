@@ -393,6 +393,10 @@ TEST(CliQuantize, QuantizeScoreAndEval) {
   }
   EXPECT_GT(max_diff, 0.0) << "int8 activations must change the logits";
   EXPECT_LT(max_diff, 0.05 * max_logit) << "int8 activations moved the logits by " << max_diff;
+  const testing::CommandResult bench_int8 = run_command(moert() + " bench --model " + nvfp4 +
+                                                        " --num-requests 2 --input-len 8 --output-len 2 --fp4-activations int8");
+  ASSERT_EQ(bench_int8.exit_code, 0) << bench_int8.err;
+  EXPECT_NE(bench_int8.out.find(", device cpu, fp4 activations int8, 1 rank(s)"), std::string::npos) << bench_int8.out;
   expect_one_line_error(run_command(moert() + " score --model " + nvfp4 + " --tokens 1,2 --fp4-activations int4"),
                         "--fp4-activations 'int4' is not one of f32, int8");
   expect_one_line_error(
