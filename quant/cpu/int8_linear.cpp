@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/cpu/isa.h"
 #include "quant/cpu/int8_linear_tiles.h"
+#include "quant/cpu/quantized_linear_tiles.h"
 #if defined(MOERT_X86_KERNELS)
 #include "quant/cpu/x86/int8_linear_x86.h"
 #endif
@@ -41,7 +42,7 @@ struct PortableInt8Kernel {
         lanes[l] = std::fma(static_cast<float>(sum), scale, lanes[l]);
       }
     }
-    out[0] = reduce_int8_lanes(lanes);
+    out[0] = reduce_lanes(lanes);
   }
 };
 
@@ -111,10 +112,10 @@ void int8_linear_rows(const Int8RowsView& x, const QuantizedWeightView& w, const
                       int64_t end) {
   check_call(x, w, begin, end);
   if (x.rows == 0 || begin == end) return;
-  // The SIMD tiles read either code order (kCpuChunk32 saves two unpacks per 64 elements). Their NVFP4 scale decode folds 2^8 into the global scale (quant/cpu/quantized_linear_tiles.h,
-  // kFp8FoldLimit): a global scale too large for it (never in real checkpoints) runs portable.
-  const bool foldable = !(std::isfinite(w.global_scale) && std::fabs(w.global_scale) > 0x1p100f);
-  const Int8Path path = foldable ? int8_path() : Int8Path::kPortable;
+  // The SIMD tiles read either code order (kCpuChunk32 saves two unpacks per 64 elements).
+  // Their NVFP4 scale decode folds 2^8 into the global scale: a global scale too large for it
+  // (never in real checkpoints) runs portable.
+  const Int8Path path = qlinear_detail::scale_foldable(w.global_scale) ? int8_path() : Int8Path::kPortable;
   switch (path) {
 #if defined(MOERT_X86_KERNELS)
     case Int8Path::kAvx512Vnni: return x86::int8_linear_rows_avx512_vnni(x, w, bias, y, begin, end);

@@ -1,4 +1,4 @@
-// Internal to quant/cpu/int8_linear.cpp and quant/cpu/x86/int8_linear_x86.cpp: one weight
+// Internal to quant/cpu/int8_linear.cpp and its x86/ and arm/ tiles: one weight
 // row of the int8 path, its block scales and codes in the group layout, and the row driver
 // every instruction-set path runs its tiles under (the definition: quant/cpu/int8_linear.h).
 #pragma once
@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "core/cpu/dot_lanes.h"
 #include "quant/cpu/int8_linear.h"
 #include "quant/formats/fp4.h"
 #include "quant/formats/minifloat.h"
@@ -65,12 +66,6 @@ inline void pack_group_codes(const Int8Col& c, int64_t g, uint8_t* out32) {
   for (int j = 0; j < 32; ++j) out32[j] = static_cast<uint8_t>(group_code(c, g, j) | (group_code(c, g, 32 + j) << 4));
 }
 
-// True when group g lies whole in the row in the kCpuChunk32 order, so its 32 bytes sit at
-// codes + 32 g in that form.
-inline bool group_in_place(const Int8Col& c, int64_t g) {
-  return c.order == Fp4CodeOrder::kCpuChunk32 && (g + 1) * kInt8Group <= c.k;
-}
-
 // x's 16-element block at `x` by the definition: its codes into codes[0, 16), and the lane
 // scale 0.5 * d returned (NaN, codes 0, when an element is not finite).
 inline float quantize_block_portable(const float* x, int8_t* codes) {
@@ -113,12 +108,9 @@ void quantize_rows(const float* x, int64_t rows, int64_t cols, int8_t* codes, fl
   }
 }
 
-inline float reduce_int8_lanes(float* lanes) {
-  for (int width = kInt8GroupLanes / 2; width >= 1; width /= 2) {
-    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
-  }
-  return lanes[0];
-}
+// The 16 lanes' tree is the canonical dot product's (core/cpu/dot_lanes.h).
+static_assert(kInt8GroupLanes == cpu::dot_detail::kLanes);
+using cpu::dot_detail::reduce_lanes;
 
 constexpr int64_t kRowTile = 64;  // x rows kept in cache while the weights stream past
 

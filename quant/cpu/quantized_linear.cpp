@@ -29,12 +29,11 @@ using namespace qlinear_detail;  // the canonical lanes, RowRef, weight_at, the 
 // Every scale the SIMD paths multiply by 256 (FP8 block and tensor scales, the NVFP4 global
 // scale: see kFp8FoldLimit) stays finite (else the portable path runs).
 bool fp8_scales_foldable(const QuantizedWeightView& w) {
-  auto ok = [](float s) { return !(std::isfinite(s) && std::fabs(s) > kFp8FoldLimit); };
-  if (w.format == WeightFormat::kFp8Tensor || w.format == WeightFormat::kNvfp4) return ok(w.global_scale);
+  if (w.format == WeightFormat::kFp8Tensor || w.format == WeightFormat::kNvfp4) return scale_foldable(w.global_scale);
   if (w.format != WeightFormat::kFp8Block) return true;
   const int64_t count = ((w.rows + kFp8BlockSize - 1) / kFp8BlockSize) * ((w.cols + kFp8ScaleCols - 1) / kFp8ScaleCols);
   for (int64_t i = 0; i < count; ++i) {
-    if (!ok(w.block_scale_inv[i])) return false;
+    if (!scale_foldable(w.block_scale_inv[i])) return false;
   }
   return true;
 }

@@ -107,6 +107,9 @@ inline uint64_t load_u64(const uint8_t* p) {
 // product E4M3 * s rounded once, i.e. the codec's value, as long as 256 * s does not overflow
 // (fp8_scales_foldable). The NaN codes (S.1111.111) become an F16 NaN.
 constexpr float kFp8FoldLimit = 0x1p100f;
+// A scale the SIMD decode may multiply by 256: one that is not finite passes through as the
+// portable path would; a finite one must stay below kFp8FoldLimit.
+inline bool scale_foldable(float s) { return !(std::isfinite(s) && std::fabs(s) > kFp8FoldLimit); }
 
 // Prefetches a weight stream (packed codes or scale bytes) ahead, once per cache line:
 // `offset` is the byte the loop reads now.

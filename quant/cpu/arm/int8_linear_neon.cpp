@@ -88,7 +88,7 @@ void int8_tile_neon(const Int8RowsView& x, int64_t t, const Int8Col* w, float* o
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) {
       for (int q = 0; q < 4; ++q) vst1q_f32(lanes + 4 * q, acc[r][c][q]);
-      out[r * cols + c] = reduce_int8_lanes(lanes);
+      out[r * cols + c] = reduce_lanes(lanes);
     }
   }
 }

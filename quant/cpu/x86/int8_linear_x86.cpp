@@ -159,7 +159,7 @@ MOERT_AVX512 void int8_tile_avx512(const Int8RowsView& x, int64_t t, const Int8C
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) {
       _mm512_store_ps(lanes, acc[r][c]);
-      out[r * cols + c] = reduce_int8_lanes(lanes);
+      out[r * cols + c] = reduce_lanes(lanes);
     }
   }
 }
@@ -276,7 +276,7 @@ MOERT_AVX2 void int8_tile_avx2(const Int8RowsView& x, int64_t t, const Int8Col* 
     for (int c = 0; c < cols; ++c) {
       _mm256_store_ps(lanes, acc[r][c][0]);
       _mm256_store_ps(lanes + 8, acc[r][c][1]);
-      out[r * cols + c] = reduce_int8_lanes(lanes);
+      out[r * cols + c] = reduce_lanes(lanes);
     }
   }
 }
