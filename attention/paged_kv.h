@@ -51,6 +51,9 @@ struct PagedAttentionPlan {
   const int32_t* kv_page_indices = nullptr;  // [kv_page_indptr[B]] block ids, in logical order
   const int32_t* kv_last_page_len = nullptr; // [B] tokens in the last page, in [1, BS]
   AttentionVariant variant;
+  // qo_indptr[B] as host data, for a device backend whose plan arrays are in its memory
+  // (a step graph's); 0 when the arrays are host data (then qo_indptr[B] is read).
+  int64_t num_rows_when_on_device = 0;
 };
 
 // Bytes of one K/V element of a cache of `dtype` (F32 4, BF16 2, F8_E4M3 1).

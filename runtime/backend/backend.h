@@ -20,6 +20,7 @@
 
 #include "attention/paged_kv.h"
 #include "attention/rope.h"
+#include "core/status.h"
 #include "core/tensor.h"
 #include "experts/glu_activation.h"
 #include "experts/grouped/grouped_expert_ffn.h"
@@ -48,7 +49,8 @@ class Backend {
   // y[R, N] = x[R, K] . W^T (+ bias[N] when not null), any weight format.
   virtual void linear(const quant::LinearWeight& weight, const float* x, int64_t num_rows, const float* bias,
                       float* y) = 0;
-  // Rotates heads [T, num_heads, Dh] in place, token t at positions[t].
+  // Rotates heads [T, num_heads, Dh] in place, token t at positions[t] (host data, or device
+  // memory after prepare_device_positions).
   virtual void rope(const attention::RotaryEmbedding& rope, float* heads, int64_t num_tokens, int num_heads,
                     const int64_t* positions) = 0;
   // Writes K/V rows [T, KVH, Dh] into their paged slots [T] (-1: padding, skipped),
@@ -86,6 +88,16 @@ class Backend {
   virtual void grouped_expert_ffn(const experts::ExpertDispatchLayout& layout, std::span<const float> x,
                                   int hidden_size, const std::function<ExpertWeights(int expert)>& expert_weights,
                                   std::span<float> contributions) = 0;
+  // The routed experts of one MoE layer on one rank from its own routing:
+  // out[t] = sum over t's K entries in ascending expert id (ties: ascending k), from +0.0f,
+  // of weights[t, k] * expert expert_ids[t, k] applied to h[t]: what
+  // experts::layout_from_routing, grouped_expert_ffn and combine_rows compute together, with
+  // the same bits. expert_ids, weights: [T, K] on this device (a device may plan the layout
+  // there, so the ids never reach the host); h, out: [T, D]; ids in [0, num_experts)
+  // (checked where the layout is planned on the host). The default plans on the host.
+  virtual void routed_experts(const float* h, int64_t num_tokens, int hidden_size, const int32_t* expert_ids,
+                              const float* weights, int top_k, int num_experts,
+                              const std::function<ExpertWeights(int expert)>& expert_weights, float* out);
   // Router top-k: logits [T, E] -> expert_ids, weights [T, K] (experts/router.h rules).
   virtual void route(const experts::RouterConfig& config, const float* logits, int64_t num_tokens,
                      const float* selection_bias, int32_t* expert_ids, float* weights) = 0;
@@ -139,6 +151,30 @@ class Backend {
   // the device. out is host data. A backend's draw may differ from sample_token only where
   // the uniform falls within float64 rounding of a cumulative-mass boundary.
   virtual void sample_rows(const float* logits, int64_t vocab, std::span<const RowSampling> rows, int32_t* out) = 0;
+
+  // ---- Step graphs (CUDA graphs; docs/cuda-backend.md, Step graphs) ----------------------
+  // The ops of one step, recorded once and replayed as one launch.
+  class StepGraph {
+   public:
+    virtual ~StepGraph() = default;
+    // Runs the recorded ops again over what the device memory they read holds now.
+    virtual void replay() = 0;
+  };
+  // Records the ops `record` issues instead of running them. The ops may read only device
+  // memory (index arrays included) and must not bring anything to the host; every Buffer
+  // allocated inside `record` must be released before it returns (its memory then belongs
+  // to the graph). Returns the graph, or why none could be made (this backend records
+  // nothing, an op needed host data or a synchronisation), having run nothing.
+  virtual Result<std::unique_ptr<StepGraph>> capture(const std::function<void()>& record) {
+    (void)record;
+    return unsupported(std::string("the ") + name() + " backend has no step graphs");
+  }
+  // After this, rope() with `rope` accepts positions in device memory, each below
+  // max_positions (a step graph's positions are device data). The CPU reads them in place.
+  virtual void prepare_device_positions(const attention::RotaryEmbedding& rope, int64_t max_positions) {
+    (void)rope;
+    (void)max_positions;
+  }
 };
 
 }  // namespace moert::backend

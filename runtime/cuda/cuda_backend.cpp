@@ -47,9 +47,78 @@ cudaStream_t copy_stream() {
   return stream;
 }
 
-void release_device(void* data) { cudaFreeAsync(data, process_stream()); }
+// ---- Step-graph capture (docs/cuda-backend.md, Step graphs) --------------------------------
+// While a capture is open on the process stream nothing runs; the ops are recorded. Memory
+// the recorded ops allocate comes from the capture's arena: plain device allocations owned
+// by the graph (freed with it), reused within the capture once released (the recorded ops
+// run in capture order, so a block released by one op is free for every later one). Calls
+// a capture forbids (reading host data, bringing data back, synchronising, stream-ordered
+// allocation) are not made: the first one is recorded as the reason the capture fails.
+class CaptureArena {
+ public:
+  CaptureArena() = default;
+  CaptureArena(const CaptureArena&) = delete;
+  CaptureArena& operator=(const CaptureArena&) = delete;
+  ~CaptureArena() {
+    for (void* block : blocks_) cudaFree(block);
+  }
+  void* allocate(int64_t bytes) {
+    const size_t size = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + 255) / 256 * 256;
+    void* block = nullptr;
+    if (auto reusable = free_.find(size); reusable != free_.end()) {
+      block = reusable->second;
+      free_.erase(reusable);
+    } else {
+      MOERT_CUDA_CHECK(cudaMalloc(&block, size));  // not stream-ordered: allowed in a relaxed capture
+      blocks_.push_back(block);
+    }
+    live_[block] = size;
+    return block;
+  }
+  // False when `block` is not one of this arena's live blocks.
+  bool release(void* block) {
+    auto it = live_.find(block);
+    if (it == live_.end()) return false;
+    free_.emplace(it->second, block);
+    live_.erase(it);
+    return true;
+  }
+  size_t live_blocks() const { return live_.size(); }
+
+ private:
+  std::vector<void*> blocks_;
+  std::multimap<size_t, void*> free_;  // released blocks by size
+  std::map<void*, size_t> live_;
+};
+
+struct CaptureState {
+  bool open = false;
+  std::string failure;                   // the first forbidden call, empty if none
+  std::unique_ptr<CaptureArena> arena;
+  std::vector<void*> deferred_frees;     // memory from before the capture released during it
+};
+CaptureState& capture_state() {
+  static CaptureState state;
+  return state;
+}
+bool capturing() { return capture_state().open; }
+// A call the open capture cannot record: remembered (the first) and not made.
+void capture_fails(const std::string& reason) {
+  CaptureState& c = capture_state();
+  if (c.failure.empty()) c.failure = reason;
+}
+
+void release_device(void* data) {
+  CaptureState& c = capture_state();
+  if (c.open) {
+    if (!c.arena->release(data)) c.deferred_frees.push_back(data);
+    return;
+  }
+  cudaFreeAsync(data, process_stream());
+}
 
 void* device_alloc(int64_t bytes) {
+  if (capturing()) return capture_state().arena->allocate(bytes);
   void* data = nullptr;
   MOERT_CUDA_CHECK(cudaMallocAsync(&data, static_cast<size_t>(std::max<int64_t>(bytes, 1)), process_stream()));
   return data;
@@ -85,6 +154,10 @@ class ResidentWeights {
     if (region == regions_.begin()) return nullptr;
     --region;
     if (address + static_cast<uint64_t>(bytes) > region->first + region->second) return nullptr;
+    if (capturing()) {
+      capture_fails("a weight is used for the first time (it must be resident before a capture)");
+      return nullptr;
+    }
     void* device = nullptr;
     MOERT_CUDA_CHECK(cudaMalloc(&device, static_cast<size_t>(bytes)));
     MOERT_CUDA_CHECK(cudaMemcpyAsync(device, data, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, copy_stream()));
@@ -121,7 +194,7 @@ class Staging {
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
   ~Staging() {
-    for (void* temporary : temporaries_) cudaFreeAsync(temporary, process_stream());
+    for (void* temporary : temporaries_) release_device(temporary);
   }
 
   template <typename T>
@@ -136,8 +209,11 @@ class Staging {
   const void* weight(const void* data, int64_t bytes) {
     if (data == nullptr || bytes <= 0 || is_device_pointer(data)) return data;
     if (const void* resident = weights_.find_or_upload(data, bytes)) return resident;
+    all_weights_resident_ = false;
     return upload(data, bytes);
   }
+  // Whether every weight() so far resolved to device memory that outlives this staging.
+  bool all_weights_resident() const { return all_weights_resident_; }
   template <typename T>
   const T* weight(const T* data, int64_t count) {
     return static_cast<const T*>(weight(static_cast<const void*>(data), count * static_cast<int64_t>(sizeof(T))));
@@ -163,6 +239,10 @@ class Staging {
   // Checks the launch, copies host outputs back and waits for them.
   void finish(int launch_status, const char* op) {
     MOERT_CHECK(launch_status == 0, "CUDA op " << op << ": " << cudaGetErrorString(static_cast<cudaError_t>(launch_status)));
+    if (capturing() && !pending_downloads_.empty()) {
+      capture_fails(std::string("op ") + op + " writes host memory");
+      pending_downloads_.clear();
+    }
     for (const Download& download : pending_downloads_) {
       MOERT_CUDA_CHECK(cudaMemcpyAsync(download.host, download.device, static_cast<size_t>(download.bytes),
                                        cudaMemcpyDeviceToHost, process_stream()));
@@ -174,6 +254,10 @@ class Staging {
  private:
   const void* upload(const void* data, int64_t bytes) {
     void* device = temporary(bytes);
+    if (capturing()) {
+      capture_fails("an op reads host memory");
+      return device;
+    }
     // From pageable memory the copy has read `data` when the call returns.
     MOERT_CUDA_CHECK(cudaMemcpyAsync(device, data, static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
                                      process_stream()));
@@ -187,6 +271,7 @@ class Staging {
   ResidentWeights& weights_;
   std::vector<void*> temporaries_;
   std::vector<Download> pending_downloads_;
+  bool all_weights_resident_ = true;
 };
 
 int64_t dtype_bytes(DType dtype) { return dtype_bits(dtype) / 8; }
@@ -236,6 +321,10 @@ DeviceWeight device_weight(const quant::LinearWeight& weight, Staging& staging) 
 // Host copy of a float array that may live on the device.
 std::vector<float> host_floats(const float* data, int64_t count) {
   std::vector<float> host(static_cast<size_t>(count));
+  if (capturing()) {
+    capture_fails("an op brings device data to the host");
+    return host;
+  }
   if (count > 0) {
     MOERT_CUDA_CHECK(cudaMemcpyAsync(host.data(), data, static_cast<size_t>(count) * sizeof(float), cudaMemcpyDefault,
                                      process_stream()));
@@ -243,6 +332,26 @@ std::vector<float> host_floats(const float* data, int64_t count) {
   }
   return host;
 }
+
+// Up to this many tokens a MoE layer's layout is planned on the device (routed_experts):
+// no expert group can exceed the warp kernel's rows then.
+constexpr int64_t kDeviceLayoutMaxTokens = 16;
+
+class CudaStepGraph : public backend::Backend::StepGraph {
+ public:
+  CudaStepGraph(cudaGraphExec_t exec, std::unique_ptr<CaptureArena> arena) : exec_(exec), arena_(std::move(arena)) {}
+  CudaStepGraph(const CudaStepGraph&) = delete;
+  CudaStepGraph& operator=(const CudaStepGraph&) = delete;
+  ~CudaStepGraph() override {
+    cudaStreamSynchronize(process_stream());  // a replay in flight still uses the arena
+    cudaGraphExecDestroy(exec_);
+  }
+  void replay() override { MOERT_CUDA_CHECK(cudaGraphLaunch(exec_, process_stream())); }
+
+ private:
+  cudaGraphExec_t exec_;
+  std::unique_ptr<CaptureArena> arena_;  // the memory the recorded ops use
+};
 
 class CudaBackend : public backend::Backend {
  public:
@@ -297,34 +406,35 @@ class CudaBackend : public backend::Backend {
 
   // The cos / sin tables of a step serve every layer: kept on the device while the rotation
   // (its shape and its factors at position 1, which tell its frequencies and attention factor)
-  // and the positions stay the same.
+  // and the positions stay the same. Positions in device memory (a step graph's) index the
+  // table of every position made by prepare_device_positions.
   void rope(const attention::RotaryEmbedding& rope, float* heads, int64_t num_tokens, int num_heads,
             const int64_t* positions) override {
     if (num_tokens == 0) return;
-    const int half = rope.rotary_dim() / 2;
-    std::vector<float> probe_cos(static_cast<size_t>(half)), probe_sin(probe_cos.size());
-    rope.cos_sin(1, probe_cos.data(), probe_sin.data());
-    RopeTables& tables = rope_tables_;
-    const bool cached = tables.head_dim == rope.head_dim() && tables.rotary_dim == rope.rotary_dim() &&
-                        tables.first_channel == rope.first_channel() && tables.pairing == rope.pairing() &&
-                        tables.probe_cos == probe_cos && tables.probe_sin == probe_sin &&
-                        std::equal(positions, positions + num_tokens, tables.positions.begin(), tables.positions.end());
-    if (!cached) {
-      std::vector<float> cos(static_cast<size_t>(num_tokens * half)), sin(cos.size());
-      for (int64_t t = 0; t < num_tokens; ++t) rope.cos_sin(positions[t], cos.data() + t * half, sin.data() + t * half);
-      tables = RopeTables{rope.head_dim(), rope.rotary_dim(), rope.first_channel(), rope.pairing(),
-                          std::move(probe_cos), std::move(probe_sin),
-                          std::vector<int64_t>(positions, positions + num_tokens),
-                          allocate(DType::kF32, {num_tokens, half}), allocate(DType::kF32, {num_tokens, half})};
-      copy(tables.cos.data<float>(), cos.data(), num_tokens * half);
-      copy(tables.sin.data<float>(), sin.data(), num_tokens * half);
+    const bool device_positions = is_device_pointer(positions);
+    RopeTables& tables = device_positions ? position_table_ : rope_tables_;
+    if (device_positions) {
+      MOERT_CHECK(tables.same_rotation(rope),
+                  "rope with positions in device memory needs prepare_device_positions for this rotation");
+    } else if (!tables.same_rotation(rope) ||
+               !std::equal(positions, positions + num_tokens, tables.positions.begin(), tables.positions.end())) {
+      tables = make_rope_tables(rope, std::vector<int64_t>(positions, positions + num_tokens));
     }
     Staging s(weights_);
     s.finish(MOERT_CUDA_NS::rope(s.inout(heads, num_tokens * num_heads * rope.head_dim()), num_tokens, num_heads,
                                  rope.head_dim(), rope.rotary_dim(), rope.first_channel(),
                                  rope.pairing() == attention::RopePairing::kInterleaved, tables.cos.data<float>(),
-                                 tables.sin.data<float>(), stream()),
+                                 tables.sin.data<float>(), device_positions ? positions : nullptr, stream()),
              "rope");
+  }
+
+  void prepare_device_positions(const attention::RotaryEmbedding& rope, int64_t max_positions) override {
+    if (position_table_.same_rotation(rope) && static_cast<int64_t>(position_table_.positions.size()) >= max_positions) {
+      return;
+    }
+    std::vector<int64_t> every_position(static_cast<size_t>(max_positions));
+    for (int64_t p = 0; p < max_positions; ++p) every_position[static_cast<size_t>(p)] = p;
+    position_table_ = make_rope_tables(rope, std::move(every_position));
   }
 
   void write_kv(const attention::PagedKvLayer& layer, const float* k, const float* v, const int64_t* slots,
@@ -340,9 +450,11 @@ class CudaBackend : public backend::Backend {
                        int num_heads, float* out) override {
     const int num_seqs = plan.num_seqs;
     if (num_seqs == 0) return;
-    // The plan is host data (the scheduler's); its sizes are read here.
-    const int64_t num_rows = plan.qo_indptr[num_seqs];
-    const int64_t num_pages = plan.kv_page_indptr[num_seqs];
+    // The plan is host data (the scheduler's), whose sizes are read here, or a step graph's
+    // device arrays with the row count beside them.
+    const bool on_device = is_device_pointer(plan.qo_indptr);
+    const int64_t num_rows = on_device ? plan.num_rows_when_on_device : plan.qo_indptr[num_seqs];
+    const int64_t num_pages = on_device ? 0 : plan.kv_page_indptr[num_seqs];
     if (num_rows == 0) return;
     Staging s(weights_);
     attention::PagedAttentionPlan device_plan = plan;
@@ -457,7 +569,7 @@ class CudaBackend : public backend::Backend {
                                              config.n_group,          config.topk_group};
       Staging s(weights_);
       s.finish(MOERT_CUDA_NS::route_tokens(device_config, s.in(logits, num_tokens * config.num_experts), num_tokens,
-                                           s.in(selection_bias, config.num_experts), s.out(expert_ids, count),
+                                           s.weight(selection_bias, config.num_experts), s.out(expert_ids, count),
                                            s.out(weights, count), stream()),
                "route");
       return;
@@ -471,6 +583,91 @@ class CudaBackend : public backend::Backend {
                           ids.data(), gate_weights.data());
     copy_bytes(expert_ids, ids.data(), count * static_cast<int64_t>(sizeof(int32_t)));
     copy_bytes(weights, gate_weights.data(), count * static_cast<int64_t>(sizeof(float)));
+  }
+
+  // Routing in device memory, at most kDeviceLayoutMaxTokens tokens: the layout is planned
+  // on the device (plan_routed_layout), so the MoE layer never waits for the host. Every
+  // group then has at most that many rows, so the grouped FFN runs the warp kernel, as the
+  // host-planned path does for the same groups: the same bits. Otherwise, on the host.
+  void routed_experts(const float* h, int64_t num_tokens, int hidden_size, const int32_t* expert_ids,
+                      const float* weights, int top_k, int num_experts,
+                      const std::function<ExpertWeights(int expert)>& expert_weights, float* out) override {
+    const int64_t num_entries = num_tokens * top_k;
+    if (num_tokens == 0) return;
+    if (num_tokens > kDeviceLayoutMaxTokens || num_entries > kMaxDeviceLayoutEntries ||
+        !is_device_pointer(expert_ids) || !is_device_pointer(weights)) {
+      Backend::routed_experts(h, num_tokens, hidden_size, expert_ids, weights, top_k, num_experts, expert_weights,
+                              out);
+      return;
+    }
+    Staging s(weights_);
+    const ExpertTable& table = expert_table(expert_weights, num_experts, s);
+    const int64_t num_groups = std::min<int64_t>(num_entries, num_experts);
+    auto temporary = [&s](int64_t count, auto* type) {
+      return static_cast<std::remove_pointer_t<decltype(type)>*>(
+          s.temporary(count * static_cast<int64_t>(sizeof(*type))));
+    };
+    DeviceLayoutArrays layout;
+    layout.expert_entry_idx = temporary(num_entries, static_cast<int64_t*>(nullptr));
+    layout.active_experts = temporary(num_groups, static_cast<int32_t*>(nullptr));
+    layout.cu_expert_entries = temporary(num_groups + 1, static_cast<int64_t*>(nullptr));
+    layout.entry_row = temporary(num_entries, static_cast<int64_t*>(nullptr));
+    layout.src_rows = temporary(num_entries, static_cast<int64_t*>(nullptr));
+    check(plan_routed_layout(expert_ids, num_tokens, top_k, num_experts, layout, stream()), "plan_routed_layout");
+    GroupedExpertArgs args;
+    args.x = s.in(h, num_tokens * hidden_size);
+    args.hidden_size = hidden_size;
+    args.intermediate_size = table.intermediate_size;
+    args.num_entries = num_entries;
+    args.entry_row = layout.entry_row;
+    args.entry_weight = weights;
+    args.num_active = static_cast<int32_t>(num_groups);  // empty slots past the experts with work
+    args.active_experts = layout.active_experts;
+    args.cu_expert_entries = layout.cu_expert_entries;
+    args.expert_entry_idx = layout.expert_entry_idx;
+    args.experts = table.experts;
+    args.activation = table.activation;
+    args.tensor_core_weights = table.tensor_core_weights;
+    args.workspace = temporary(grouped_expert_workspace_floats(num_entries, hidden_size, table.intermediate_size),
+                               static_cast<float*>(nullptr));
+    float* contributions = temporary(num_entries * hidden_size, static_cast<float*>(nullptr));
+    args.contributions = contributions;
+    check(MOERT_CUDA_NS::grouped_expert_ffn(args, num_tokens, stream()), "grouped_expert_ffn");
+    s.finish(MOERT_CUDA_NS::combine_rows(layout.src_rows, num_tokens, top_k, contributions, hidden_size,
+                                         s.out(out, num_tokens * hidden_size), stream()),
+             "combine_rows");
+  }
+
+  Result<std::unique_ptr<StepGraph>> capture(const std::function<void()>& record) override {
+    MOERT_CUDA_CHECK(cudaStreamSynchronize(copy_stream()));  // weight uploads in flight land first
+    MOERT_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    CaptureState& c = capture_state();
+    MOERT_CHECK(!c.open, "a step graph capture is already open");
+    c = CaptureState{};
+    c.arena = std::make_unique<CaptureArena>();
+    MOERT_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed));
+    c.open = true;
+    record();
+    c.open = false;
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream(), &graph);
+    std::string failure = c.failure;
+    if (failure.empty() && ended != cudaSuccess) failure = std::string("capture ended with: ") + cudaGetErrorString(ended);
+    if (failure.empty() && c.arena->live_blocks() != 0) failure = "a buffer allocated during the capture outlived it";
+    for (void* data : c.deferred_frees) cudaFreeAsync(data, stream());
+    std::unique_ptr<CaptureArena> arena = std::move(c.arena);
+    c = CaptureState{};
+    cudaGraphExec_t exec = nullptr;
+    if (failure.empty()) {
+      const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+      if (made != cudaSuccess) failure = std::string("graph instantiation: ") + cudaGetErrorString(made);
+    }
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (!failure.empty()) {
+      cudaGetLastError();  // a failed capture leaves its error sticky on some drivers
+      return unsupported("step graph: " + failure);
+    }
+    return std::unique_ptr<StepGraph>(new CudaStepGraph(exec, std::move(arena)));
   }
 
   void combine_rows(std::span<const int64_t> src_rows, int top_k, std::span<const float> rows, int hidden_size,
@@ -502,11 +699,16 @@ class CudaBackend : public backend::Backend {
 
   void copy_bytes(void* dst, const void* src, int64_t bytes) override {
     if (bytes <= 0) return;
+    const bool device_only = is_device_pointer(dst) && is_device_pointer(src);
+    if (capturing() && !device_only) return capture_fails("a copy has a host side");
     MOERT_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, stream()));
-    if (!is_device_pointer(dst) || !is_device_pointer(src)) MOERT_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    if (!device_only) MOERT_CUDA_CHECK(cudaStreamSynchronize(stream()));
   }
 
-  void synchronize() override { MOERT_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+  void synchronize() override {
+    if (capturing()) return capture_fails("an op synchronises");
+    MOERT_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  }
 
   void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t num_rows,
                  int64_t width) override {
@@ -577,13 +779,90 @@ class CudaBackend : public backend::Backend {
     int head_dim = 0, rotary_dim = 0, first_channel = 0;
     attention::RopePairing pairing = attention::RopePairing::kRotateHalf;
     std::vector<float> probe_cos, probe_sin;  // the factors at position 1
-    std::vector<int64_t> positions;
-    Buffer cos, sin;  // [T, rotary_dim / 2] on the device
+    std::vector<int64_t> positions;           // of the rows
+    Buffer cos, sin;  // [rows, rotary_dim / 2] on the device
+
+    bool same_rotation(const attention::RotaryEmbedding& rope) const {
+      if (head_dim != rope.head_dim() || rotary_dim != rope.rotary_dim() || first_channel != rope.first_channel() ||
+          pairing != rope.pairing()) {
+        return false;
+      }
+      std::vector<float> cos_1(static_cast<size_t>(rotary_dim / 2)), sin_1(cos_1.size());
+      rope.cos_sin(1, cos_1.data(), sin_1.data());
+      return cos_1 == probe_cos && sin_1 == probe_sin;
+    }
   };
+  // The rows of `positions`, computed on the host (RotaryEmbedding::cos_sin) and uploaded.
+  RopeTables make_rope_tables(const attention::RotaryEmbedding& rope, std::vector<int64_t> positions) {
+    const int half = rope.rotary_dim() / 2;
+    const auto rows = static_cast<int64_t>(positions.size());
+    std::vector<float> probe_cos(static_cast<size_t>(half)), probe_sin(probe_cos.size());
+    rope.cos_sin(1, probe_cos.data(), probe_sin.data());
+    std::vector<float> cos(static_cast<size_t>(rows * half)), sin(cos.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      rope.cos_sin(positions[static_cast<size_t>(r)], cos.data() + r * half, sin.data() + r * half);
+    }
+    RopeTables tables{rope.head_dim(), rope.rotary_dim(), rope.first_channel(), rope.pairing(),
+                      std::move(probe_cos), std::move(probe_sin), std::move(positions),
+                      allocate(DType::kF32, {rows, half}), allocate(DType::kF32, {rows, half})};
+    copy(tables.cos.data<float>(), cos.data(), rows * half);
+    copy(tables.sin.data<float>(), sin.data(), rows * half);
+    return tables;
+  }
+
+  // Every routed expert of one MoE layer as the kernels read them, resident on the device:
+  // made once per layer (the experts' weights are registered, so their copies stay).
+  struct ExpertTable {
+    Buffer storage;                   // DeviceExpert [E]
+    const DeviceExpert* experts = nullptr;
+    int64_t intermediate_size = 0;
+    experts::GluActivation activation;
+    bool tensor_core_weights = true;
+  };
+  // The layer is told by its first expert's gate weight (the model's weights outlive the
+  // backend's use of them: register_host_weights). A table with a weight that is not
+  // registered lives in `s` for this call only.
+  const ExpertTable& expert_table(const std::function<ExpertWeights(int expert)>& expert_weights, int num_experts,
+                                  Staging& s) {
+    const ExpertWeights first = expert_weights(0);
+    const std::pair<const void*, int> key{first.gate, num_experts};
+    if (auto cached = expert_tables_.find(key); cached != expert_tables_.end()) return cached->second;
+    ExpertTable table;
+    std::vector<DeviceExpert> host(static_cast<size_t>(num_experts));
+    for (int e = 0; e < num_experts; ++e) {
+      const ExpertWeights w = expert_weights(e);
+      DeviceExpert& d = host[static_cast<size_t>(e)];
+      d.gate = device_weight(*w.gate, s);
+      d.up = device_weight(*w.up, s);
+      d.down = device_weight(*w.down, s);
+      d.gate_bias = s.weight(w.gate_bias, d.gate.rows);
+      d.up_bias = s.weight(w.up_bias, d.up.rows);
+      d.down_bias = s.weight(w.down_bias, d.down.rows);
+      MOERT_CHECK(e == 0 || (d.gate.rows == table.intermediate_size && w.activation == table.activation),
+                  "routed experts differ in width or activation");
+      table.intermediate_size = d.gate.rows;
+      table.activation = w.activation;
+      table.tensor_core_weights = table.tensor_core_weights && tensor_core_weight(d.gate) &&
+                                  tensor_core_weight(d.up) && tensor_core_weight(d.down);
+    }
+    const auto bytes = static_cast<int64_t>(host.size() * sizeof(DeviceExpert));
+    if (!s.all_weights_resident()) {
+      call_table_ = std::move(table);
+      call_table_.experts = static_cast<const DeviceExpert*>(s.in_bytes(host.data(), bytes));
+      return call_table_;
+    }
+    table.storage = allocate(DType::kU8, {bytes});
+    copy_bytes(table.storage.data<uint8_t>(), host.data(), bytes);
+    table.experts = reinterpret_cast<const DeviceExpert*>(table.storage.data<uint8_t>());
+    return expert_tables_.emplace(key, std::move(table)).first->second;
+  }
 
   int device_index_;
   ResidentWeights weights_;
-  RopeTables rope_tables_;
+  std::map<std::pair<const void*, int>, ExpertTable> expert_tables_;
+  ExpertTable call_table_;  // the last table that could not be kept
+  RopeTables rope_tables_;     // this step's positions
+  RopeTables position_table_;  // every position (prepare_device_positions)
 };
 
 }  // namespace

@@ -108,7 +108,61 @@ __global__ void route_kernel(DeviceRouterConfig config, const float* logits, int
   finish_weights(w, top_k, config.norm_topk_prob, kSigmoidNormEps, config.routed_scaling_factor);
 }
 
+constexpr int kLayoutThreads = 256;
+
+// One block. Each thread ranks its entries among all N (the grouped order) and among its
+// token's K (the combine order); after the barrier thread 0 walks the grouped order once
+// to find the groups. The grouped position of entry c is the number of entries ordered
+// before it by (expert id, entry index), which is what a stable counting sort gives.
+__global__ void plan_layout_kernel(const int32_t* ids, int64_t num_entries, int top_k, int64_t num_groups,
+                                   DeviceLayoutArrays layout) {
+  for (int64_t c = threadIdx.x; c < num_entries; c += blockDim.x) {
+    const int32_t expert = ids[c];
+    int64_t position = 0;
+    for (int64_t other = 0; other < num_entries; ++other) {
+      const int32_t e = ids[other];
+      position += (e < expert || (e == expert && other < c)) ? 1 : 0;
+    }
+    layout.expert_entry_idx[position] = c;
+    layout.entry_row[c] = c / top_k;
+    const int64_t first = c - c % top_k;  // token's first entry
+    int64_t slot = 0;
+    for (int64_t other = first; other < first + top_k; ++other) {
+      const int32_t e = ids[other];
+      slot += (e < expert || (e == expert && other < c)) ? 1 : 0;
+    }
+    layout.src_rows[first + slot] = c;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  int64_t groups = 0;
+  int32_t previous = -1;
+  for (int64_t p = 0; p < num_entries; ++p) {
+    const int32_t expert = ids[layout.expert_entry_idx[p]];
+    if (p == 0 || expert != previous) {
+      layout.active_experts[groups] = expert;
+      layout.cu_expert_entries[groups] = p;
+      ++groups;
+      previous = expert;
+    }
+  }
+  for (int64_t a = groups; a <= num_groups; ++a) {
+    if (a < num_groups) layout.active_experts[a] = previous < 0 ? 0 : previous;
+    layout.cu_expert_entries[a] = num_entries;
+  }
+}
+
 }  // namespace
+
+int plan_routed_layout(const int32_t* expert_ids, int64_t num_tokens, int top_k, int num_experts,
+                       const DeviceLayoutArrays& layout, CUstream_st* stream) {
+  const int64_t num_entries = num_tokens * top_k;
+  if (num_entries == 0) return 0;
+  if (num_entries > kMaxDeviceLayoutEntries) return static_cast<int>(cudaErrorInvalidValue);
+  const int64_t num_groups = num_entries < num_experts ? num_entries : num_experts;
+  MOERT_LAUNCH(plan_layout_kernel, 1u, kLayoutThreads, stream, expert_ids, num_entries, top_k, num_groups, layout);
+  return static_cast<int>(cudaGetLastError());
+}
 
 int route_tokens(const DeviceRouterConfig& config, const float* logits, int64_t num_tokens,
                  const float* correction_bias, int32_t* expert_ids, float* weights, CUstream_st* stream) {

@@ -48,6 +48,7 @@ Engine::Engine(const TransformerForward& model, const EngineConfig& config)
   Result<std::unique_ptr<PagedModelRunner>> runner =
       PagedModelRunner::create(model, {config.num_kv_blocks, config.block_size, config.kv_cache_dtype});
   MOERT_CHECK(runner.is_ok(), "" << runner.status().to_string());
+  (*runner)->enable_step_graphs(config.step_graph_max_batch);
   runner_ = std::move(runner).value();
 }
 

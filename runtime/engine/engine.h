@@ -81,6 +81,9 @@ struct EngineConfig {
   DType kv_cache_dtype = DType::kF32;  // F32, BF16 or F8_E4M3 (docs/kv-cache.md)
   bool enable_prefix_caching = true;
   bool record_token_times = false;  // fill RequestOutput::token_times_s (benchmarks)
+  // Decode steps of up to this many sequences run as step graphs where the backend records
+  // them (CUDA graphs; PagedModelRunner::enable_step_graphs); 0: every step eagerly.
+  int step_graph_max_batch = 0;
   // Expert-parallel ranks step in lock-step: run the model (with no tokens) even when
   // this rank has nothing scheduled, so it takes part in every MoE layer's exchanges.
   bool forward_when_idle = false;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -68,6 +69,13 @@ class ModelRunner {
                                                       std::span<const backend::Backend::RowSampling> rows) = 0;
 };
 
+// How decode steps used step graphs (PagedModelRunner::enable_step_graphs).
+struct StepGraphStats {
+  int64_t captured = 0;  // graphs recorded (one per batch size)
+  int64_t replayed = 0;  // steps run as a graph replay
+  int64_t failed = 0;    // batch sizes whose capture failed (they run eagerly)
+};
+
 class PagedModelRunner final : public ModelRunner {
  public:
   // `model` must outlive the runner. Fails (invalid_argument / unsupported) when the
@@ -80,10 +88,29 @@ class PagedModelRunner final : public ModelRunner {
   Result<std::vector<int32_t>> run_and_sample(const RunnerBatch& batch,
                                               std::span<const backend::Backend::RowSampling> rows) override;
 
+  // Decode steps (one token and its logits per sequence) of up to max_batch sequences run as
+  // step graphs where the backend records them (CUDA; docs/cuda-backend.md, Step graphs):
+  // the first step of a batch size runs eagerly (its weights and expert tables become
+  // resident), the next is recorded, later ones replay it over the step's inputs copied to
+  // the device. Same outputs as eager steps. 0 (the default) runs every step eagerly.
+  void enable_step_graphs(int max_batch) { step_graph_max_batch_ = max_batch; }
+  const StepGraphStats& step_graph_stats() const { return step_graph_stats_; }
+
  private:
-  // Applies the batch's block copies and hands `forward` the step's tokens and attention.
-  template <typename Forward>
-  auto run_step(const RunnerBatch& batch, Forward&& forward);
+  struct StepPlan;
+  struct DecodeGraph;
+  // The step's tokens, positions, slots and attention plans as host data (checked).
+  StepPlan plan_step(const RunnerBatch& batch) const;
+  void apply_block_copies(const RunnerBatch& batch);
+  std::vector<attention::PagedKvLayer> layer_views() const;
+  // The device logits [B, V] of a decode step run as a step graph, or null when the step
+  // runs eagerly (not a decode step, graphs off or failed, or the batch size's first step).
+  Result<const float*> replay_decode_graph(const StepPlan& plan);
+  // Applies the batch's block copies, then replays the step's graph (from_device_logits
+  // turns its device logits [rows, V] into the result) or hands `eager` the step's tokens
+  // and attention.
+  template <typename T, typename Eager, typename FromDeviceLogits>
+  Result<T> run_step(const RunnerBatch& batch, Eager&& eager, FromDeviceLogits&& from_device_logits);
   // One storage slot, allocated by the backend; `view` points into the buffers. Groups of
   // the same shape share slots (layer j of every group uses slot j: a block id belongs to
   // one group at a time), else every layer has its own.
@@ -93,6 +120,10 @@ class PagedModelRunner final : public ModelRunner {
   };
   PagedModelRunner(const TransformerForward& model, std::vector<attention::KvCacheSpec> groups,
                    const KvCacheConfig& kv);
+ public:
+  ~PagedModelRunner() override;
+
+ private:
 
   const TransformerForward& model_;
   std::vector<attention::KvCacheSpec> groups_;
@@ -100,6 +131,9 @@ class PagedModelRunner final : public ModelRunner {
   std::vector<LayerStorage> storage_;    // [slots]
   std::vector<int> layer_slot_;          // [num_layers] -> storage_ index
   std::vector<int> layer_group_;         // [num_layers] -> group index
+  int step_graph_max_batch_ = 0;
+  std::map<int, std::unique_ptr<DecodeGraph>> decode_graphs_;  // by batch size
+  StepGraphStats step_graph_stats_;
 };
 
 // Bytes of one block over every layer of `model` at `dtype` (the pool's unit when its size

@@ -59,10 +59,9 @@ Result<std::vector<int32_t>> TransformerForward::forward_and_sample(
   return tokens;
 }
 
-Result<Buffer> TransformerForward::device_logits(const ForwardBatch& batch, AttentionContext& attention) const {
+Status TransformerForward::validate(const ForwardBatch& batch) const {
   const ModelConfig& c = config_;
   const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
-  const int64_t dim = c.hidden_size;
   if (batch.positions.size() != batch.tokens.size()) {
     return invalid_argument("batch has " + std::to_string(batch.tokens.size()) + " tokens but " +
                             std::to_string(batch.positions.size()) + " positions");
@@ -84,10 +83,38 @@ Result<Buffer> TransformerForward::device_logits(const ForwardBatch& batch, Atte
                               std::to_string(num_tokens) + " tokens");
     }
   }
+  return {};
+}
+
+Status TransformerForward::forward_into(const ForwardBatch& batch, AttentionContext& attention, float* logits) const {
+  MOERT_ASSIGN_OR_RETURN(Buffer logits_on_device, device_logits(batch, attention));
+  backend_.copy(logits, logits_on_device.data<float>(), logits_on_device.view().numel());
+  return {};
+}
+
+std::string TransformerForward::step_graph_blocker() const {
+  if (routed_experts_ != &local_experts_) return "expert parallelism plans each MoE layer's dispatch on the host";
+  if (selection_bias_ != nullptr) {
+    for (const std::vector<float>& bias : *selection_bias_) {
+      if (!bias.empty()) return "a load-balancing bias is uploaded at every step";
+    }
+  }
+  return {};
+}
+
+void TransformerForward::prepare_step_graphs() const {
+  backend_.prepare_device_positions(rope_, config_.max_position_embeddings);
+}
+
+Result<Buffer> TransformerForward::device_logits(const ForwardBatch& batch, AttentionContext& attention) const {
+  const ModelConfig& c = config_;
+  const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
+  const int64_t dim = c.hidden_size;
+  MOERT_RETURN_IF_ERROR(validate(batch));
   // x: [T, D] residual stream, embedded.
   const Buffer x = activations(num_tokens * dim);
   // The embedding's dtype was checked when the weights were bound; the ids just above.
-  backend_.embedding_gather(weights_.embed_tokens, batch.tokens.data(), num_tokens, x.data<float>());
+  backend_.embedding_gather(weights_.embed_tokens, batch.tokens_for_ops(), num_tokens, x.data<float>());
   for (int layer = 0; layer < c.num_layers; ++layer) {
     if (c.layers[static_cast<size_t>(layer)].attention == AttentionKind::kMla) {
       latent_attention_block(layer, batch, attention, x.data<float>());
@@ -96,13 +123,20 @@ Result<Buffer> TransformerForward::device_logits(const ForwardBatch& batch, Atte
     }
     ffn_block(layer, num_tokens, x.data<float>());
   }
-  // Final norm and LM head only for the rows that need logits.
+  // Final norm and LM head only for the rows that need logits (every row, as in decode: x
+  // itself, no gather).
   const int64_t num_rows = static_cast<int64_t>(batch.logit_rows.size());
-  const Buffer selected = activations(num_rows * dim);
-  backend_.gather_rows(x.data<float>(), dim, batch.logit_rows.data(), num_rows, selected.data<float>());
-  backend_.rms_norm(selected.data<float>(), num_rows, dim, weights_.final_norm.data(), c.rms_norm_eps);
+  bool every_row = num_rows == num_tokens;
+  for (int64_t r = 0; every_row && r < num_rows; ++r) every_row = batch.logit_rows[static_cast<size_t>(r)] == r;
+  Buffer selected;
+  if (!every_row) {
+    selected = activations(num_rows * dim);
+    backend_.gather_rows(x.data<float>(), dim, batch.logit_rows.data(), num_rows, selected.data<float>());
+  }
+  float* rows = every_row ? x.data<float>() : selected.data<float>();
+  backend_.rms_norm(rows, num_rows, dim, weights_.final_norm.data(), c.rms_norm_eps);
   Buffer logits = activations(num_rows * c.vocab_size);
-  backend_.linear(weights_.lm_head, selected.data<float>(), num_rows, nullptr, logits.data<float>());
+  backend_.linear(weights_.lm_head, rows, num_rows, nullptr, logits.data<float>());
   return logits;
 }
 
@@ -132,8 +166,8 @@ void TransformerForward::attention_block(int layer, const ForwardBatch& batch, A
     backend_.rms_norm(q.data<float>(), num_tokens * c.num_heads, c.head_dim, a.q_norm.data(), c.rms_norm_eps);
     backend_.rms_norm(k.data<float>(), num_tokens * c.num_kv_heads, c.head_dim, a.k_norm.data(), c.rms_norm_eps);
   }
-  backend_.rope(rope_, q.data<float>(), num_tokens, c.num_heads, batch.positions.data());
-  backend_.rope(rope_, k.data<float>(), num_tokens, c.num_kv_heads, batch.positions.data());
+  backend_.rope(rope_, q.data<float>(), num_tokens, c.num_heads, batch.positions_for_ops());
+  backend_.rope(rope_, k.data<float>(), num_tokens, c.num_kv_heads, batch.positions_for_ops());
   const Buffer attn = activations(num_tokens * q_width);  // [T, H, Dh]
   attention.attend(backend_, layer, layer_variants_[static_cast<size_t>(layer)], q.data<float>(), k.data<float>(),
                    v.data<float>(), num_tokens, attn.data<float>());
@@ -182,8 +216,8 @@ void TransformerForward::latent_attention_block(int layer, const ForwardBatch& b
   backend_.per_head_linear(a.key_absorb.as<const float>(), static_cast<int>(heads), dc, dn, q.data<float>(), q_head,
                            num_tokens, absorbed.data<float>(), row);
   backend_.copy_rows(absorbed.data<float>() + dc, row, q.data<float>() + dn, q_head, num_tokens * heads, dr);
-  backend_.rope(rope_, absorbed.data<float>(), num_tokens, static_cast<int>(heads), batch.positions.data());
-  backend_.rope(rope_, latent.data<float>(), num_tokens, 1, batch.positions.data());
+  backend_.rope(rope_, absorbed.data<float>(), num_tokens, static_cast<int>(heads), batch.positions_for_ops());
+  backend_.rope(rope_, latent.data<float>(), num_tokens, 1, batch.positions_for_ops());
   // The latent row is both the key and the value (only its first dc values matter as a value).
   const Buffer attended = activations(num_tokens * heads * row);  // [T, H, R]
   attention.attend(backend_, layer, layer_variants_[static_cast<size_t>(layer)], absorbed.data<float>(),
@@ -222,25 +256,14 @@ std::function<backend::Backend::ExpertWeights(int)> routed_expert_weights(const 
   };
 }
 
-// Grouped by expert, then each token's contributions summed in ascending expert id.
+// Grouped by expert, then each token's contributions summed in ascending expert id
+// (Backend::routed_experts; the ids may be device memory).
 void LocalRoutedExperts::run(backend::Backend& backend, int /*layer*/, const MoeWeights& moe, const float* h, int64_t num_tokens,
                              const int32_t* expert_ids, const float* gate_weights, float* out,
                              const std::function<void()>& overlapped) {
   overlapped();  // nothing is in flight here
-  const int64_t dim = config_.hidden_size;
-  const int top_k = config_.top_k();
-  const auto num_entries = static_cast<size_t>(num_tokens * top_k);
-  const std::span<const int32_t> ids(expert_ids, num_entries);
-  Result<experts::ExpertDispatchLayout> layout = experts::layout_from_routing(
-      ids, {gate_weights, num_entries}, num_tokens, top_k, config_.num_experts());
-  MOERT_CHECK(layout.is_ok(), "routing: " << layout.status().message());
-  const Buffer contributions =
-      backend.allocate(DType::kF32, {static_cast<int64_t>(num_entries), dim});  // [T * K, D]
-  const std::span<float> rows(contributions.data<float>(), num_entries * static_cast<size_t>(dim));
-  backend.grouped_expert_ffn(*layout, {h, static_cast<size_t>(num_tokens * dim)}, static_cast<int>(dim),
-                             routed_expert_weights(moe), rows);
-  backend.combine_rows(experts::expert_order_of_tokens(ids, num_tokens, top_k), top_k, rows, static_cast<int>(dim),
-                       {out, static_cast<size_t>(num_tokens * dim)});
+  backend.routed_experts(h, num_tokens, config_.hidden_size, expert_ids, gate_weights, config_.top_k(),
+                         config_.num_experts(), routed_expert_weights(moe), out);
 }
 
 // out[t] = sum over t's selected experts in ascending expert id of w * expert(h[t]),
@@ -254,8 +277,20 @@ void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, const float* 
   const Buffer router_logits = activations(num_tokens * num_experts);  // [T, E]
   backend_.linear(quant::LinearWeight::from_dense(moe.router), h, num_tokens,
                   moe.router_bias.empty() ? nullptr : moe.router_bias.data(), router_logits.data<float>());
-  std::vector<int32_t> expert_ids(static_cast<size_t>(num_tokens * top_k));  // [T, K]
-  std::vector<float> gate_weights(static_cast<size_t>(num_tokens * top_k));  // [T, K]
+  // The routing [T, K]: on the backend's device when this rank computes every expert (the
+  // backend may plan their layout there, and a step graph must), else on the host for the
+  // expert-parallel dispatch plan.
+  const bool local = routed_experts_ == &local_experts_;
+  const int64_t num_entries = num_tokens * top_k;
+  std::vector<int32_t> host_ids(local ? 0 : static_cast<size_t>(num_entries));
+  std::vector<float> host_weights(host_ids.size());
+  Buffer device_ids, device_weights;
+  if (local) {
+    device_ids = backend_.allocate(DType::kI32, {num_entries});
+    device_weights = activations(num_entries);
+  }
+  int32_t* expert_ids = local ? device_ids.data<int32_t>() : host_ids.data();
+  float* gate_weights = local ? device_weights.data<float>() : host_weights.data();
   // Selection bias: the model's correction bias plus the balancer's, if any.
   const float* bias = moe.correction_bias.empty() ? nullptr : moe.correction_bias.data();
   std::vector<float> combined_bias;
@@ -270,7 +305,7 @@ void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, const float* 
     }
     bias = combined_bias.data();
   }
-  backend_.route(c.router, router_logits.data<float>(), num_tokens, bias, expert_ids.data(), gate_weights.data());
+  backend_.route(c.router, router_logits.data<float>(), num_tokens, bias, expert_ids, gate_weights);
 
   // The shared expert (and its gate) runs while the routed experts' dispatch is in flight.
   Buffer shared, gate_logits;
@@ -286,7 +321,7 @@ void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, const float* 
                       gate_logits.data<float>());
     }
   };
-  routed_experts_->run(backend_, layer, moe, h, num_tokens, expert_ids.data(), gate_weights.data(), out, shared_expert);
+  routed_experts_->run(backend_, layer, moe, h, num_tokens, expert_ids, gate_weights, out, shared_expert);
   if (moe.shared_expert.has_value()) {
     backend_.gated_add(out, shared.data<float>(), gated ? gate_logits.data<float>() : nullptr, num_tokens, dim);
   }

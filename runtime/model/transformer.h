@@ -14,6 +14,7 @@
 #include <functional>
 #include <span>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "attention/rope.h"
@@ -73,6 +74,14 @@ struct ForwardBatch {
   std::vector<int32_t> tokens;       // [T]
   std::vector<int64_t> positions;    // [T] absolute position of each token in its sequence
   std::vector<int64_t> logit_rows;   // rows (indices into tokens) whose logits are returned, ascending
+  // A step graph's copies of tokens and positions in the backend's device memory (what its
+  // ops read; the vectors above still hold the same values for the checks); null otherwise.
+  // Positions on the device need Backend::prepare_device_positions (prepare_step_graphs).
+  const int32_t* device_tokens = nullptr;
+  const int64_t* device_positions = nullptr;
+
+  const int32_t* tokens_for_ops() const { return device_tokens != nullptr ? device_tokens : tokens.data(); }
+  const int64_t* positions_for_ops() const { return device_positions != nullptr ? device_positions : positions.data(); }
 };
 
 class TransformerForward {
@@ -97,6 +106,21 @@ class TransformerForward {
   // returned (Backend::sample_rows): one token per logit row. rows.size() == logit_rows.size().
   Result<std::vector<int32_t>> forward_and_sample(const ForwardBatch& batch, AttentionContext& attention,
                                                   std::span<const backend::Backend::RowSampling> rows) const;
+
+  // The checks every forward makes first: token ids in [0, V), positions below
+  // max_position_embeddings, logit rows inside the batch (errors name the offending index).
+  Status validate(const ForwardBatch& batch) const;
+  // The same forward writing the logits into `logits` ([logit_rows.size(), V], the backend's
+  // device memory), so that it can run inside Backend::capture (nothing is returned to the
+  // host and every buffer it allocates is released before it returns).
+  Status forward_into(const ForwardBatch& batch, AttentionContext& attention, float* logits) const;
+
+  // Step graphs (docs/cuda-backend.md, Step graphs). Why this model's steps cannot be
+  // recorded whatever the batch (empty: they can): expert parallelism plans its dispatch on
+  // the host, a balancing bias changes between steps.
+  std::string step_graph_blocker() const;
+  // Lets the backend take the steps' positions from device memory (call before capturing).
+  void prepare_step_graphs() const;
 
   const ModelConfig& config() const { return config_; }
   ThreadPool& pool() const { return pool_; }

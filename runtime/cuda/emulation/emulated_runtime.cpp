@@ -212,7 +212,39 @@ std::map<uintptr_t, size_t>& allocations() {
 }
 thread_local cudaError_t last_error = cudaSuccess;
 
+bool is_device_memory(const void* ptr) {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(allocations_mutex());
+  auto it = allocations().upper_bound(address);
+  if (it == allocations().begin()) return false;
+  --it;
+  return address < it->first + it->second;
+}
+
+// The open stream capture (one at a time: every emulated stream is the same stream).
+struct Capture {
+  bool open = false;
+  bool invalidated = false;
+  std::vector<std::function<void()>> work;
+};
+Capture& capture() {
+  static Capture state;
+  return state;
+}
+// A call a capture forbids: the capture can only end invalidated.
+cudaError_t invalidate_capture() {
+  capture().invalidated = true;
+  return cudaErrorStreamCaptureUnsupported;
+}
+
 }  // namespace
+
+bool capturing() { return capture().open; }
+void record(std::function<void()> work) {
+  Capture& c = capture();
+  if (!c.invalidated) c.work.push_back(std::move(work));
+}
+
 }  // namespace moert::cuda_emulation
 
 using namespace moert::cuda_emulation;
@@ -238,16 +270,33 @@ cudaError_t cudaFree(void* ptr) {
   std::free(ptr);
   return cudaSuccess;
 }
-cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t) { return cudaMalloc(ptr, bytes); }
-cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) { return cudaFree(ptr); }
+cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t) {
+  if (capturing()) return invalidate_capture();
+  return cudaMalloc(ptr, bytes);
+}
+cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) {
+  if (capturing()) return invalidate_capture();
+  return cudaFree(ptr);
+}
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+  if (capturing()) return invalidate_capture();
   if (bytes > 0) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  if (capturing()) {
+    // A graph copies between device buffers only (host memory would be read at replay).
+    if (!is_device_memory(dst) || !is_device_memory(src)) return invalidate_capture();
+    record([=] { std::memmove(dst, src, bytes); });
+    return cudaSuccess;
+  }
   return cudaMemcpy(dst, src, bytes, kind);
 }
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
+  if (capturing()) {
+    record([=] { std::memset(dst, value, bytes); });
+    return cudaSuccess;
+  }
   if (bytes > 0) std::memset(dst, value, bytes);
   return cudaSuccess;
 }
@@ -256,7 +305,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return capturing() ? invalidate_capture() : cudaSuccess; }
 // Streams are synchronous here: events order nothing.
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
   *event = nullptr;
@@ -267,15 +316,9 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cu
 cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
   *attributes = {};
-  const auto address = reinterpret_cast<uintptr_t>(ptr);
-  std::lock_guard<std::mutex> lock(allocations_mutex());
-  auto it = allocations().upper_bound(address);
-  if (it != allocations().begin()) {
-    --it;
-    if (address < it->first + it->second) {
-      attributes->type = cudaMemoryTypeDevice;
-      attributes->devicePointer = const_cast<void*>(ptr);
-    }
+  if (is_device_memory(ptr)) {
+    attributes->type = cudaMemoryTypeDevice;
+    attributes->devicePointer = const_cast<void*>(ptr);
   }
   return cudaSuccess;
 }
@@ -290,6 +333,50 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
   }
   return "unknown error";
+}
+
+struct CUgraph_st {
+  std::vector<std::function<void()>> work;
+};
+struct CUgraphExec_st {
+  std::vector<std::function<void()>> work;
+};
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
+  Capture& c = capture();
+  if (c.open) return cudaErrorInvalidValue;
+  c = Capture{};
+  c.open = true;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t* graph) {
+  Capture& c = capture();
+  *graph = nullptr;
+  if (!c.open) return cudaErrorInvalidValue;
+  c.open = false;
+  if (c.invalidated) return cudaErrorStreamCaptureInvalidated;
+  *graph = new CUgraph_st{std::move(c.work)};
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (graph == nullptr) return cudaErrorInvalidValue;
+  *exec = new CUgraphExec_st{graph->work};
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t) {
+  if (exec == nullptr || capturing()) return cudaErrorInvalidValue;
+  for (const std::function<void()>& work : exec->work) work();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
+  return cudaSuccess;
 }

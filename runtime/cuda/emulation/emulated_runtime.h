@@ -11,7 +11,13 @@
 //    wait at different barriers forever are reported and abort (a GPU would hang);
 //  * the runtime API calls the backend glue uses, over host memory: "device" allocations are
 //    recorded so cudaPointerGetAttributes tells them from other host memory, streams are
-//    synchronous.
+//    synchronous;
+//  * stream capture and graphs (CUDA graphs): while a capture is open, launches, async
+//    copies and memsets are recorded instead of run (every stream is one here), and a graph
+//    launch runs them again in order. What a capture forbids on a GPU is an error here too,
+//    and ends the capture as invalidated: synchronising, a synchronous copy, a copy with a
+//    host side, stream-ordered allocation (the backend keeps to these rules:
+//    docs/cuda-backend.md, Step graphs).
 // Invariants the kernels must keep to run here: warp-level calls are made by every thread
 // of the warp, __syncthreads by every live thread of the block, and no kernel relies on
 // __shared__ memory being initialised.
@@ -25,7 +31,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 #define __global__
@@ -57,8 +66,18 @@ void sync_warp();
 // Runs every block of the grid, in order; returns when all have finished.
 void run_grid(dim3 grid, dim3 block, void (*body)(void* closure), void* closure);
 
+// Whether a stream capture is open; record() appends work to it.
+bool capturing();
+void record(std::function<void()> work);
+
 template <typename... Params, typename... Args>
 void launch(dim3 grid, dim3 block, void (*kernel)(Params...), Args&&... args) {
+  if (capturing()) {  // the arguments are copied now, as a GPU graph node copies them
+    record([grid, block, kernel, params = std::tuple<std::decay_t<Params>...>(static_cast<Params>(args)...)] {
+      std::apply([&](const auto&... values) { launch(grid, block, kernel, values...); }, params);
+    });
+    return;
+  }
   auto call = [&] { kernel(static_cast<Params>(args)...); };
   run_grid(grid, block, [](void* closure) { (*static_cast<decltype(call)*>(closure))(); }, &call);
 }
@@ -104,7 +123,8 @@ T __shfl_sync(unsigned /*mask*/, T value, int source_lane, int /*width*/ = 32) {
 
 // ---- The runtime API subset (host memory; streams are synchronous) ----------------------
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
-                   cudaErrorNoDevice = 100 };
+                   cudaErrorNoDevice = 100, cudaErrorStreamCaptureUnsupported = 900,
+                   cudaErrorStreamCaptureInvalidated = 901 };
 enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
                       cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
 enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2,
@@ -141,3 +161,17 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
 cudaError_t cudaGetLastError();
 const char* cudaGetErrorString(cudaError_t error);
 constexpr unsigned cudaStreamNonBlocking = 1;
+
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1,
+                             cudaStreamCaptureModeRelaxed = 2 };
+struct CUgraph_st;
+using cudaGraph_t = CUgraph_st*;
+struct CUgraphExec_st;
+using cudaGraphExec_t = CUgraphExec_st*;
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+// Returns cudaErrorStreamCaptureInvalidated (and no graph) when a forbidden call happened.
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
