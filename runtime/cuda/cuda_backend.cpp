@@ -239,6 +239,7 @@ class Staging {
   // Checks the launch, copies host outputs back and waits for them.
   void finish(int launch_status, const char* op) {
     MOERT_CHECK(launch_status == 0, "CUDA op " << op << ": " << cudaGetErrorString(static_cast<cudaError_t>(launch_status)));
+    if (capturing() && reads_host_) capture_fails(std::string("op ") + op + " reads host memory");
     if (capturing() && !pending_downloads_.empty()) {
       capture_fails(std::string("op ") + op + " writes host memory");
       pending_downloads_.clear();
@@ -255,7 +256,7 @@ class Staging {
   const void* upload(const void* data, int64_t bytes) {
     void* device = temporary(bytes);
     if (capturing()) {
-      capture_fails("an op reads host memory");
+      reads_host_ = true;  // reported by finish(), which knows the op
       return device;
     }
     // From pageable memory the copy has read `data` when the call returns.
@@ -272,6 +273,7 @@ class Staging {
   std::vector<void*> temporaries_;
   std::vector<Download> pending_downloads_;
   bool all_weights_resident_ = true;
+  bool reads_host_ = false;
 };
 
 int64_t dtype_bytes(DType dtype) { return dtype_bits(dtype) / 8; }

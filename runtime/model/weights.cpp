@@ -652,6 +652,7 @@ void for_each_weight_region(const ModelWeights& weights,
     if (layer.is_moe) {
       visit_view(layer.moe.router, visit);
       visit_floats(layer.moe.router_bias, visit);
+      visit_floats(layer.moe.correction_bias, visit);  // DeepSeek-V3 selection bias
       visit_view(layer.moe.shared_expert_gate, visit);
     }
   }

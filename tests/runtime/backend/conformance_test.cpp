@@ -475,6 +475,151 @@ TEST_P(Conformance, SwigluAndGroupedExpertFfnMatchFloat64) {
   }
 }
 
+// The routed experts from routing in the backend's memory (a device may plan the layout
+// there) against float64, and bit-identical to the same routing given as host data (the
+// layout planned on the host): 1 to 16 tokens (planned on a device), 17 (on the host),
+// every token on one expert (a 16-row group), unregistered and registered weights.
+TEST_P(Conformance, RoutedExpertsFromDeviceRoutingMatchFloat64AndTheHostPlan) {
+  const int64_t dim = 12, width = 20;
+  const int num_experts = 6, top_k = 3;
+  std::vector<std::vector<float>> gates, ups, downs;
+  std::vector<quant::LinearWeight> gate_w, up_w, down_w;
+  for (int e = 0; e < num_experts; ++e) {
+    gates.push_back(random_floats(width * dim, 0.3f));
+    ups.push_back(random_floats(width * dim, 0.3f));
+    downs.push_back(random_floats(dim * width, 0.3f));
+  }
+  for (int e = 0; e < num_experts; ++e) {
+    const auto u = static_cast<size_t>(e);
+    gate_w.push_back(quant::LinearWeight::from_dense(f32_view(gates[u], {width, dim})));
+    up_w.push_back(quant::LinearWeight::from_dense(f32_view(ups[u], {width, dim})));
+    down_w.push_back(quant::LinearWeight::from_dense(f32_view(downs[u], {dim, width})));
+  }
+  auto expert_weights = [&](int e) {
+    const auto u = static_cast<size_t>(e);
+    return Backend::ExpertWeights{&gate_w[u], &up_w[u], &down_w[u]};
+  };
+  for (const bool registered : {false, true}) {
+    if (registered) {
+      for (int e = 0; e < num_experts; ++e) {
+        for (std::vector<float>* w : {&gates[static_cast<size_t>(e)], &ups[static_cast<size_t>(e)], &downs[static_cast<size_t>(e)]}) {
+          backend_->register_host_weights(w->data(), static_cast<int64_t>(w->size() * sizeof(float)));
+        }
+      }
+    }
+    for (const int64_t tokens : {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{17}}) {
+      for (const bool one_expert_for_all : {false, true}) {
+        std::vector<int32_t> ids;
+        std::vector<float> weights;
+        for (int64_t t = 0; t < tokens; ++t) {
+          // Distinct experts per token, in no particular order.
+          const int first = one_expert_for_all ? 0 : static_cast<int>(rng_() % num_experts);
+          for (int k = 0; k < top_k; ++k) {
+            ids.push_back((first + (k == 0 ? 0 : 1 + (k + static_cast<int>(t)) % 2 + 2 * (k - 1))) % num_experts);
+            weights.push_back(0.2f + 0.3f * static_cast<float>(k) + 0.01f * static_cast<float>(t));
+          }
+          std::swap(ids[ids.size() - 1], ids[ids.size() - 1 - static_cast<size_t>(t % top_k)]);
+        }
+        const std::vector<float> x = random_floats(tokens * dim);
+        const auto entries = static_cast<int64_t>(ids.size());
+        Buffer device_ids = backend_->allocate(DType::kI32, {entries});
+        Buffer device_weights = backend_->allocate(DType::kF32, {entries});
+        Buffer device_x = backend_->allocate(DType::kF32, {tokens, dim});
+        Buffer device_out = backend_->allocate(DType::kF32, {tokens, dim});
+        backend_->copy_bytes(device_ids.data<int32_t>(), ids.data(), entries * 4);
+        backend_->copy(device_weights.data<float>(), weights.data(), entries);
+        backend_->copy(device_x.data<float>(), x.data(), tokens * dim);
+        backend_->routed_experts(device_x.data<float>(), tokens, static_cast<int>(dim), device_ids.data<int32_t>(),
+                                 device_weights.data<float>(), top_k, num_experts, expert_weights,
+                                 device_out.data<float>());
+        std::vector<float> out(static_cast<size_t>(tokens * dim));
+        backend_->to_host(device_out.data<float>(), tokens * dim, out.data());
+        std::vector<float> host_planned(out.size());
+        backend_->routed_experts(device_x.data<float>(), tokens, static_cast<int>(dim), ids.data(), weights.data(),
+                                 top_k, num_experts, expert_weights, device_out.data<float>());
+        backend_->to_host(device_out.data<float>(), tokens * dim, host_planned.data());
+        EXPECT_EQ(out, host_planned) << tokens << " tokens, registered " << registered;
+        std::vector<double> want(out.size(), 0.0);
+        for (int64_t t = 0; t < tokens; ++t) {
+          const std::vector<float> row(x.begin() + t * dim, x.begin() + (t + 1) * dim);
+          for (int k = 0; k < top_k; ++k) {
+            const auto e = static_cast<size_t>(ids[static_cast<size_t>(t * top_k + k)]);
+            const std::vector<double> y = reference_swiglu(row, 1, dim, width, gates[e], ups[e], downs[e]);
+            for (int64_t i = 0; i < dim; ++i) {
+              want[static_cast<size_t>(t * dim + i)] += weights[static_cast<size_t>(t * top_k + k)] * y[static_cast<size_t>(i)];
+            }
+          }
+        }
+        EXPECT_LT(relative_l2_error(out.data(), want.data(), tokens * dim), kTolerance) << tokens << " tokens";
+      }
+    }
+  }
+}
+
+// Step graphs, where the backend records them: a recorded op sequence replays over what its
+// device inputs hold at each replay; rope takes device positions after
+// prepare_device_positions with the host positions' bits; a capture whose op needs host
+// data or a synchronisation fails, naming why, and runs nothing.
+TEST_P(Conformance, StepGraphsReplayOverNewInputsAndRefuseHostData) {
+  const int64_t rows = 3, dim = 40;
+  const std::vector<float> norm_weight = random_floats(dim);
+  Buffer x = backend_->allocate(DType::kF32, {rows, dim});
+  Buffer y = backend_->allocate(DType::kF32, {rows, dim});
+  Buffer positions = backend_->allocate(DType::kI64, {rows});
+  Buffer norm = backend_->allocate(DType::kF32, {dim});
+  backend_->copy(norm.data<float>(), norm_weight.data(), dim);
+  const attention::RotaryEmbedding rope(8, 8, 10000.0);
+  backend_->prepare_device_positions(rope, 64);
+  Result<std::unique_ptr<Backend::StepGraph>> graph = backend_->capture([&] {
+    backend_->add(x.data<float>(), y.data<float>(), rows * dim);
+    backend_->rms_norm(x.data<float>(), rows, dim, norm.data<float>(), 1e-6f);
+    Buffer scratch = backend_->allocate(DType::kF32, {rows, dim});
+    backend_->copy(scratch.data<float>(), x.data<float>(), rows * dim);
+    backend_->rope(rope, scratch.data<float>(), rows, dim / 8, positions.data<int64_t>());
+    backend_->copy(x.data<float>(), scratch.data<float>(), rows * dim);
+  });
+  if (!graph.is_ok()) {
+    EXPECT_NE(std::string(backend_->name()).find("cpu"), std::string::npos) << graph.status().message();
+    EXPECT_NE(graph.status().message().find("no step graphs"), std::string::npos) << graph.status().message();
+    return;
+  }
+  for (int replay = 0; replay < 3; ++replay) {
+    const std::vector<float> x0 = random_floats(rows * dim), y0 = random_floats(rows * dim);
+    const std::vector<int64_t> step_positions{replay, 7 + replay, 63 - replay};
+    backend_->copy(x.data<float>(), x0.data(), rows * dim);
+    backend_->copy(y.data<float>(), y0.data(), rows * dim);
+    backend_->copy_bytes(positions.data<int64_t>(), step_positions.data(), rows * 8);
+    (*graph)->replay();
+    std::vector<float> replayed(x0.size());
+    backend_->to_host(x.data<float>(), rows * dim, replayed.data());
+    // The same ops run eagerly, positions from the host.
+    std::vector<float> eager = x0;
+    backend_->add(eager.data(), y0.data(), rows * dim);
+    backend_->rms_norm(eager.data(), rows, dim, norm_weight.data(), 1e-6f);
+    backend_->rope(rope, eager.data(), rows, dim / 8, step_positions.data());
+    EXPECT_EQ(replayed, eager) << "replay " << replay;
+  }
+  std::vector<float> host(static_cast<size_t>(rows * dim));
+  for (const auto& [why, record] : std::vector<std::pair<std::string, std::function<void()>>>{
+           {"reads host memory", [&] { backend_->add(x.data<float>(), host.data(), rows * dim); }},
+           {"host", [&] { backend_->to_host(x.data<float>(), rows * dim, host.data()); }},
+           {"synchronises", [&] { backend_->synchronize(); }}}) {
+    Result<std::unique_ptr<Backend::StepGraph>> refused = backend_->capture(record);
+    ASSERT_FALSE(refused.is_ok()) << why;
+    EXPECT_NE(refused.status().message().find(why), std::string::npos) << refused.status().message();
+  }
+  // Nothing of a refused capture ran, and eager ops work after it.
+  std::vector<float> before(host.size()), after(host.size());
+  backend_->to_host(x.data<float>(), rows * dim, before.data());
+  Result<std::unique_ptr<Backend::StepGraph>> refused = backend_->capture([&] {
+    backend_->add(x.data<float>(), y.data<float>(), rows * dim);
+    backend_->synchronize();
+  });
+  ASSERT_FALSE(refused.is_ok());
+  backend_->to_host(x.data<float>(), rows * dim, after.data());
+  EXPECT_EQ(before, after);
+}
+
 TEST_P(Conformance, RouteSelectsTheTopKOfTheSoftmaxAndAddsAndArgmaxAreExact) {
   experts::RouterConfig config;
   config.num_experts = 9;

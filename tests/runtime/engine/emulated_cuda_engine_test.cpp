@@ -105,6 +105,81 @@ TEST_P(EmulatedCudaEngine, ServesTheCpuTokensAndLogits) {
   }
 }
 
+// Decode steps as step graphs (docs/cuda-backend.md, Step graphs): two sequences prefilled,
+// then decode steps of 2, then of 1, across KV block boundaries. With graphs each batch
+// size's first decode step runs eagerly, the second is recorded and replayed, later ones
+// replay; every logit is bit-identical to the eager runner's. The CPU backend records
+// nothing: the capture fails once, its steps run eagerly with the same logits.
+TEST_P(EmulatedCudaEngine, StepGraphsGiveTheEagerStepsBits) {
+  testing::ScratchDir scratch("emulated-cuda-graphs-" + GetParam().arch);
+  ModelShapeOverrides shape;
+  shape.vocab_size = 96;
+  shape.hidden_size = 64;
+  shape.num_layers = 2;
+  shape.num_experts = 4;
+  shape.top_k = 2;
+  shape.moe_intermediate_size = 32;
+  ThreadPool pool(2);
+  const std::string dir = testing::write_generated_model(scratch.path(), GetParam().arch, GetParam().format, shape, 23);
+  Result<std::unique_ptr<LoadedModel>> model = load_model(dir, LoadOptions{.repack_for_cpu = false});
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  const ModelConfig& config = (*model)->config;
+  std::unique_ptr<backend::Backend> cuda = cuda_emulated::make_cuda_backend(0).value();
+  const TransformerForward on_cuda(config, (*model)->weights, pool, cuda.get());
+  const TransformerForward on_cpu(config, (*model)->weights, pool);
+
+  // Runs the steps; returns every logit row and the graph statistics.
+  auto run_steps = [&](const TransformerForward& forward, bool graphs) {
+    std::unique_ptr<PagedModelRunner> runner = PagedModelRunner::create(forward, {32, 4, DType::kF32}).value();
+    if (graphs) runner->enable_step_graphs(4);
+    const size_t groups = runner->kv_cache_groups().size();
+    const std::vector<std::vector<int32_t>> tables{{1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}};
+    std::vector<float> logits;
+    auto run = [&](const RunnerBatch& batch) {
+      Result<std::vector<float>> rows = runner->run(batch);
+      EXPECT_TRUE(rows.is_ok()) << rows.status().to_string();
+      if (rows.is_ok()) logits.insert(logits.end(), rows->begin(), rows->end());
+    };
+    RunnerBatch prefill;
+    for (int s = 0; s < 2; ++s) {
+      SequenceChunk chunk;
+      for (int i = 0; i < 6 + s; ++i) chunk.tokens.push_back((29 * i + 7 * s + 3) % config.vocab_size);
+      chunk.num_logit_rows = 1;
+      chunk.block_tables.assign(groups, tables[static_cast<size_t>(s)]);
+      prefill.chunks.push_back(chunk);
+    }
+    run(prefill);
+    std::vector<int64_t> length{6, 7};
+    for (int step = 0; step < 8; ++step) {
+      const int batch_size = step < 5 ? 2 : 1;
+      RunnerBatch decode;
+      for (int s = 0; s < batch_size; ++s) {
+        SequenceChunk chunk;
+        chunk.start = length[static_cast<size_t>(s)]++;
+        chunk.tokens = {static_cast<int32_t>((11 * step + 5 * s + 1) % config.vocab_size)};
+        chunk.num_logit_rows = 1;
+        chunk.block_tables.assign(groups, tables[static_cast<size_t>(s)]);
+        decode.chunks.push_back(chunk);
+      }
+      run(decode);
+    }
+    return std::make_pair(logits, runner->step_graph_stats());
+  };
+  const auto [eager, no_graphs] = run_steps(on_cuda, false);
+  const auto [graphed, stats] = run_steps(on_cuda, true);
+  ASSERT_EQ(graphed.size(), eager.size());
+  EXPECT_EQ(graphed, eager);
+  EXPECT_EQ(no_graphs.captured, 0);
+  EXPECT_EQ(stats.captured, 2);  // batch sizes 2 and 1
+  EXPECT_EQ(stats.replayed, 4 + 2);
+  EXPECT_EQ(stats.failed, 0);
+  const auto [on_host, host_stats] = run_steps(on_cpu, true);
+  const auto [on_host_eager, unused] = run_steps(on_cpu, false);
+  EXPECT_EQ(on_host, on_host_eager);
+  EXPECT_EQ(host_stats.captured, 0);
+  EXPECT_EQ(host_stats.failed, 2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Architectures, EmulatedCudaEngine,
                          ::testing::Values(EmulatedCase{"deepseek_v3", "fp8"}, EmulatedCase{"gpt_oss", "mxfp4"},
                                            EmulatedCase{"qwen3_moe", "nvfp4"}),
