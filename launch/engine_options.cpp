@@ -39,6 +39,10 @@ void add_engine_options(po::options_description& options, EngineOptions& v) {
       ("fp4-activations", po::value(&v.fp4_activations)->default_value("f32"),
        "what the CPU computes NVFP4 / MXFP4 weights with: f32 (exact) or int8 (activations quantized per 16 "
        "elements: faster decode, logits off by ~1e-3 relative; docs/quant-formats.md \"Int8 activations\")")
+      ("cuda-graph-max-batch", po::value(&v.cuda_graph_max_batch)->default_value(16),
+       "with --device cuda on one rank: decode steps of up to this many sequences (0..16) run as CUDA graphs, "
+       "recorded at a batch size's second step (0: none; docs/cuda-backend.md \"Step graphs\")")
+      ("enforce-eager", po::bool_switch(&v.enforce_eager), "no CUDA graphs (--cuda-graph-max-batch 0)")
       ("threads", po::value(&v.threads)->default_value("auto"),
        "worker threads per rank, 1..4096 (auto: MOERT_NUM_THREADS, else the CPUs of the process's affinity mask, split "
        "among the ranks on this node when the launcher did not bind them)");
@@ -96,6 +100,11 @@ engine::EngineConfig resolve_engine_config(const EngineOptions& v, const ModelCo
   c.enable_prefix_caching = !v.no_prefix_caching;
   c.scheduler.max_batched_tokens = v.max_batched_tokens;
   c.scheduler.max_seqs = v.max_seqs;
+  if (v.cuda_graph_max_batch < 0 || v.cuda_graph_max_batch > engine::kMaxStepGraphBatch) {
+    throw CommandError("--cuda-graph-max-batch = " + std::to_string(v.cuda_graph_max_batch) + " must be in [0, " +
+                       std::to_string(engine::kMaxStepGraphBatch) + "]");
+  }
+  c.step_graph_max_batch = v.device == "cuda" && !v.enforce_eager ? v.cuda_graph_max_batch : 0;
   if (v.block_size < 1) throw CommandError("--block-size = " + std::to_string(v.block_size) + " must be >= 1");
   if (v.kv_blocks < 0) throw CommandError("--kv-blocks = " + std::to_string(v.kv_blocks) + " must be >= 0");
   // One block over every layer: the pool's unit from MiB, and its size for the memory check.
@@ -167,7 +176,9 @@ std::string describe_engine_config(const engine::EngineConfig& c, int threads) {
                 c.num_kv_blocks, c.block_size, attention::kv_cache_dtype_name(c.kv_cache_dtype),
                 c.enable_prefix_caching ? "on" : "off", c.scheduler.max_batched_tokens,
                 c.scheduler.max_seqs, threads);
-  return line;
+  std::string text = line;
+  if (c.step_graph_max_batch > 0) text += ", CUDA graphs up to batch " + std::to_string(c.step_graph_max_batch);
+  return text;
 }
 
 std::string engine_summary(const engine::EngineStats& s, const engine::EngineConfig& c, const ModelConfig& model,
@@ -191,7 +202,13 @@ std::string engine_summary(const engine::EngineStats& s, const engine::EngineCon
                 static_cast<long long>(s.preemptions),
                 static_cast<long long>(kv_bytes.is_ok() ? *kv_bytes : -1),
                 attention::kv_cache_dtype_name(c.kv_cache_dtype));
-  return text;
+  std::string summary = text;
+  if (c.step_graph_max_batch > 0) {
+    summary += "\ncuda graphs: " + std::to_string(s.step_graphs.captured) + " captured, " +
+               std::to_string(s.step_graphs.replayed) + " decode steps replayed, " +
+               std::to_string(s.step_graphs.failed) + " batch sizes eager after a failed capture";
+  }
+  return summary;
 }
 
 }  // namespace moert::launch

@@ -28,6 +28,8 @@ struct EngineOptions {
   std::string device = "cpu";           // cpu, cuda
   std::string ep_transport = "auto";    // auto, nccl, mpi: what moves the expert-parallel rows
   std::string fp4_activations = "f32";  // f32, int8: what the CPU computes NVFP4 / MXFP4 weights with
+  int cuda_graph_max_batch = 16;  // decode steps of up to this many sequences as CUDA graphs (--device cuda)
+  bool enforce_eager = false;     // no CUDA graphs (vLLM's spelling of --cuda-graph-max-batch 0)
 };
 
 void add_engine_options(boost::program_options::options_description& options, EngineOptions& values);

@@ -205,6 +205,7 @@ Result<std::vector<RequestOutput>> Engine::step() {
   }
   const double forward_s = seconds_since(forward_start);
   stats_.forward_s += forward_s;
+  stats_.step_graphs = runner_->step_graph_stats();
   depth_.observe_target_step(num_tokens, forward_s);
   if (verifies) {
     ++stats_.spec_steps;

@@ -112,6 +112,7 @@ struct EngineStats {
   int64_t prefix_hit_tokens = 0;
   double forward_s = 0.0;
   double sample_s = 0.0;
+  StepGraphStats step_graphs;    // the target model's decode steps as step graphs
   // Speculative decoding.
   spec::AcceptanceStats acceptance;  // per verified pass (a pass = one sequence's K drafts)
   int64_t spec_steps = 0;            // steps that verified at least one draft

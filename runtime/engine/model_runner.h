@@ -53,6 +53,17 @@ struct KvCacheConfig {
   DType dtype = DType::kF32;
 };
 
+// The largest decode batch a step graph is worth recording for: beyond it the CUDA backend
+// plans a MoE layer's layout on the host (kDeviceLayoutMaxTokens), which a graph cannot do.
+inline constexpr int kMaxStepGraphBatch = 16;
+
+// How decode steps used step graphs (PagedModelRunner::enable_step_graphs).
+struct StepGraphStats {
+  int64_t captured = 0;  // graphs recorded (one per batch size)
+  int64_t replayed = 0;  // steps run as a graph replay
+  int64_t failed = 0;    // batch sizes whose capture failed (they run eagerly)
+};
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -67,13 +78,7 @@ class ModelRunner {
   // of its logits being returned (Backend::sample_rows): the tokens, in row order.
   virtual Result<std::vector<int32_t>> run_and_sample(const RunnerBatch& batch,
                                                       std::span<const backend::Backend::RowSampling> rows) = 0;
-};
-
-// How decode steps used step graphs (PagedModelRunner::enable_step_graphs).
-struct StepGraphStats {
-  int64_t captured = 0;  // graphs recorded (one per batch size)
-  int64_t replayed = 0;  // steps run as a graph replay
-  int64_t failed = 0;    // batch sizes whose capture failed (they run eagerly)
+  virtual StepGraphStats step_graph_stats() const { return {}; }
 };
 
 class PagedModelRunner final : public ModelRunner {
@@ -94,7 +99,7 @@ class PagedModelRunner final : public ModelRunner {
   // resident), the next is recorded, later ones replay it over the step's inputs copied to
   // the device. Same outputs as eager steps. 0 (the default) runs every step eagerly.
   void enable_step_graphs(int max_batch) { step_graph_max_batch_ = max_batch; }
-  const StepGraphStats& step_graph_stats() const { return step_graph_stats_; }
+  StepGraphStats step_graph_stats() const override { return step_graph_stats_; }
 
  private:
   struct StepPlan;

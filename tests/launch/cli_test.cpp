@@ -402,6 +402,10 @@ TEST(CliQuantize, QuantizeScoreAndEval) {
   expect_one_line_error(
       run_command(moert() + " score --model " + nvfp4 + " --tokens 1,2 --fp4-activations int8 --device cuda"),
       "--fp4-activations int8 runs on the CPU only");
+  expect_one_line_error(run_command(moert() + " bench --model " + nvfp4 + " --num-requests 1 --cuda-graph-max-batch 17"),
+                        "--cuda-graph-max-batch = 17 must be in [0, 16]");
+  expect_one_line_error(run_command(moert() + " run --model " + nvfp4 + " --cuda-graph-max-batch -1 --input x --output -"),
+                        "--cuda-graph-max-batch = -1 must be in [0, 16]");
   expect_one_line_error(run_command(moert() + " bench --model " + nvfp4 + " --num-requests 1 --spec draft --draft-model " +
                                     nvfp4 + " --draft-fp4-activations f16"),
                         "--draft-fp4-activations 'f16' is not one of f32, int8");
