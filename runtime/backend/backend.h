@@ -98,6 +98,9 @@ class Backend {
   virtual void routed_experts(const float* h, int64_t num_tokens, int hidden_size, const int32_t* expert_ids,
                               const float* weights, int top_k, int num_experts,
                               const std::function<ExpertWeights(int expert)>& expert_weights, float* out);
+  // counts[e] += the number of entries of expert_ids [N] equal to e, for e < num_experts
+  // (load statistics kept where the routing is; both arrays on this device).
+  virtual void count_experts(const int32_t* expert_ids, int64_t num_entries, int num_experts, int64_t* counts) = 0;
   // Router top-k: logits [T, E] -> expert_ids, weights [T, K] (experts/router.h rules).
   virtual void route(const experts::RouterConfig& config, const float* logits, int64_t num_tokens,
                      const float* selection_bias, int32_t* expert_ids, float* weights) = 0;

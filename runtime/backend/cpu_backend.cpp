@@ -95,6 +95,14 @@ void CpuBackend::route(const experts::RouterConfig& config, const float* logits,
   experts::route_tokens(config, logits, num_tokens, selection_bias, expert_ids, weights);
 }
 
+void CpuBackend::count_experts(const int32_t* expert_ids, int64_t num_entries, int num_experts, int64_t* counts) {
+  for (int64_t i = 0; i < num_entries; ++i) {
+    const int32_t e = expert_ids[i];
+    MOERT_CHECK(e >= 0 && e < num_experts, "expert id " << e << " outside [0, " << num_experts << ")");
+    ++counts[e];
+  }
+}
+
 void CpuBackend::combine_rows(std::span<const int64_t> src_rows, int top_k, std::span<const float> rows,
                               int hidden_size, std::span<float> out) {
   experts::sum_rows_in_order(src_rows, top_k, rows, hidden_size, out);

@@ -40,6 +40,7 @@ class CpuBackend : public Backend {
                           std::span<float> contributions) override;
   void route(const experts::RouterConfig& config, const float* logits, int64_t num_tokens,
              const float* selection_bias, int32_t* expert_ids, float* weights) override;
+  void count_experts(const int32_t* expert_ids, int64_t num_entries, int num_experts, int64_t* counts) override;
   void combine_rows(std::span<const int64_t> src_rows, int top_k, std::span<const float> rows, int hidden_size,
                     std::span<float> out) override;
   void add(float* x, const float* y, int64_t count) override;

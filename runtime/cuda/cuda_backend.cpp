@@ -640,6 +640,14 @@ class CudaBackend : public backend::Backend {
              "combine_rows");
   }
 
+  void count_experts(const int32_t* expert_ids, int64_t num_entries, int num_experts, int64_t* counts) override {
+    if (num_entries == 0) return;
+    Staging s(weights_);
+    s.finish(count_expert_ids(s.in(expert_ids, num_entries), num_entries, num_experts, s.inout(counts, num_experts),
+                              stream()),
+             "count_experts");
+  }
+
   Result<std::unique_ptr<StepGraph>> capture(const std::function<void()>& record) override {
     MOERT_CUDA_CHECK(cudaStreamSynchronize(copy_stream()));  // weight uploads in flight land first
     MOERT_CUDA_CHECK(cudaStreamSynchronize(stream()));

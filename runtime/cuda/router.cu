@@ -152,7 +152,22 @@ __global__ void plan_layout_kernel(const int32_t* ids, int64_t num_entries, int 
   }
 }
 
+__global__ void count_kernel(const int32_t* ids, int64_t num_entries, int num_experts, int64_t* counts) {
+  for (int e = static_cast<int>(threadIdx.x); e < num_experts; e += static_cast<int>(blockDim.x)) {
+    int64_t count = 0;
+    for (int64_t i = 0; i < num_entries; ++i) count += ids[i] == e ? 1 : 0;
+    counts[e] += count;
+  }
+}
+
 }  // namespace
+
+int count_expert_ids(const int32_t* expert_ids, int64_t num_entries, int num_experts, int64_t* counts,
+                     CUstream_st* stream) {
+  if (num_entries == 0 || num_experts == 0) return 0;
+  MOERT_LAUNCH(count_kernel, 1u, kLayoutThreads, stream, expert_ids, num_entries, num_experts, counts);
+  return static_cast<int>(cudaGetLastError());
+}
 
 int plan_routed_layout(const int32_t* expert_ids, int64_t num_tokens, int top_k, int num_experts,
                        const DeviceLayoutArrays& layout, CUstream_st* stream) {

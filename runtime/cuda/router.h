@@ -48,6 +48,10 @@ struct DeviceLayoutArrays {
   int64_t* entry_row = nullptr;          // [N]
   int64_t* src_rows = nullptr;           // [T, K]
 };
+// counts[e] += #{i < N : expert_ids[i] == e} for e < num_experts (ids outside are not
+// counted); device memory. One block, each thread owning experts (no atomics).
+int count_expert_ids(const int32_t* expert_ids, int64_t num_entries, int num_experts, int64_t* counts,
+                     CUstream_st* stream);
 int plan_routed_layout(const int32_t* expert_ids, int64_t num_tokens, int top_k, int num_experts,
                        const DeviceLayoutArrays& layout, CUstream_st* stream);
 

@@ -93,7 +93,7 @@ Status TransformerForward::forward_into(const ForwardBatch& batch, AttentionCont
 }
 
 std::string TransformerForward::step_graph_blocker() const {
-  if (routed_experts_ != &local_experts_) return "expert parallelism plans each MoE layer's dispatch on the host";
+  if (!routed_experts_->routes_on_device()) return "the routed experts plan each MoE layer's dispatch on the host";
   if (selection_bias_ != nullptr) {
     for (const std::vector<float>& bias : *selection_bias_) {
       if (!bias.empty()) return "a load-balancing bias is uploaded at every step";
@@ -277,10 +277,10 @@ void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, const float* 
   const Buffer router_logits = activations(num_tokens * num_experts);  // [T, E]
   backend_.linear(quant::LinearWeight::from_dense(moe.router), h, num_tokens,
                   moe.router_bias.empty() ? nullptr : moe.router_bias.data(), router_logits.data<float>());
-  // The routing [T, K]: on the backend's device when this rank computes every expert (the
+  // The routing [T, K]: on the backend's device when the routed experts take it there (the
   // backend may plan their layout there, and a step graph must), else on the host for the
   // expert-parallel dispatch plan.
-  const bool local = routed_experts_ == &local_experts_;
+  const bool local = routed_experts_->routes_on_device();
   const int64_t num_entries = num_tokens * top_k;
   std::vector<int32_t> host_ids(local ? 0 : static_cast<size_t>(num_entries));
   std::vector<float> host_weights(host_ids.size());

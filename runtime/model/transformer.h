@@ -53,6 +53,10 @@ class RoutedExperts {
   virtual void run(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
                    const int32_t* expert_ids, const float* weights, float* out,
                    const std::function<void()>& overlapped) = 0;
+  // Whether run() takes expert_ids and weights in the backend's device memory and issues
+  // device work only (no host reads, nothing kept on the host per step): then the routing
+  // stays on the device and a step graph may record the layer. Otherwise they are host data.
+  virtual bool routes_on_device() const { return false; }
 };
 
 // The routed experts' weights of `moe` for Backend::grouped_expert_ffn (moe must outlive it).
@@ -65,6 +69,7 @@ class LocalRoutedExperts : public RoutedExperts {
   void run(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
            const int32_t* expert_ids, const float* weights, float* out,
            const std::function<void()>& overlapped) override;
+  bool routes_on_device() const override { return true; }
 
  private:
   const ModelConfig& config_;
@@ -116,8 +121,9 @@ class TransformerForward {
   Status forward_into(const ForwardBatch& batch, AttentionContext& attention, float* logits) const;
 
   // Step graphs (docs/cuda-backend.md, Step graphs). Why this model's steps cannot be
-  // recorded whatever the batch (empty: they can): expert parallelism plans its dispatch on
-  // the host, a balancing bias changes between steps.
+  // recorded whatever the batch (empty: they can): the routed experts need the routing on
+  // the host (expert parallelism over several ranks plans its dispatch there), a balancing
+  // bias changes between steps.
   std::string step_graph_blocker() const;
   // Lets the backend take the steps' positions from device memory (call before capturing).
   void prepare_step_graphs() const;

@@ -62,13 +62,29 @@ void ExpertParallelExperts::set_placement(experts::ExpertPlacement placement) {
   placement_ = std::move(placement);
 }
 
+void ExpertParallelExperts::collect_device_loads() {
+  if (loads_backend_ == nullptr) return;
+  const auto num_experts = static_cast<size_t>(config_.num_experts());
+  const auto bytes = static_cast<int64_t>(routed_loads_.size() * sizeof(int64_t));
+  std::vector<int64_t> counted(routed_loads_.size());
+  loads_backend_->copy_bytes(counted.data(), device_loads_.data<int64_t>(), bytes);
+  for (size_t i = 0; i < counted.size(); ++i) {
+    routed_loads_[i] += counted[i];
+    computed_loads_[i / num_experts] += counted[i];  // one rank computes every routed entry
+  }
+  const std::vector<int64_t> zeros(counted.size(), 0);
+  loads_backend_->copy_bytes(device_loads_.data<int64_t>(), zeros.data(), bytes);
+}
+
 std::vector<int64_t> ExpertParallelExperts::take_routed_loads() {
+  collect_device_loads();
   std::vector<int64_t> loads(routed_loads_.size(), 0);
   loads.swap(routed_loads_);
   return loads;
 }
 
 std::vector<int64_t> ExpertParallelExperts::take_computed_loads() {
+  collect_device_loads();
   std::vector<int64_t> loads(computed_loads_.size(), 0);
   loads.swap(computed_loads_);
   return loads;
@@ -149,6 +165,22 @@ void ExpertParallelExperts::run(backend::Backend& backend, int layer, const MoeW
   const int top_k = config_.top_k();
   const int num_experts = config_.num_experts();
   const int64_t dim = config_.hidden_size;
+  if (routes_on_device()) {  // every expert here: the routing and the loads stay on the device
+    overlapped();
+    if (loads_backend_ != &backend) {
+      collect_device_loads();
+      loads_backend_ = &backend;
+      device_loads_ = backend.allocate(DType::kI64, {static_cast<int64_t>(routed_loads_.size())});
+      const std::vector<int64_t> zeros(routed_loads_.size(), 0);
+      backend.copy_bytes(device_loads_.data<int64_t>(), zeros.data(),
+                         static_cast<int64_t>(zeros.size() * sizeof(int64_t)));
+    }
+    backend.count_experts(expert_ids, num_tokens * top_k, num_experts,
+                          device_loads_.data<int64_t>() + static_cast<int64_t>(layer) * num_experts);
+    backend.routed_experts(h, num_tokens, static_cast<int>(dim), expert_ids, weights, top_k, num_experts,
+                           routed_expert_weights(moe), out);
+    return;
+  }
   const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(float));
   const experts::LayerPlacement& placement = placement_.layer(placement_.num_layers() == 1 ? 0 : layer);
   auto fail = [&](const Status& status) {

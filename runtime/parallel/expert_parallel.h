@@ -45,6 +45,9 @@ class ExpertParallelExperts : public RoutedExperts {
   void run(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
            const int32_t* expert_ids, const float* weights, float* out,
            const std::function<void()>& overlapped) override;
+  // One rank computes every expert: the routing stays on the device (no exchange, the loads
+  // counted there), so a step graph may record the layer.
+  bool routes_on_device() const override { return transport_.world_size() == 1; }
 
   // Swaps the placement between steps (every rank must swap to the same one before the
   // next step). Same checks as the constructor (MOERT_CHECK).
@@ -60,6 +63,8 @@ class ExpertParallelExperts : public RoutedExperts {
 
  private:
   void check_placement(const experts::ExpertPlacement& placement) const;
+  // Moves the loads counted on the device (one rank) into routed_loads_ / computed_loads_.
+  void collect_device_loads();
 
   const ModelConfig& config_;
   experts::ExpertPlacement placement_;
@@ -68,6 +73,10 @@ class ExpertParallelExperts : public RoutedExperts {
   ExpertParallelStats stats_;
   std::vector<int64_t> routed_loads_;    // [L, E]
   std::vector<int64_t> computed_loads_;  // [L]
+  // One rank: the routed loads [L, E] counted on the device of loads_backend_ since the
+  // last collect_device_loads().
+  backend::Backend* loads_backend_ = nullptr;
+  Buffer device_loads_;
 };
 
 }  // namespace moert::parallel

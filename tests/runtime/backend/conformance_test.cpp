@@ -556,6 +556,28 @@ TEST_P(Conformance, RoutedExpertsFromDeviceRoutingMatchFloat64AndTheHostPlan) {
   }
 }
 
+// Expert counts accumulate on the device, exactly.
+TEST_P(Conformance, CountExpertsAccumulatesExactly) {
+  const int num_experts = 7;
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 50; ++i) ids.push_back(static_cast<int32_t>((i * i + 3 * i) % num_experts));
+  std::vector<int64_t> want(num_experts, 5);
+  for (int32_t id : ids) want[static_cast<size_t>(id)] += 2;  // counted twice below
+  Buffer device_ids = backend_->allocate(DType::kI32, {static_cast<int64_t>(ids.size())});
+  Buffer counts = backend_->allocate(DType::kI64, {num_experts});
+  backend_->copy_bytes(device_ids.data<int32_t>(), ids.data(), static_cast<int64_t>(ids.size() * 4));
+  const std::vector<int64_t> start(num_experts, 5);
+  backend_->copy_bytes(counts.data<int64_t>(), start.data(), num_experts * 8);
+  for (int pass = 0; pass < 2; ++pass) {
+    backend_->count_experts(device_ids.data<int32_t>(), static_cast<int64_t>(ids.size()), num_experts,
+                            counts.data<int64_t>());
+  }
+  backend_->count_experts(device_ids.data<int32_t>(), 0, num_experts, counts.data<int64_t>());
+  std::vector<int64_t> got(num_experts);
+  backend_->copy_bytes(got.data(), counts.data<int64_t>(), num_experts * 8);
+  EXPECT_EQ(got, want);
+}
+
 // Step graphs, where the backend records them: a recorded op sequence replays over what its
 // device inputs hold at each replay; rope takes device positions after
 // prepare_device_positions with the host positions' bits; a capture whose op needs host
