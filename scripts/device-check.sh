@@ -7,7 +7,8 @@
 #   2. `moert score --device cuda` on every shared reference against its float64 logits;
 #   3. decode attention bandwidth against a device copy (batch 32, context 4096);
 #   4. batch-1 / batch-32 decode and prefill tok/s on `make-model --preset large`, moert
-#      beside Hugging Face transformers' generate() on the same checkpoint;
+#      beside Hugging Face transformers' generate() on the same checkpoint; (4b) batch-1 decode
+#      with CUDA graphs against --enforce-eager, interleaved, as a ratio;
 #   5. the expert-parallel exchange through NCCL on one GPU (4096 x 7168 BF16 rows there and
 #      back) against a device copy of the same bytes (docs/expert-parallel-gpu.md);
 #   6. the linear kernels alone per format: batch-1 weight bandwidth against a device copy and
@@ -118,6 +119,15 @@ log "4. throughput on the large preset, moert and transformers"
 python3 "$here/device/hf_generate_bench.py" "$work/large" --batch-sizes 1,32 --input-len 64 --output-len 64 \
   > "$out/hf-bench.json" 2> "$out/hf-bench.log"
 
+log "4b. batch-1 decode with and without CUDA graphs (same run, interleaved)"
+for round in 1 2; do
+  for mode in graphs eager; do
+    extra=""; [ "$mode" = eager ] && extra="--enforce-eager"
+    "$bin/moert" bench --device cuda --model "$work/large" --batch-sizes 1 --input-len 64 --output-len 64 \
+      --kv-cache-mb 8192 $extra > "$out/moert-bench-$mode-$round.log" 2>&1
+  done
+done
+
 log "5. NCCL dispatch + combine round trip vs device copy"
 "$bin/bench_nccl_round_trip" --tokens 4096 --hidden 7168 --element-bytes 2 > "$out/nccl.json" 2> "$out/nccl.log"
 
@@ -163,6 +173,21 @@ for fmt in ("nvfp4", "mxfp4", "fp8"):
     lines = bench_lines(f"{out}/moert-bench-{fmt}.log")
     if lines and bf16:
         summary["decode_batch1_vs_bf16"][fmt] = round(lines[0]["output_tok_s"] / bf16, 3)
+# CUDA graphs: decode tok/s of each mode (best of the interleaved rounds) and their ratio;
+# the "cuda graphs:" summary line shows whether the graphs were used.
+graphs = {}
+for mode in ("graphs", "eager"):
+    rates = [l[0]["output_tok_s"] for r in (1, 2) for l in [bench_lines(f"{out}/moert-bench-{mode}-{r}.log")] if l]
+    graphs[mode + "_output_tok_s"] = max(rates) if rates else None
+    try:
+        used = [line.strip() for r in (1, 2) for line in open(f"{out}/moert-bench-{mode}-{r}.log")
+                if line.startswith("cuda graphs:")]
+    except OSError:
+        used = []
+    graphs[mode + "_usage"] = used
+if graphs.get("graphs_output_tok_s") and graphs.get("eager_output_tok_s"):
+    graphs["ratio"] = round(graphs["graphs_output_tok_s"] / graphs["eager_output_tok_s"], 3)
+summary["decode_batch1_cuda_graphs"] = graphs
 print(json.dumps(summary, indent=1))
 PY
 log "summary: $out/summary.json"
