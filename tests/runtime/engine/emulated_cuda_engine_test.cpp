@@ -89,7 +89,7 @@ TEST_P(EmulatedCudaEngine, ServesTheCpuTokensAndLogits) {
     Request request;
     request.id = "r" + std::to_string(r);
     request.prompt.assign(prompt.begin() + r, prompt.end());
-    request.params.max_tokens = 3;
+    request.params.max_tokens = 4;  // decode steps of 2: eager, recorded, replayed
     request.params.ignore_eos = true;
     if (r > 0) {
       request.params.temperature = 0.8f;
@@ -99,8 +99,16 @@ TEST_P(EmulatedCudaEngine, ServesTheCpuTokensAndLogits) {
     }
     requests.push_back(std::move(request));
   }
-  const auto served = testing::serve_all(on_cuda, engine, requests);
+  // On the device with step graphs (the engine's sampling path: draws on the device from a
+  // replay's logits), on the CPU without.
+  EngineConfig with_graphs = engine;
+  with_graphs.step_graph_max_batch = 4;
+  EngineStats stats;
+  const auto served = testing::serve_all(on_cuda, with_graphs, requests, nullptr, &stats);
   const auto expected = testing::serve_all(on_cpu, engine, requests);
+  EXPECT_EQ(stats.step_graphs.captured, 1);
+  EXPECT_GE(stats.step_graphs.replayed, 1);
+  EXPECT_EQ(stats.step_graphs.failed, 0);
   ASSERT_EQ(served.size(), requests.size());
   for (const Request& request : requests) {
     EXPECT_EQ(served.at(request.id).outputs.at(0).token_ids, expected.at(request.id).outputs.at(0).token_ids)
