@@ -335,6 +335,37 @@ std::vector<float> host_floats(const float* data, int64_t count) {
   return host;
 }
 
+// What the grouped kernels need to know of a set of routed experts besides their weights.
+struct ExpertSet {
+  int64_t intermediate_size = 0;       // I, the same for every expert
+  experts::GluActivation activation;   // the same for every expert
+  bool tensor_core_weights = true;     // every gate, up and down weight runs on the tensor cores
+};
+// table[id] = the device view of expert `id`'s weights (resident when registered, else staged
+// in `s`), for each of `ids`.
+ExpertSet fill_device_experts(std::span<const int32_t> ids,
+                              const std::function<backend::Backend::ExpertWeights(int expert)>& expert_weights,
+                              Staging& s, std::vector<DeviceExpert>& table) {
+  ExpertSet set;
+  for (size_t a = 0; a < ids.size(); ++a) {
+    const backend::Backend::ExpertWeights w = expert_weights(ids[a]);
+    DeviceExpert& e = table[static_cast<size_t>(ids[a])];
+    e.gate = device_weight(*w.gate, s);
+    e.up = device_weight(*w.up, s);
+    e.down = device_weight(*w.down, s);
+    e.gate_bias = s.weight(w.gate_bias, e.gate.rows);
+    e.up_bias = s.weight(w.up_bias, e.up.rows);
+    e.down_bias = s.weight(w.down_bias, e.down.rows);
+    MOERT_CHECK(a == 0 || (e.gate.rows == set.intermediate_size && w.activation == set.activation),
+                "grouped experts differ in width or activation");
+    set.intermediate_size = e.gate.rows;
+    set.activation = w.activation;
+    set.tensor_core_weights = set.tensor_core_weights && tensor_core_weight(e.gate) && tensor_core_weight(e.up) &&
+                              tensor_core_weight(e.down);
+  }
+  return set;
+}
+
 // Up to this many tokens a MoE layer's layout is planned on the device (routed_experts):
 // no expert group can exceed the warp kernel's rows then.
 constexpr int64_t kDeviceLayoutMaxTokens = 16;
@@ -515,24 +546,12 @@ class CudaBackend : public backend::Backend {
     // The expert table, indexed by expert id, holds the experts with work (others stay empty).
     const int32_t max_expert = layout.experts.empty() ? 0 : layout.experts.back();
     std::vector<DeviceExpert> table(static_cast<size_t>(max_expert) + 1);
-    experts::GluActivation activation;
-    int64_t intermediate = 0, max_entries = 0;
-    bool tensor_core_weights = true;
+    const ExpertSet set = fill_device_experts(layout.experts, expert_weights, s, table);
+    const experts::GluActivation activation = set.activation;
+    const int64_t intermediate = set.intermediate_size;
+    const bool tensor_core_weights = set.tensor_core_weights;
+    int64_t max_entries = 0;
     for (size_t a = 0; a < layout.experts.size(); ++a) {
-      const ExpertWeights w = expert_weights(layout.experts[a]);
-      DeviceExpert& e = table[static_cast<size_t>(layout.experts[a])];
-      e.gate = device_weight(*w.gate, s);
-      e.up = device_weight(*w.up, s);
-      e.down = device_weight(*w.down, s);
-      e.gate_bias = s.weight(w.gate_bias, e.gate.rows);
-      e.up_bias = s.weight(w.up_bias, e.up.rows);
-      e.down_bias = s.weight(w.down_bias, e.down.rows);
-      MOERT_CHECK(a == 0 || (e.gate.rows == intermediate && w.activation == activation),
-                  "grouped experts differ in width or activation");
-      intermediate = e.gate.rows;
-      activation = w.activation;
-      tensor_core_weights = tensor_core_weights && tensor_core_weight(e.gate) && tensor_core_weight(e.up) &&
-                            tensor_core_weight(e.down);
       max_entries = std::max(max_entries, layout.cu_expert_entries[a + 1] - layout.cu_expert_entries[a]);
     }
     GroupedExpertArgs args;
@@ -619,7 +638,7 @@ class CudaBackend : public backend::Backend {
     GroupedExpertArgs args;
     args.x = s.in(h, num_tokens * hidden_size);
     args.hidden_size = hidden_size;
-    args.intermediate_size = table.intermediate_size;
+    args.intermediate_size = table.set.intermediate_size;
     args.num_entries = num_entries;
     args.entry_row = layout.entry_row;
     args.entry_weight = weights;
@@ -628,9 +647,9 @@ class CudaBackend : public backend::Backend {
     args.cu_expert_entries = layout.cu_expert_entries;
     args.expert_entry_idx = layout.expert_entry_idx;
     args.experts = table.experts;
-    args.activation = table.activation;
-    args.tensor_core_weights = table.tensor_core_weights;
-    args.workspace = temporary(grouped_expert_workspace_floats(num_entries, hidden_size, table.intermediate_size),
+    args.activation = table.set.activation;
+    args.tensor_core_weights = table.set.tensor_core_weights;
+    args.workspace = temporary(grouped_expert_workspace_floats(num_entries, hidden_size, table.set.intermediate_size),
                                static_cast<float*>(nullptr));
     float* contributions = temporary(num_entries * hidden_size, static_cast<float*>(nullptr));
     args.contributions = contributions;
@@ -825,9 +844,7 @@ class CudaBackend : public backend::Backend {
   struct ExpertTable {
     Buffer storage;                   // DeviceExpert [E]
     const DeviceExpert* experts = nullptr;
-    int64_t intermediate_size = 0;
-    experts::GluActivation activation;
-    bool tensor_core_weights = true;
+    ExpertSet set;
   };
   // The layer is told by its first expert's gate weight (the model's weights outlive the
   // backend's use of them: register_host_weights). A table with a weight that is not
@@ -837,24 +854,11 @@ class CudaBackend : public backend::Backend {
     const ExpertWeights first = expert_weights(0);
     const std::pair<const void*, int> key{first.gate, num_experts};
     if (auto cached = expert_tables_.find(key); cached != expert_tables_.end()) return cached->second;
-    ExpertTable table;
     std::vector<DeviceExpert> host(static_cast<size_t>(num_experts));
-    for (int e = 0; e < num_experts; ++e) {
-      const ExpertWeights w = expert_weights(e);
-      DeviceExpert& d = host[static_cast<size_t>(e)];
-      d.gate = device_weight(*w.gate, s);
-      d.up = device_weight(*w.up, s);
-      d.down = device_weight(*w.down, s);
-      d.gate_bias = s.weight(w.gate_bias, d.gate.rows);
-      d.up_bias = s.weight(w.up_bias, d.up.rows);
-      d.down_bias = s.weight(w.down_bias, d.down.rows);
-      MOERT_CHECK(e == 0 || (d.gate.rows == table.intermediate_size && w.activation == table.activation),
-                  "routed experts differ in width or activation");
-      table.intermediate_size = d.gate.rows;
-      table.activation = w.activation;
-      table.tensor_core_weights = table.tensor_core_weights && tensor_core_weight(d.gate) &&
-                                  tensor_core_weight(d.up) && tensor_core_weight(d.down);
-    }
+    std::vector<int32_t> every_expert(static_cast<size_t>(num_experts));
+    for (int e = 0; e < num_experts; ++e) every_expert[static_cast<size_t>(e)] = e;
+    ExpertTable table;
+    table.set = fill_device_experts(every_expert, expert_weights, s, host);
     const auto bytes = static_cast<int64_t>(host.size() * sizeof(DeviceExpert));
     if (!s.all_weights_resident()) {
       call_table_ = std::move(table);

@@ -109,6 +109,31 @@ std::vector<double> reference_swiglu(const std::vector<float>& x, int64_t rows, 
 
 TensorView f32_view(std::vector<float>& v, Shape shape) { return TensorView::contiguous(DType::kF32, std::move(shape), v.data()); }
 
+// Routed experts with random F32 weights: gate, up [width, dim], down [dim, width].
+struct RandomExperts {
+  std::vector<std::vector<float>> gates, ups, downs;
+  std::vector<quant::LinearWeight> gate_w, up_w, down_w;
+
+  RandomExperts(int num_experts, int64_t dim, int64_t width, const std::function<std::vector<float>(int64_t)>& random) {
+    for (int e = 0; e < num_experts; ++e) {
+      gates.push_back(random(width * dim));
+      ups.push_back(random(width * dim));
+      downs.push_back(random(dim * width));
+    }
+    for (size_t e = 0; e < gates.size(); ++e) {  // views into the vectors, which no longer move
+      gate_w.push_back(quant::LinearWeight::from_dense(f32_view(gates[e], {width, dim})));
+      up_w.push_back(quant::LinearWeight::from_dense(f32_view(ups[e], {width, dim})));
+      down_w.push_back(quant::LinearWeight::from_dense(f32_view(downs[e], {dim, width})));
+    }
+  }
+  std::function<Backend::ExpertWeights(int)> weights() const {
+    return [this](int e) {
+      const auto u = static_cast<size_t>(e);
+      return Backend::ExpertWeights{&gate_w[u], &up_w[u], &down_w[u], nullptr, nullptr, nullptr, {}};
+    };
+  }
+};
+
 TEST_P(Conformance, EmbeddingGatherWidensEveryDtypeExactly) {
   for (int64_t vocab : {1, 7, 33}) {
     for (int64_t dim : {1, 5, 64}) {
@@ -424,18 +449,8 @@ TEST_P(Conformance, PagedAttentionOverLatentCachesMatchesFloat64) {
 TEST_P(Conformance, SwigluAndGroupedExpertFfnMatchFloat64) {
   const int64_t dim = 12, width = 20;
   const int num_experts = 5, top_k = 2;
-  std::vector<std::vector<float>> gates, ups, downs;
-  std::vector<quant::LinearWeight> gate_w, up_w, down_w;
-  for (int e = 0; e < num_experts; ++e) {
-    gates.push_back(random_floats(width * dim, 0.3f));
-    ups.push_back(random_floats(width * dim, 0.3f));
-    downs.push_back(random_floats(dim * width, 0.3f));
-  }
-  for (int e = 0; e < num_experts; ++e) {
-    gate_w.push_back(quant::LinearWeight::from_dense(f32_view(gates[static_cast<size_t>(e)], {width, dim})));
-    up_w.push_back(quant::LinearWeight::from_dense(f32_view(ups[static_cast<size_t>(e)], {width, dim})));
-    down_w.push_back(quant::LinearWeight::from_dense(f32_view(downs[static_cast<size_t>(e)], {dim, width})));
-  }
+  const RandomExperts experts(num_experts, dim, width, [&](int64_t n) { return random_floats(n, 0.3f); });
+  const auto& [gates, ups, downs, gate_w, up_w, down_w] = experts;
   for (int64_t tokens : {int64_t{0}, int64_t{1}, int64_t{11}}) {
     std::vector<float> x = random_floats(tokens * dim);
     std::vector<float> out(static_cast<size_t>(tokens * dim));
@@ -457,13 +472,7 @@ TEST_P(Conformance, SwigluAndGroupedExpertFfnMatchFloat64) {
     Result<experts::ExpertDispatchLayout> layout = experts::layout_from_routing(ids, weights, tokens, top_k, num_experts);
     ASSERT_TRUE(layout.is_ok());
     std::vector<float> contributions(static_cast<size_t>(tokens * top_k * dim));
-    backend_->grouped_expert_ffn(
-        *layout, x, static_cast<int>(dim),
-        [&](int e) {
-          const auto u = static_cast<size_t>(e);
-          return Backend::ExpertWeights{&gate_w[u], &up_w[u], &down_w[u]};
-        },
-        contributions);
+    backend_->grouped_expert_ffn(*layout, x, static_cast<int>(dim), experts.weights(), contributions);
     for (int64_t c = 0; c < layout->num_entries(); ++c) {
       const auto e = static_cast<size_t>(layout->entry_expert[static_cast<size_t>(c)]);
       const int64_t row = layout->entry_row[static_cast<size_t>(c)];
@@ -482,23 +491,9 @@ TEST_P(Conformance, SwigluAndGroupedExpertFfnMatchFloat64) {
 TEST_P(Conformance, RoutedExpertsFromDeviceRoutingMatchFloat64AndTheHostPlan) {
   const int64_t dim = 12, width = 20;
   const int num_experts = 6, top_k = 3;
-  std::vector<std::vector<float>> gates, ups, downs;
-  std::vector<quant::LinearWeight> gate_w, up_w, down_w;
-  for (int e = 0; e < num_experts; ++e) {
-    gates.push_back(random_floats(width * dim, 0.3f));
-    ups.push_back(random_floats(width * dim, 0.3f));
-    downs.push_back(random_floats(dim * width, 0.3f));
-  }
-  for (int e = 0; e < num_experts; ++e) {
-    const auto u = static_cast<size_t>(e);
-    gate_w.push_back(quant::LinearWeight::from_dense(f32_view(gates[u], {width, dim})));
-    up_w.push_back(quant::LinearWeight::from_dense(f32_view(ups[u], {width, dim})));
-    down_w.push_back(quant::LinearWeight::from_dense(f32_view(downs[u], {dim, width})));
-  }
-  auto expert_weights = [&](int e) {
-    const auto u = static_cast<size_t>(e);
-    return Backend::ExpertWeights{&gate_w[u], &up_w[u], &down_w[u]};
-  };
+  RandomExperts experts(num_experts, dim, width, [&](int64_t n) { return random_floats(n, 0.3f); });
+  auto& [gates, ups, downs, gate_w, up_w, down_w] = experts;
+  const std::function<Backend::ExpertWeights(int)> expert_weights = experts.weights();
   for (const bool registered : {false, true}) {
     if (registered) {
       for (int e = 0; e < num_experts; ++e) {

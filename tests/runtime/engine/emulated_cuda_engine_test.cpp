@@ -31,15 +31,21 @@ struct EmulatedCase {
 
 class EmulatedCudaEngine : public ::testing::TestWithParam<EmulatedCase> {};
 
-TEST_P(EmulatedCudaEngine, ServesTheCpuTokensAndLogits) {
-  testing::ScratchDir scratch("emulated-cuda-" + GetParam().arch);
+// Small: the emulation runs every GPU thread as a real thread.
+ModelShapeOverrides small_moe_shape(int vocab_size) {
   ModelShapeOverrides shape;
-  shape.vocab_size = 128;
+  shape.vocab_size = vocab_size;
   shape.hidden_size = 64;
   shape.num_layers = 2;
   shape.num_experts = 4;
   shape.top_k = 2;
   shape.moe_intermediate_size = 32;
+  return shape;
+}
+
+TEST_P(EmulatedCudaEngine, ServesTheCpuTokensAndLogits) {
+  testing::ScratchDir scratch("emulated-cuda-" + GetParam().arch);
+  const ModelShapeOverrides shape = small_moe_shape(128);
   ThreadPool pool(2);
   const std::string dir = testing::write_generated_model(scratch.path(), GetParam().arch, GetParam().format, shape, 17);
   // The device reads the checkpoint's FP4 code order; the CPU twin the repacked CPU order.
@@ -123,13 +129,7 @@ TEST_P(EmulatedCudaEngine, ServesTheCpuTokensAndLogits) {
 // nothing: the capture fails once, its steps run eagerly with the same logits.
 TEST_P(EmulatedCudaEngine, StepGraphsGiveTheEagerStepsBits) {
   testing::ScratchDir scratch("emulated-cuda-graphs-" + GetParam().arch);
-  ModelShapeOverrides shape;
-  shape.vocab_size = 96;
-  shape.hidden_size = 64;
-  shape.num_layers = 2;
-  shape.num_experts = 4;
-  shape.top_k = 2;
-  shape.moe_intermediate_size = 32;
+  const ModelShapeOverrides shape = small_moe_shape(96);
   ThreadPool pool(2);
   const std::string dir = testing::write_generated_model(scratch.path(), GetParam().arch, GetParam().format, shape, 23);
   Result<std::unique_ptr<LoadedModel>> model = load_model(dir, LoadOptions{.repack_for_cpu = false});
