@@ -16,6 +16,8 @@ namespace moert::cpu::dot_detail {
 
 constexpr int kLanes = 16;
 constexpr int kMaxRows = 4;  // x rows sharing one pass over a weight row
+// x rows a linear keeps in cache while the weights stream past (every CPU linear's row tile).
+constexpr int64_t kRowTile = 64;
 
 inline float reduce_lanes(float* lanes) {
   for (int width = kLanes / 2; width >= 1; width /= 2) {

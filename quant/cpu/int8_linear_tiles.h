@@ -110,9 +110,8 @@ void quantize_rows(const float* x, int64_t rows, int64_t cols, int8_t* codes, fl
 
 // The 16 lanes' tree is the canonical dot product's (core/cpu/dot_lanes.h).
 static_assert(kInt8GroupLanes == cpu::dot_detail::kLanes);
+using cpu::dot_detail::kRowTile;
 using cpu::dot_detail::reduce_lanes;
-
-constexpr int64_t kRowTile = 64;  // x rows kept in cache while the weights stream past
 
 // Kernel: kRows, kCols and tile<rows, cols>(x, t, cols, out): out[r * cols + c] = the lane
 // tree of x row t + r against weight row cols[c] (bias not added).

@@ -15,7 +15,7 @@ template <WeightKind kind>
 void linear_rows(const float* x, int64_t num_rows, const void* w, int64_t n, int64_t k, int64_t elem_bytes,
                  const float* bias, float* y, int64_t begin, int64_t end) {
   // Rows of x are taken in tiles so a tile stays in cache while the weights stream past it.
-  constexpr int64_t kRowTile = 64;
+  using cpu::dot_detail::kRowTile;
   constexpr int kCols = cpu::kDotBlockCols;
   constexpr int kMaxRows = cpu::kMaxDotRows;
   const bool blocked = cpu::dot_block_preferred();

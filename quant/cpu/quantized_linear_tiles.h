@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/cpu/dot_lanes.h"
 #include "core/cpu/prefetch.h"
 #include "quant/cpu/quantized_linear.h"
 #include "quant/formats/fp4.h"
@@ -21,15 +22,10 @@ namespace moert::quant::qlinear_detail {
 // A SIMD path may keep canonical lane perm[j] in register lane j (any fixed bijection: each
 // lane still sees its elements in the same order); it stores its registers to `reg` and
 // finish() maps them back before the tail and the tree.
-constexpr int kLanes = 16;
-constexpr int64_t kRowTile = 64;  // x rows kept in cache while the weights stream past
-
-inline float reduce_lanes(float* lanes) {
-  for (int width = kLanes / 2; width >= 1; width /= 2) {
-    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
-  }
-  return lanes[0];
-}
+// The 16 lanes and their tree are the canonical dot product's (core/cpu/dot_lanes.h).
+using cpu::dot_detail::kLanes;
+using cpu::dot_detail::kRowTile;
+using cpu::dot_detail::reduce_lanes;
 
 // Tail elements [i_tail, k) of one x row, then the tree. weight_at(i) is the codec's value.
 template <typename WeightAt>
