@@ -153,7 +153,7 @@ int run_bench(const std::vector<std::string>& args) {
                                    device_backend ? device_backend->preferred_kv_cache_dtype() : DType::kF32);
     config->forward_when_idle = true;
     config->record_token_times = true;
-    spec_setup = std::make_unique<SpecSetup>(spec_options, loaded->config, &*config);
+    spec_setup = std::make_unique<SpecSetup>(spec_options, loaded->config, &*config, device_backend.get());
     threads = resolve_threads(engine_options);
     placement = value_or_throw(experts::contiguous_placement(loaded->config.num_experts(), ranks));
     lay_out_for_cpu_rank(*loaded, device_backend.get(), *placement, transport.rank());
@@ -188,7 +188,7 @@ int run_bench(const std::vector<std::string>& args) {
       open_row_transport(engine_options.ep_transport, device_backend.get(), transport);
   parallel::ExpertParallelExperts experts(model.config, std::move(*placement), transport, row_transport.get());
   forward.set_routed_experts(&experts);
-  spec::Proposer* proposer = spec_setup->start(pool, *config);
+  spec::Proposer* proposer = spec_setup->start(pool, *config, device_backend.get());
   parallel::BatchJobConfig job;
   job.progress_interval_s = 0.0;
 

@@ -207,7 +207,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
                                    device_backend ? device_backend->preferred_kv_cache_dtype() : DType::kF32);
     config->forward_when_idle = true;
     job.kv_cache_bytes_per_token = value_or_throw(engine::kv_cache_bytes_per_token(loaded->config, config->kv_cache_dtype));
-    spec_setup = std::make_unique<SpecSetup>(spec_options, loaded->config, &*config);
+    spec_setup = std::make_unique<SpecSetup>(spec_options, loaded->config, &*config, device_backend.get());
     threads = resolve_threads(engine_options);
     const int num_experts = loaded->config.num_experts();
     if (num_experts < 1) throw CommandError(model_dir + " has no routed experts");
@@ -267,7 +267,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   parallel::ExpertParallelExperts experts(model.config, std::move(*placement), *transport, row_transport.get());
   forward.set_routed_experts(&experts);
   engine::Engine engine(forward, *config);
-  engine.set_proposer(spec_setup->start(pool, *config));
+  engine.set_proposer(spec_setup->start(pool, *config, device_backend.get()));
   engine.set_token_text(text->token_text());
   job.token_text = text->token_text();
 

@@ -39,7 +39,8 @@ void add_spec_options(po::options_description& options, SpecOptions& v) {
        "changes only which drafts are accepted, never the output distribution)");
 }
 
-SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engine::EngineConfig* engine)
+SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engine::EngineConfig* engine,
+                     const backend::Backend* device_backend)
     : options_(options) {
   if (options_.method != "none" && options_.method != "draft" && options_.method != "ngram") {
     throw CommandError("--spec '" + options_.method + "' is not one of none, draft, ngram");
@@ -51,6 +52,10 @@ SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engi
   const Result<quant::ActivationPrecision> draft_activations =
       quant::parse_activation_precision(options.draft_fp4_activations);
   if (!draft_activations.is_ok()) throw CommandError("--draft-fp4-activations " + draft_activations.status().message());
+  if (*draft_activations != quant::ActivationPrecision::kF32 && device_backend != nullptr) {
+    throw CommandError("--draft-fp4-activations " + options.draft_fp4_activations +
+                       " runs on the CPU only (the draft computes on the target's device)");
+  }
   if (options.draft_kv_blocks < 0 || (options.draft_kv_blocks > 0 && options.draft_kv_blocks < 2)) {
     throw CommandError("--draft-kv-blocks = " + std::to_string(options.draft_kv_blocks) + " must be 0 or >= 2");
   }
@@ -75,7 +80,8 @@ SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engi
     if (!valid.is_ok()) throw CommandError("--ngram-min/--ngram-max: " + valid.message());
   }
   if (options_.method == "draft") {
-    draft_ = value_or_throw(load_model(options.draft_model, LoadOptions{.fp4_activations = *draft_activations}));
+    draft_ = value_or_throw(load_model(options.draft_model, LoadOptions{.repack_for_cpu = device_backend == nullptr,
+                                                                        .fp4_activations = *draft_activations}));
     if (draft_->config.vocab_size != target.vocab_size) {
       throw CommandError("draft model " + options.draft_model + " has a vocabulary of " +
                          std::to_string(draft_->config.vocab_size) + " tokens, the target " +
@@ -84,13 +90,14 @@ SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engi
   }
 }
 
-spec::Proposer* SpecSetup::start(ThreadPool& pool, const engine::EngineConfig& engine) {
+spec::Proposer* SpecSetup::start(ThreadPool& pool, const engine::EngineConfig& engine, backend::Backend* device_backend) {
   if (options_.method == "ngram") {
     proposer_ = std::make_unique<spec::NgramProposer>(
         spec::NgramProposerConfig{options_.ngram_min, options_.ngram_max, engine.spec.max_num_draft});
   } else if (options_.method == "draft") {
-    draft_forward_ = std::make_unique<TransformerForward>(draft_->config, draft_->weights, pool);
+    draft_forward_ = std::make_unique<TransformerForward>(draft_->config, draft_->weights, pool, device_backend);
     spec::DraftModelConfig config;
+    config.step_graph_max_batch = engine.step_graph_max_batch;
     config.num_kv_blocks = options_.draft_kv_blocks > 0 ? options_.draft_kv_blocks : engine.num_kv_blocks;
     config.block_size = engine.block_size;
     config.enable_prefix_caching = engine.enable_prefix_caching;

@@ -32,10 +32,15 @@ void add_spec_options(boost::program_options::options_description& options, Spec
 class SpecSetup {
  public:
   // Validates the options against the target (throws CommandError naming the option or
-  // the checkpoint), loads the draft model, and sets engine->spec.
-  SpecSetup(const SpecOptions& options, const ModelConfig& target, engine::EngineConfig* engine);
-  // Creates the proposer (null with --spec=none); `pool` must outlive this object.
-  spec::Proposer* start(ThreadPool& pool, const engine::EngineConfig& engine);
+  // the checkpoint), loads the draft model laid out for where the target computes
+  // (`device_backend`, null: the CPU; docs/cuda-backend.md), and sets engine->spec.
+  SpecSetup(const SpecOptions& options, const ModelConfig& target, engine::EngineConfig* engine,
+            const backend::Backend* device_backend = nullptr);
+  // Creates the proposer (null with --spec=none); `pool` and `device_backend` (the target's:
+  // the draft computes there too, its decode steps as step graphs under
+  // engine.step_graph_max_batch) must outlive this object.
+  spec::Proposer* start(ThreadPool& pool, const engine::EngineConfig& engine,
+                        backend::Backend* device_backend = nullptr);
   bool enabled() const { return options_.method != "none"; }
   // The effective configuration, one line for start-up ("spec: draft (DIR), K = 4, ...").
   std::string describe() const;

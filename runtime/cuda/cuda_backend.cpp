@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -445,12 +446,11 @@ class CudaBackend : public backend::Backend {
             const int64_t* positions) override {
     if (num_tokens == 0) return;
     const bool device_positions = is_device_pointer(positions);
-    RopeTables& tables = device_positions ? position_table_ : rope_tables_;
-    if (device_positions) {
-      MOERT_CHECK(tables.same_rotation(rope),
-                  "rope with positions in device memory needs prepare_device_positions for this rotation");
-    } else if (!tables.same_rotation(rope) ||
-               !std::equal(positions, positions + num_tokens, tables.positions.begin(), tables.positions.end())) {
+    RopeTables* found = device_positions ? position_table(rope) : &rope_tables_;
+    MOERT_CHECK(found != nullptr, "rope with positions in device memory needs prepare_device_positions for this rotation");
+    RopeTables& tables = *found;
+    if (!device_positions && (!tables.same_rotation(rope) || !std::equal(positions, positions + num_tokens,
+                                                                         tables.positions.begin(), tables.positions.end()))) {
       tables = make_rope_tables(rope, std::vector<int64_t>(positions, positions + num_tokens));
     }
     Staging s(weights_);
@@ -461,13 +461,16 @@ class CudaBackend : public backend::Backend {
              "rope");
   }
 
+  // A table is kept while the backend lives: recorded graphs read it (a draft model with
+  // another rotation adds its own).
   void prepare_device_positions(const attention::RotaryEmbedding& rope, int64_t max_positions) override {
-    if (position_table_.same_rotation(rope) && static_cast<int64_t>(position_table_.positions.size()) >= max_positions) {
+    if (const RopeTables* table = position_table(rope);
+        table != nullptr && static_cast<int64_t>(table->positions.size()) >= max_positions) {
       return;
     }
     std::vector<int64_t> every_position(static_cast<size_t>(max_positions));
     for (int64_t p = 0; p < max_positions; ++p) every_position[static_cast<size_t>(p)] = p;
-    position_table_ = make_rope_tables(rope, std::move(every_position));
+    position_tables_.push_back(make_rope_tables(rope, std::move(every_position)));
   }
 
   void write_kv(const attention::PagedKvLayer& layer, const float* k, const float* v, const int64_t* slots,
@@ -875,8 +878,16 @@ class CudaBackend : public backend::Backend {
   ResidentWeights weights_;
   std::map<std::pair<const void*, int>, ExpertTable> expert_tables_;
   ExpertTable call_table_;  // the last table that could not be kept
-  RopeTables rope_tables_;     // this step's positions
-  RopeTables position_table_;  // every position (prepare_device_positions)
+  // The latest table of every position made for `rope`'s rotation, or null.
+  RopeTables* position_table(const attention::RotaryEmbedding& rope) {
+    for (auto it = position_tables_.rbegin(); it != position_tables_.rend(); ++it) {
+      if (it->same_rotation(rope)) return &*it;
+    }
+    return nullptr;
+  }
+
+  RopeTables rope_tables_;                    // this step's positions
+  std::deque<RopeTables> position_tables_;    // every position (prepare_device_positions)
 };
 
 }  // namespace

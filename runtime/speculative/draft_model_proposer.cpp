@@ -14,6 +14,7 @@ DraftModelProposer::DraftModelProposer(const TransformerForward& draft, const Dr
   Result<std::unique_ptr<engine::PagedModelRunner>> runner =
       engine::PagedModelRunner::create(draft, {config.num_kv_blocks, config.block_size, config.kv_cache_dtype});
   MOERT_CHECK(runner.is_ok(), "draft model: " << runner.status().to_string());
+  (*runner)->enable_step_graphs(config.step_graph_max_batch);
   runner_ = std::move(runner).value();
 }
 

@@ -31,6 +31,8 @@ struct DraftModelConfig {
   int block_size = 16;
   bool enable_prefix_caching = true;
   DType kv_cache_dtype = DType::kF32;
+  // The draft's decode rounds as step graphs (engine::PagedModelRunner::enable_step_graphs).
+  int step_graph_max_batch = 0;
 };
 
 class DraftModelProposer : public Proposer {
@@ -41,6 +43,8 @@ class DraftModelProposer : public Proposer {
   DraftModelProposer(const TransformerForward& draft, const DraftModelConfig& config);
 
   Result<std::vector<Draft>> propose(std::span<const DraftRequest> requests) override;
+  // How the draft's decode rounds used step graphs.
+  engine::StepGraphStats step_graph_stats() const { return runner_->step_graph_stats(); }
   void release(ProposalSeqId seq) override;
   const char* name() const override { return "draft"; }
 

@@ -17,6 +17,7 @@
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/engine/engine.h"
 #include "runtime/parallel/expert_parallel.h"
+#include "runtime/speculative/draft_model_proposer.h"
 #include "runtime/model/weights.h"
 #include "tests/runtime/engine/serve_all.h"
 #include "tests/support/test_support.h"
@@ -216,6 +217,51 @@ TEST_P(EmulatedCudaEngine, StepGraphsGiveTheEagerStepsBits) {
     EXPECT_EQ(routed_total % ((6 + 7 + 3 * 2 + 2) * config.top_k()), 0) << routed_total;
   }
   EXPECT_EQ(loads[0], loads[1]);
+}
+
+// Speculative decoding with the draft on the device beside the target (the model as its own
+// draft, K = 3): the draft's decode rounds are recorded and replayed as step graphs, and the
+// greedy tokens are those of plain decoding on the CPU.
+TEST(EmulatedCudaSpeculation, DraftOnTheDeviceReplaysItsRoundsAndKeepsTheGreedyTokens) {
+  testing::ScratchDir scratch("emulated-cuda-spec");
+  ThreadPool pool(2);
+  const std::string dir = testing::write_generated_model(scratch.path(), "qwen3_moe", "nvfp4", small_moe_shape(96), 31);
+  Result<std::unique_ptr<LoadedModel>> model = load_model(dir, LoadOptions{.repack_for_cpu = false});
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  const ModelConfig& config = (*model)->config;
+  std::unique_ptr<backend::Backend> cuda = cuda_emulated::make_cuda_backend(0).value();
+  const TransformerForward target(config, (*model)->weights, pool, cuda.get());
+  const TransformerForward draft(config, (*model)->weights, pool, cuda.get());
+  const TransformerForward on_cpu(config, (*model)->weights, pool);
+  EngineConfig engine;
+  engine.block_size = 4;
+  engine.num_kv_blocks = 64;
+  engine.kv_cache_dtype = DType::kF32;
+  std::vector<Request> requests;
+  for (int r = 0; r < 2; ++r) {
+    Request request;
+    request.id = "r" + std::to_string(r);
+    for (int i = 0; i < 5 + r; ++i) request.prompt.push_back((13 * i + 7 * r + 2) % config.vocab_size);
+    request.params.max_tokens = 7;
+    request.params.ignore_eos = true;
+    requests.push_back(std::move(request));
+  }
+  const auto expected = testing::serve_all(on_cpu, engine, requests);
+  EngineConfig speculative = engine;
+  speculative.step_graph_max_batch = 4;
+  speculative.spec.max_num_draft = 3;
+  speculative.spec.probe_num_draft = 3;
+  spec::DraftModelProposer proposer(draft, {engine.num_kv_blocks, engine.block_size, true, DType::kF32, 4});
+  EngineStats stats;
+  const auto served = testing::serve_all(target, speculative, requests, &proposer, &stats);
+  for (const Request& request : requests) {
+    EXPECT_EQ(served.at(request.id).outputs.at(0).token_ids, expected.at(request.id).outputs.at(0).token_ids)
+        << request.id;
+  }
+  EXPECT_GT(stats.acceptance.acceptance_rate(), 0.5);  // its own draft
+  EXPECT_GE(proposer.step_graph_stats().captured, 1);
+  EXPECT_GE(proposer.step_graph_stats().replayed, 1);
+  EXPECT_EQ(proposer.step_graph_stats().failed, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, EmulatedCudaEngine,
