@@ -62,18 +62,20 @@ void ExpertParallelExperts::set_placement(experts::ExpertPlacement placement) {
   placement_ = std::move(placement);
 }
 
+// The device counters only grow; what is new since the last collection is the difference to
+// the totals seen then (one copy, nothing written back).
 void ExpertParallelExperts::collect_device_loads() {
   if (loads_backend_ == nullptr) return;
   const auto num_experts = static_cast<size_t>(config_.num_experts());
-  const auto bytes = static_cast<int64_t>(routed_loads_.size() * sizeof(int64_t));
-  std::vector<int64_t> counted(routed_loads_.size());
-  loads_backend_->copy_bytes(counted.data(), device_loads_.data<int64_t>(), bytes);
-  for (size_t i = 0; i < counted.size(); ++i) {
-    routed_loads_[i] += counted[i];
-    computed_loads_[i / num_experts] += counted[i];  // one rank computes every routed entry
+  std::vector<int64_t> totals(routed_loads_.size());
+  loads_backend_->copy_bytes(totals.data(), device_loads_.data<int64_t>(),
+                             static_cast<int64_t>(totals.size() * sizeof(int64_t)));
+  for (size_t i = 0; i < totals.size(); ++i) {
+    const int64_t added = totals[i] - device_loads_seen_[i];
+    routed_loads_[i] += added;
+    computed_loads_[i / num_experts] += added;  // one rank computes every routed entry
   }
-  const std::vector<int64_t> zeros(counted.size(), 0);
-  loads_backend_->copy_bytes(device_loads_.data<int64_t>(), zeros.data(), bytes);
+  device_loads_seen_ = std::move(totals);
 }
 
 std::vector<int64_t> ExpertParallelExperts::take_routed_loads() {
@@ -171,9 +173,9 @@ void ExpertParallelExperts::run(backend::Backend& backend, int layer, const MoeW
       collect_device_loads();
       loads_backend_ = &backend;
       device_loads_ = backend.allocate(DType::kI64, {static_cast<int64_t>(routed_loads_.size())});
-      const std::vector<int64_t> zeros(routed_loads_.size(), 0);
-      backend.copy_bytes(device_loads_.data<int64_t>(), zeros.data(),
-                         static_cast<int64_t>(zeros.size() * sizeof(int64_t)));
+      device_loads_seen_.assign(routed_loads_.size(), 0);
+      backend.copy_bytes(device_loads_.data<int64_t>(), device_loads_seen_.data(),
+                         static_cast<int64_t>(device_loads_seen_.size() * sizeof(int64_t)));
     }
     backend.count_experts(expert_ids, num_tokens * top_k, num_experts,
                           device_loads_.data<int64_t>() + static_cast<int64_t>(layer) * num_experts);

@@ -73,10 +73,11 @@ class ExpertParallelExperts : public RoutedExperts {
   ExpertParallelStats stats_;
   std::vector<int64_t> routed_loads_;    // [L, E]
   std::vector<int64_t> computed_loads_;  // [L]
-  // One rank: the routed loads [L, E] counted on the device of loads_backend_ since the
-  // last collect_device_loads().
+  // One rank: the routed loads [L, E] counted on the device of loads_backend_ (running
+  // totals) and the totals the last collect_device_loads() saw.
   backend::Backend* loads_backend_ = nullptr;
   Buffer device_loads_;
+  std::vector<int64_t> device_loads_seen_;
 };
 
 }  // namespace moert::parallel
