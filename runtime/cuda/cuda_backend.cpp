@@ -237,6 +237,11 @@ class Staging {
     temporaries_.push_back(device);
     return device;
   }
+  // Device scratch of `count` T, freed with this staging.
+  template <typename T>
+  T* temporary_array(int64_t count) {
+    return static_cast<T*>(temporary(count * static_cast<int64_t>(sizeof(T))));
+  }
   // Checks the launch, copies host outputs back and waits for them.
   void finish(int launch_status, const char* op) {
     MOERT_CHECK(launch_status == 0, "CUDA op " << op << ": " << cudaGetErrorString(static_cast<cudaError_t>(launch_status)));
@@ -550,9 +555,6 @@ class CudaBackend : public backend::Backend {
     const int32_t max_expert = layout.experts.empty() ? 0 : layout.experts.back();
     std::vector<DeviceExpert> table(static_cast<size_t>(max_expert) + 1);
     const ExpertSet set = fill_device_experts(layout.experts, expert_weights, s, table);
-    const experts::GluActivation activation = set.activation;
-    const int64_t intermediate = set.intermediate_size;
-    const bool tensor_core_weights = set.tensor_core_weights;
     int64_t max_entries = 0;
     for (size_t a = 0; a < layout.experts.size(); ++a) {
       max_entries = std::max(max_entries, layout.cu_expert_entries[a + 1] - layout.cu_expert_entries[a]);
@@ -560,7 +562,7 @@ class CudaBackend : public backend::Backend {
     GroupedExpertArgs args;
     args.x = s.in(x.data(), static_cast<int64_t>(x.size()));
     args.hidden_size = hidden_size;
-    args.intermediate_size = intermediate;
+    args.intermediate_size = set.intermediate_size;
     args.num_entries = num_entries;
     args.entry_row = s.in(layout.entry_row.data(), num_entries);
     args.entry_weight = s.in(layout.entry_weight.data(), num_entries);
@@ -570,10 +572,10 @@ class CudaBackend : public backend::Backend {
     args.expert_entry_idx = s.in(layout.expert_entry_idx.data(), num_entries);
     args.experts = static_cast<const DeviceExpert*>(
         s.in_bytes(table.data(), static_cast<int64_t>(table.size() * sizeof(DeviceExpert))));
-    args.activation = activation;
-    args.tensor_core_weights = tensor_core_weights;
-    args.workspace = static_cast<float*>(s.temporary(
-        static_cast<int64_t>(sizeof(float)) * grouped_expert_workspace_floats(num_entries, hidden_size, intermediate)));
+    args.activation = set.activation;
+    args.tensor_core_weights = set.tensor_core_weights;
+    args.workspace =
+        s.temporary_array<float>(grouped_expert_workspace_floats(num_entries, hidden_size, set.intermediate_size));
     args.contributions = s.out(contributions.data(), num_entries * hidden_size);
     s.finish(MOERT_CUDA_NS::grouped_expert_ffn(args, max_entries, stream()), "grouped_expert_ffn");
   }
@@ -627,16 +629,12 @@ class CudaBackend : public backend::Backend {
     Staging s(weights_);
     const ExpertTable& table = expert_table(expert_weights, num_experts, s);
     const int64_t num_groups = std::min<int64_t>(num_entries, num_experts);
-    auto temporary = [&s](int64_t count, auto* type) {
-      return static_cast<std::remove_pointer_t<decltype(type)>*>(
-          s.temporary(count * static_cast<int64_t>(sizeof(*type))));
-    };
     DeviceLayoutArrays layout;
-    layout.expert_entry_idx = temporary(num_entries, static_cast<int64_t*>(nullptr));
-    layout.active_experts = temporary(num_groups, static_cast<int32_t*>(nullptr));
-    layout.cu_expert_entries = temporary(num_groups + 1, static_cast<int64_t*>(nullptr));
-    layout.entry_row = temporary(num_entries, static_cast<int64_t*>(nullptr));
-    layout.src_rows = temporary(num_entries, static_cast<int64_t*>(nullptr));
+    layout.expert_entry_idx = s.temporary_array<int64_t>(num_entries);
+    layout.active_experts = s.temporary_array<int32_t>(num_groups);
+    layout.cu_expert_entries = s.temporary_array<int64_t>(num_groups + 1);
+    layout.entry_row = s.temporary_array<int64_t>(num_entries);
+    layout.src_rows = s.temporary_array<int64_t>(num_entries);
     check(plan_routed_layout(expert_ids, num_tokens, top_k, num_experts, layout, stream()), "plan_routed_layout");
     GroupedExpertArgs args;
     args.x = s.in(h, num_tokens * hidden_size);
@@ -652,9 +650,9 @@ class CudaBackend : public backend::Backend {
     args.experts = table.experts;
     args.activation = table.set.activation;
     args.tensor_core_weights = table.set.tensor_core_weights;
-    args.workspace = temporary(grouped_expert_workspace_floats(num_entries, hidden_size, table.set.intermediate_size),
-                               static_cast<float*>(nullptr));
-    float* contributions = temporary(num_entries * hidden_size, static_cast<float*>(nullptr));
+    args.workspace =
+        s.temporary_array<float>(grouped_expert_workspace_floats(num_entries, hidden_size, table.set.intermediate_size));
+    float* contributions = s.temporary_array<float>(num_entries * hidden_size);
     args.contributions = contributions;
     check(MOERT_CUDA_NS::grouped_expert_ffn(args, num_tokens, stream()), "grouped_expert_ffn");
     s.finish(MOERT_CUDA_NS::combine_rows(layout.src_rows, num_tokens, top_k, contributions, hidden_size,
@@ -781,7 +779,7 @@ class CudaBackend : public backend::Backend {
   void argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, int32_t* out) override {
     if (num_rows == 0) return;
     Staging s(weights_);
-    int32_t* device_out = static_cast<int32_t*>(s.temporary(num_rows * static_cast<int64_t>(sizeof(int32_t))));
+    int32_t* device_out = s.temporary_array<int32_t>(num_rows);
     s.finish(MOERT_CUDA_NS::argmax_rows(s.in(logits, num_rows * vocab), num_rows, vocab, device_out, stream()),
              "argmax_rows");
     copy_bytes(out, device_out, num_rows * static_cast<int64_t>(sizeof(int32_t)));
@@ -795,7 +793,7 @@ class CudaBackend : public backend::Backend {
       params[r] = {rows[r].temperature, rows[r].top_k, rows[r].top_p, rows[r].uniform};
     }
     Staging s(weights_);
-    auto* workspace = static_cast<double*>(s.temporary(num_rows * vocab * static_cast<int64_t>(sizeof(double))));
+    double* workspace = s.temporary_array<double>(num_rows * vocab);
     s.finish(MOERT_CUDA_NS::sample_rows(s.in(logits, num_rows * vocab), num_rows, vocab, s.in(params.data(), num_rows),
                                         workspace, s.out(out, num_rows), stream()),
              "sample_rows");

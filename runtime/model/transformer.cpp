@@ -280,17 +280,17 @@ void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, const float* 
   // The routing [T, K]: on the backend's device when the routed experts take it there (the
   // backend may plan their layout there, and a step graph must), else on the host for the
   // expert-parallel dispatch plan.
-  const bool local = routed_experts_->routes_on_device();
+  const bool on_device = routed_experts_->routes_on_device();
   const int64_t num_entries = num_tokens * top_k;
-  std::vector<int32_t> host_ids(local ? 0 : static_cast<size_t>(num_entries));
+  std::vector<int32_t> host_ids(on_device ? 0 : static_cast<size_t>(num_entries));
   std::vector<float> host_weights(host_ids.size());
   Buffer device_ids, device_weights;
-  if (local) {
+  if (on_device) {
     device_ids = backend_.allocate(DType::kI32, {num_entries});
     device_weights = activations(num_entries);
   }
-  int32_t* expert_ids = local ? device_ids.data<int32_t>() : host_ids.data();
-  float* gate_weights = local ? device_weights.data<float>() : host_weights.data();
+  int32_t* expert_ids = on_device ? device_ids.data<int32_t>() : host_ids.data();
+  float* gate_weights = on_device ? device_weights.data<float>() : host_weights.data();
   // Selection bias: the model's correction bias plus the balancer's, if any.
   const float* bias = moe.correction_bias.empty() ? nullptr : moe.correction_bias.data();
   std::vector<float> combined_bias;
