@@ -9,20 +9,10 @@ if(MOERT_BUILD_BENCHMARKS)
   add_executable(bench_quantized_linear ${CMAKE_CURRENT_LIST_DIR}/bench/bench_quantized_linear.cpp)
   target_link_libraries(bench_quantized_linear PRIVATE moert_weight)
 endif()
-# x86-64 only: the AVX-512 / AVX2 tiles (x86/), picked at run time by isa.cpp; elsewhere only
-# the portable path is built (same bits by design).
-if(MOERT_X86_KERNELS)
-  target_sources(moert_quantized_linear PRIVATE ${CMAKE_CURRENT_LIST_DIR}/x86/quantized_linear_x86.cpp
-                 ${CMAKE_CURRENT_LIST_DIR}/x86/int8_linear_x86.cpp)
-  target_compile_definitions(moert_quantized_linear PRIVATE MOERT_X86_KERNELS=1)
-  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/x86/quantized_linear_x86.cpp
-                              ${CMAKE_CURRENT_LIST_DIR}/x86/int8_linear_x86.cpp PROPERTIES COMPILE_OPTIONS "-O3")
-endif()
-# AArch64 only: the NEON tiles (arm/), exact and int8.
-if(MOERT_ARM_KERNELS)
-  target_sources(moert_quantized_linear PRIVATE ${CMAKE_CURRENT_LIST_DIR}/arm/quantized_linear_neon.cpp
-                 ${CMAKE_CURRENT_LIST_DIR}/arm/int8_linear_neon.cpp)
-  target_compile_definitions(moert_quantized_linear PRIVATE MOERT_ARM_KERNELS=1)
-  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/arm/quantized_linear_neon.cpp
-                              ${CMAKE_CURRENT_LIST_DIR}/arm/int8_linear_neon.cpp PROPERTIES COMPILE_OPTIONS "-O3")
-endif()
+# x86-64 only: the AVX-512 / AVX2 tiles (x86/), picked at run time by isa.cpp; AArch64 only:
+# the NEON tiles (arm/), exact and int8; elsewhere only the portable path is built (same bits
+# by design).
+moert_isa_kernels(moert_quantized_linear X86 SOURCES ${CMAKE_CURRENT_LIST_DIR}/x86/quantized_linear_x86.cpp
+                  ${CMAKE_CURRENT_LIST_DIR}/x86/int8_linear_x86.cpp)
+moert_isa_kernels(moert_quantized_linear ARM SOURCES ${CMAKE_CURRENT_LIST_DIR}/arm/quantized_linear_neon.cpp
+                  ${CMAKE_CURRENT_LIST_DIR}/arm/int8_linear_neon.cpp)
