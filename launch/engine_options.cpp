@@ -37,8 +37,9 @@ void add_engine_options(po::options_description& options, EngineOptions& v) {
        "what moves the expert-parallel rows: auto (NCCL with --device cuda when built with NCCL, else MPI), nccl, "
        "or mpi (host memory)")
       ("fp4-activations", po::value(&v.fp4_activations)->default_value("f32"),
-       "what the CPU computes NVFP4 / MXFP4 weights with: f32 (exact) or int8 (activations quantized per 16 "
-       "elements: faster decode, logits off by ~1e-3 relative; docs/quant-formats.md \"Int8 activations\")")
+       "what NVFP4 / MXFP4 weights are computed with: f32 (exact), int8 (CPU only: activations quantized per 16 "
+       "elements, faster decode, logits off by ~1e-3 relative) or fp4 (W4A4: activations rounded per row to the "
+       "weight's FP4 format, what block-scaled FP4 tensor cores compute; docs/quant-formats.md)")
       ("cuda-graph-max-batch", po::value(&v.cuda_graph_max_batch)->default_value(16),
        "with --device cuda on one rank: decode steps of up to this many sequences (0..16) run as CUDA graphs, "
        "recorded at a batch size's second step (0: none; docs/cuda-backend.md \"Step graphs\")")
@@ -56,7 +57,7 @@ quant::ActivationPrecision resolve_fp4_activations(const std::string& value, con
   const Result<quant::ActivationPrecision> parsed = quant::parse_activation_precision(value);
   if (!parsed.is_ok()) throw CommandError("--fp4-activations " + parsed.status().message());
   const quant::ActivationPrecision precision = *parsed;
-  if (precision != quant::ActivationPrecision::kF32 && device != "cpu") {
+  if (precision == quant::ActivationPrecision::kInt8 && device != "cpu") {
     throw CommandError("--fp4-activations " + value + " runs on the CPU only (--device cpu; got --device " + device +
                        ")");
   }

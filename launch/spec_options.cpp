@@ -35,8 +35,8 @@ void add_spec_options(po::options_description& options, SpecOptions& v) {
       ("ngram-max", po::value(&v.ngram_max)->default_value(4), "longest suffix the n-gram proposer matches")
       ("draft-kv-blocks", po::value(&v.draft_kv_blocks)->default_value(0), "KV blocks of the draft model's pool (0: as many as the target's)")
       ("draft-fp4-activations", po::value(&v.draft_fp4_activations)->default_value("f32"),
-       "what the CPU computes the draft's NVFP4 / MXFP4 weights with: f32 or int8 (faster; the draft's rounding "
-       "changes only which drafts are accepted, never the output distribution)");
+       "what the draft's NVFP4 / MXFP4 weights are computed with: f32, int8 (CPU only; faster) or fp4 (the draft's "
+       "rounding changes only which drafts are accepted, never the output distribution)");
 }
 
 SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engine::EngineConfig* engine,
@@ -52,7 +52,7 @@ SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engi
   const Result<quant::ActivationPrecision> draft_activations =
       quant::parse_activation_precision(options.draft_fp4_activations);
   if (!draft_activations.is_ok()) throw CommandError("--draft-fp4-activations " + draft_activations.status().message());
-  if (*draft_activations != quant::ActivationPrecision::kF32 && device_backend != nullptr) {
+  if (*draft_activations == quant::ActivationPrecision::kInt8 && device_backend != nullptr) {
     throw CommandError("--draft-fp4-activations " + options.draft_fp4_activations +
                        " runs on the CPU only (the draft computes on the target's device)");
   }

@@ -20,13 +20,19 @@ const char* weight_format_name(WeightFormat format) {
 }
 
 const char* activation_precision_name(ActivationPrecision precision) {
-  return precision == ActivationPrecision::kInt8 ? "int8" : "f32";
+  switch (precision) {
+    case ActivationPrecision::kF32: return "f32";
+    case ActivationPrecision::kInt8: return "int8";
+    case ActivationPrecision::kFp4: return "fp4";
+  }
+  return "?";
 }
 
 Result<ActivationPrecision> parse_activation_precision(const std::string& name) {
   if (name == "f32") return ActivationPrecision::kF32;
   if (name == "int8") return ActivationPrecision::kInt8;
-  return invalid_argument("'" + name + "' is not one of f32, int8");
+  if (name == "fp4") return ActivationPrecision::kFp4;
+  return invalid_argument("'" + name + "' is not one of f32, int8, fp4");
 }
 
 Status validate_quantized_weight(const QuantizedWeightView& w) {
@@ -45,7 +51,8 @@ Status validate_quantized_weight(const QuantizedWeightView& w) {
     return invalid_argument(where + "the CPU code order applies to NVFP4 / MXFP4 only");
   }
   if (!fp4 && w.activations != ActivationPrecision::kF32) {
-    return invalid_argument(where + "int8 activations apply to NVFP4 / MXFP4 only");
+    return invalid_argument(where + activation_precision_name(w.activations) +
+                            " activations apply to NVFP4 / MXFP4 only");
   }
   if (w.rows == 0 || w.cols == 0) return Status::ok();
   if (w.cols > std::numeric_limits<int64_t>::max() / w.rows) {

@@ -37,9 +37,12 @@ enum class ActivationPrecision {
   kF32,   // x as given (the default: exact as the portable reference, quant/cpu/quantized_linear.h)
   kInt8,  // x quantized to int8 per 16 elements (NVFP4 / MXFP4 only; explicit opt-in,
           // quant/cpu/int8_linear.h, docs/quant-formats.md "Int8 activations")
+  kFp4,   // x rounded per row to the weight's own FP4 format and back, then the exact product
+          // (W4A4: what block-scaled FP4 tensor cores compute; NVFP4 / MXFP4 only; explicit
+          // opt-in on every backend, docs/quant-formats.md "FP4 activations")
 };
 
-// "f32" or "int8" (the values of `--fp4-activations`).
+// "f32", "int8" or "fp4" (the values of `--fp4-activations`).
 const char* activation_precision_name(ActivationPrecision precision);
 Result<ActivationPrecision> parse_activation_precision(const std::string& name);
 
@@ -65,8 +68,8 @@ struct QuantizedWeightView {
   // checkpoints with one, so it sets this for every FP8 weight it binds. Kernels may then
   // leave out NaN handling; a NaN code in a view marked finite decodes to a wrong finite value.
   bool fp8_codes_finite = false;
-  // CPU kernels: kInt8 quantizes x for this weight (set by the loader under
-  // `--activation-quant int8`). Other backends compute in F32 whatever it says.
+  // What x is computed as with this weight (set by the loader under `--fp4-activations`):
+  // kInt8 on the CPU only; kFp4 on every backend.
   ActivationPrecision activations = ActivationPrecision::kF32;
 };
 

@@ -6,23 +6,40 @@
 #include "quant/cpu/int8_linear.h"
 #include "quant/cpu/linear.h"
 #include "quant/cpu/quantized_linear.h"
+#include "quant/formats/fp4.h"
 
 namespace moert::quant {
 namespace {
 
-bool int8_activations(const LinearWeight& weight) {
-  return weight.packed && weight.packed->activations == ActivationPrecision::kInt8;
+ActivationPrecision activations_of(const LinearWeight& weight) {
+  return weight.packed ? weight.packed->activations : ActivationPrecision::kF32;
 }
 
-// Output features [begin, end) of one job, on the calling thread; int8: the job's x quantized
-// (int8 weights only).
-void job_rows(const LinearJob& job, const Int8RowsView* int8, int64_t begin, int64_t end) {
-  if (int8 != nullptr) {
-    int8_linear_rows(*int8, *job.weight->packed, job.bias, job.y, begin, end);
+// x [rows, cols] rounded row by row through the weight's FP4 format (ActivationPrecision::kFp4).
+void round_trip_fp4_rows(WeightFormat format, const float* x, int64_t rows, int64_t cols, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if (format == WeightFormat::kNvfp4) {
+      nvfp4_round_trip_row(x + r * cols, cols, out + r * cols);
+    } else {
+      mxfp4_round_trip_row(x + r * cols, cols, out + r * cols);
+    }
+  }
+}
+
+// What one job's rows read: x as given, x rounded through FP4, or x quantized to int8.
+struct JobInput {
+  const float* x = nullptr;
+  const Int8RowsView* int8 = nullptr;
+};
+
+// Output features [begin, end) of one job, on the calling thread.
+void job_rows(const LinearJob& job, const JobInput& input, int64_t begin, int64_t end) {
+  if (input.int8 != nullptr) {
+    int8_linear_rows(*input.int8, *job.weight->packed, job.bias, job.y, begin, end);
   } else if (job.weight->packed) {
-    quantized_linear_rows(job.x, job.num_rows, *job.weight->packed, job.bias, job.y, begin, end);
+    quantized_linear_rows(input.x, job.num_rows, *job.weight->packed, job.bias, job.y, begin, end);
   } else {
-    linear_forward_rows(job.x, job.num_rows, job.weight->dense, job.bias, job.y, begin, end);
+    linear_forward_rows(input.x, job.num_rows, job.weight->dense, job.bias, job.y, begin, end);
   }
 }
 
@@ -30,7 +47,7 @@ void job_rows(const LinearJob& job, const Int8RowsView* int8, int64_t begin, int
 
 void apply_linear(const LinearWeight& weight, const float* x, int64_t num_rows, const float* bias, float* y,
                   ThreadPool& pool) {
-  if (int8_activations(weight)) {
+  if (activations_of(weight) != ActivationPrecision::kF32) {
     const LinearJob job{&weight, x, num_rows, bias, y};
     apply_linears({&job, 1}, pool);
   } else if (weight.packed) {
@@ -41,29 +58,46 @@ void apply_linear(const LinearWeight& weight, const float* x, int64_t num_rows, 
 }
 
 void apply_linears(std::span<const LinearJob> jobs, ThreadPool& pool) {
-  // The x of every int8 job, quantized once here (jobs reading the same x share it: gate and up).
+  // The x of every int8 or FP4 job, converted once here (jobs reading the same x the same way
+  // share it: gate and up).
   thread_local std::vector<Int8Rows> quantized;
-  std::vector<const Int8RowsView*> int8(jobs.size(), nullptr);
+  thread_local std::vector<std::vector<float>> rounded;
+  std::vector<JobInput> inputs(jobs.size());
   std::vector<Int8RowsView> views;
   views.reserve(jobs.size());
+  size_t num_rounded = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
     const LinearJob& job = jobs[j];
-    if (!int8_activations(*job.weight)) continue;
+    inputs[j].x = job.x;
+    const ActivationPrecision precision = activations_of(*job.weight);
+    if (precision == ActivationPrecision::kF32) continue;
     const int64_t k = job.weight->in_features();
-    for (size_t i = 0; i < j && int8[j] == nullptr; ++i) {
-      if (int8[i] != nullptr && jobs[i].x == job.x && jobs[i].num_rows == job.num_rows && int8[i]->cols == k) {
-        int8[j] = int8[i];
+    bool shared = false;
+    for (size_t i = 0; i < j && !shared; ++i) {
+      const LinearJob& other = jobs[i];
+      if (other.x == job.x && other.num_rows == job.num_rows && other.weight->in_features() == k &&
+          activations_of(*other.weight) == precision && other.weight->packed->format == job.weight->packed->format) {
+        inputs[j] = inputs[i];
+        shared = true;
       }
     }
-    if (int8[j] != nullptr) continue;
-    if (quantized.size() <= views.size()) quantized.resize(views.size() + 1);
-    quantized[views.size()].quantize(job.x, job.num_rows, k);
-    views.push_back(quantized[views.size()].view());
-    int8[j] = &views.back();
+    if (shared) continue;
+    if (precision == ActivationPrecision::kInt8) {
+      if (quantized.size() <= views.size()) quantized.resize(views.size() + 1);
+      quantized[views.size()].quantize(job.x, job.num_rows, k);
+      views.push_back(quantized[views.size()].view());
+      inputs[j].int8 = &views.back();
+    } else {
+      if (rounded.size() <= num_rounded) rounded.resize(num_rounded + 1);
+      std::vector<float>& out = rounded[num_rounded++];
+      out.resize(static_cast<size_t>(job.num_rows * k));
+      round_trip_fp4_rows(job.weight->packed->format, job.x, job.num_rows, k, out.data());
+      inputs[j].x = out.data();
+    }
   }
   int64_t total = 0, max_k = 1;
   for (size_t j = 0; j < jobs.size(); ++j) {
-    job_rows(jobs[j], int8[j], 0, 0);  // checks the weight and the shapes here, before any thread starts
+    job_rows(jobs[j], inputs[j], 0, 0);  // checks the weight and the shapes here, before any thread starts
     total += jobs[j].weight->out_features();
     max_k = std::max(max_k, jobs[j].weight->in_features());
   }
@@ -77,7 +111,7 @@ void apply_linears(std::span<const LinearJob> jobs, ThreadPool& pool) {
       for (size_t j = 0; j < jobs.size(); ++j) {
         const int64_t n = jobs[j].weight->out_features();
         const int64_t begin = bound(n, part), end = bound(n, part + 1);
-        if (begin < end) job_rows(jobs[j], int8[j], begin, end);
+        if (begin < end) job_rows(jobs[j], inputs[j], begin, end);
       }
     }
   });

@@ -46,6 +46,27 @@ uint8_t e2m1_scaled(float v, float denom) {
 // Packs one row's codes: element 2i low nibble, 2i+1 high nibble (§1a packing).
 void pack_pair(uint8_t* dst, uint8_t even, uint8_t odd) { *dst = static_cast<uint8_t>((odd << 4) | even); }
 
+// The E4M3 scale byte of a block whose finite amax is amax_blk.
+uint8_t nvfp4_block_scale_code(float amax_blk, float global_scale) {
+  // docs/quant-formats.md: s = (amax_blk / 6) / weight_scale_2, two float32 divisions in
+  // ModelOpt's order (6 * weight_scale_2 as one divisor rounds differently for ~0.07% of
+  // blocks); the zero test comes after the division (a ratio that underflows also becomes
+  // 1.0), then the clamp at 2^-9 (and 448: ModelOpt's static path; on the dynamic path
+  // s <= 448 up to rounding, which e4m3 RNE absorbs anyway). amax_blk == 0 is tested first
+  // so an all-zero tensor does not divide 0 by 0.
+  float s = amax_blk == 0.0f ? 0.0f : (amax_blk / 6.0f) / global_scale;
+  if (s == 0.0f) s = 1.0f;
+  return e4m3_encode(std::clamp(s, kMinBlockScale, kE4m3Max));
+}
+
+// The E8M0 scale byte of a block whose finite amax is amax_blk (the OCP rule, §2a).
+uint8_t mxfp4_ocp_scale_code(float amax) {
+  constexpr int kEmaxElem = 2;  // E2M1's largest exponent: 6 = 1.5 * 2^2
+  // microxcaling `_quantize_mx`: shared_exp = floor(log2 amax) - emax_elem with amax 0 read as
+  // FLT_MIN (2^-126); clamped to -127 below, > 127 impossible for finite amax.
+  return e8m0_from_exponent((amax == 0.0f ? -126 : floor_log2(amax)) - kEmaxElem);
+}
+
 Result<Nvfp4Tensor> nvfp4_quantize_impl(const float* x, int64_t rows, int64_t cols, float global_scale) {
   Nvfp4Tensor t;
   t.rows = rows;
@@ -56,16 +77,7 @@ Result<Nvfp4Tensor> nvfp4_quantize_impl(const float* x, int64_t rows, int64_t co
   for (int64_t b = 0; b < rows * cols / kNvfp4BlockSize; ++b) {
     const float* blk = x + b * kNvfp4BlockSize;
     const float amax_blk = finite_amax(blk, kNvfp4BlockSize);
-    // docs/quant-formats.md: s = (amax_blk / 6) / weight_scale_2, two float32 divisions in
-    // ModelOpt's order (6 * weight_scale_2 as one divisor rounds differently for ~0.07% of
-    // blocks); the zero test comes after the division (a ratio that underflows also becomes
-    // 1.0), then the clamp at 2^-9 (and 448: ModelOpt's static path; on the dynamic path
-    // s <= 448 up to rounding, which e4m3 RNE absorbs anyway). amax_blk == 0 is tested first
-    // so an all-zero tensor does not divide 0 by 0.
-    float s = amax_blk == 0.0f ? 0.0f : (amax_blk / 6.0f) / global_scale;
-    if (s == 0.0f) s = 1.0f;
-    s = std::clamp(s, kMinBlockScale, kE4m3Max);
-    const uint8_t scale_code = e4m3_encode(s);
+    const uint8_t scale_code = nvfp4_block_scale_code(amax_blk, global_scale);
     t.block_scales[static_cast<size_t>(b)] = scale_code;
     const float denom = e4m3_decode(scale_code) * global_scale;
     uint8_t* dst = t.packed.data() + b * (kNvfp4BlockSize / 2);
@@ -143,20 +155,12 @@ Result<Mxfp4Tensor> mxfp4_quantize(const float* x, int64_t rows, int64_t cols, M
   t.cols = cols;
   t.packed.resize(static_cast<size_t>(rows * cols / 2));
   t.scales.resize(static_cast<size_t>(rows * cols / kMxfp4BlockSize));
-  constexpr int kEmaxElem = 2;  // E2M1's largest exponent: 6 = 1.5 * 2^2
   for (int64_t b = 0; b < rows * cols / kMxfp4BlockSize; ++b) {
     const float* blk = x + b * kMxfp4BlockSize;
     const float amax = finite_amax(blk, kMxfp4BlockSize);
-    uint8_t scale_code;
-    if (rule == Mxfp4ScaleRule::kOcpFloor) {
-      // §2a (microxcaling `_quantize_mx`): shared_exp = floor(log2 amax) - emax_elem with
-      // amax 0 read as FLT_MIN (2^-126); clamped to -127 below, > 127 impossible for finite amax.
-      const int shared_exp = (amax == 0.0f ? -126 : floor_log2(amax)) - kEmaxElem;
-      scale_code = e8m0_from_exponent(shared_exp);
-    } else {
-      // TRT-LLM: e8m0(amax / 6, round toward +Inf); amax 0 -> 2^-127 (smallest code).
-      scale_code = e8m0_encode(amax / kE2m1Max, E8m0Rounding::kCeil);
-    }
+    // TRT-LLM's rule: e8m0(amax / 6, round toward +Inf); amax 0 -> 2^-127 (smallest code).
+    const uint8_t scale_code = rule == Mxfp4ScaleRule::kOcpFloor ? mxfp4_ocp_scale_code(amax)
+                                                                 : e8m0_encode(amax / kE2m1Max, E8m0Rounding::kCeil);
     t.scales[static_cast<size_t>(b)] = scale_code;
     const int unscale = kE8m0Bias - static_cast<int>(scale_code);  // x / X == ldexp(x, -log2 X), exact
     uint8_t* dst = t.packed.data() + b * (kMxfp4BlockSize / 2);
@@ -201,6 +205,50 @@ void mxfp4_dequantize(const uint8_t* packed, const uint8_t* scales, int64_t rows
       dst[2 * i + 1] = e2m1_decode(src[i] >> 4) * scale;
     }
   }
+}
+
+// ---- FP4 activations ---------------------------------------------------------------------------
+
+void nvfp4_round_trip_row(const float* x, int64_t cols, float* out) {
+  MOERT_CHECK(cols >= 0 && cols % kNvfp4BlockSize == 0, "cols = " << cols);
+  const float global_scale = finite_amax(x, cols) / kNvfp4GlobalDivisor;
+  for (int64_t b = 0; b < cols; b += kNvfp4BlockSize) {
+    const uint8_t scale_code = nvfp4_block_scale_code(finite_amax(x + b, kNvfp4BlockSize), global_scale);
+    // The same float divides on encoding (x / (s * g)) and multiplies on decoding (nvfp4_dequantize).
+    const float scale = e4m3_decode(scale_code) * global_scale;
+    for (int64_t i = b; i < b + kNvfp4BlockSize; ++i) {
+      out[i] = std::isfinite(x[i]) ? e2m1_decode(e2m1_scaled(x[i], scale)) * scale : x[i];
+    }
+  }
+}
+
+void mxfp4_round_trip_row(const float* x, int64_t cols, float* out) {
+  MOERT_CHECK(cols >= 0 && cols % kMxfp4BlockSize == 0, "cols = " << cols);
+  for (int64_t b = 0; b < cols; b += kMxfp4BlockSize) {
+    const uint8_t scale_code = mxfp4_ocp_scale_code(finite_amax(x + b, kMxfp4BlockSize));
+    const int unscale = kE8m0Bias - static_cast<int>(scale_code);
+    const float scale = e8m0_decode(scale_code);
+    for (int64_t i = b; i < b + kMxfp4BlockSize; ++i) {
+      out[i] = std::isfinite(x[i]) ? e2m1_decode(e2m1_encode(std::ldexp(x[i], unscale))) * scale : x[i];
+    }
+  }
+}
+
+// ---- Block-scale tiles ---------------------------------------------------------------------------
+
+int64_t scale_tiles_bytes(int64_t rows, int64_t scale_cols) {
+  const int64_t tile_rows = (rows + kScaleTileRows - 1) / kScaleTileRows;
+  const int64_t tile_cols = (scale_cols + kScaleTileCols - 1) / kScaleTileCols;
+  return tile_rows * tile_cols * kScaleTileRows * kScaleTileCols;
+}
+
+std::vector<uint8_t> tile_block_scales(const uint8_t* scales, int64_t rows, int64_t scale_cols) {
+  MOERT_CHECK(rows >= 0 && scale_cols >= 0, "rows = " << rows << ", scale_cols = " << scale_cols);
+  std::vector<uint8_t> tiled(static_cast<size_t>(scale_tiles_bytes(rows, scale_cols)), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < scale_cols; ++c) tiled[static_cast<size_t>(scale_tile_offset(r, c, scale_cols))] = scales[r * scale_cols + c];
+  }
+  return tiled;
 }
 
 }  // namespace moert::quant

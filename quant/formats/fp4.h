@@ -91,4 +91,31 @@ Status mxfp4_validate(const Mxfp4Tensor& t);
 void mxfp4_dequantize(const Mxfp4Tensor& t, float* out);
 void mxfp4_dequantize(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols, float* out);
 
+// ---- FP4 activations (W4A4) ------------------------------------------------------------------
+// One activation row rounded to FP4 and decoded back (docs/quant-formats.md "FP4 activations"):
+// what a block-scaled FP4 tensor core multiplies when the activations are quantized per row on
+// the fly. NVFP4: the row's own global scale amax(row) / 2688, then the ModelOpt block rule as
+// nvfp4_quantize (so out == nvfp4_dequantize(nvfp4_quantize(row))); MXFP4: the OCP rule as
+// mxfp4_quantize. Non-finite elements are left out of every amax and pass through unchanged,
+// so a broken activation stays visible in the output. cols % block == 0; out may alias x.
+void nvfp4_round_trip_row(const float* x, int64_t cols, float* out);
+void mxfp4_round_trip_row(const float* x, int64_t cols, float* out);
+
+// ---- Block-scale tiles of block-scaled tensor cores (spec §1c) ----------------------------------
+// Blackwell's block-scaled MMA (and cuBLASLt's VEC16_UE4M3 / VEC32_UE8M0 modes) read an
+// operand's scales [rows, scale_cols] in 512-byte tiles of 128 rows x 4 scale columns, tiles
+// ordered by (row / 128, scale_col / 4), inside a tile row r at (r % 32) * 16 + (r % 128) / 32 * 4
+// and column c at c % 4. Rows pad to a multiple of 128 and columns to a multiple of 4 with 0.
+inline constexpr int64_t kScaleTileRows = 128;
+inline constexpr int64_t kScaleTileCols = 4;
+inline int64_t scale_tile_offset(int64_t row, int64_t scale_col, int64_t scale_cols) {
+  const int64_t tiles_across = (scale_cols + kScaleTileCols - 1) / kScaleTileCols;
+  return (row / kScaleTileRows * tiles_across + scale_col / kScaleTileCols) * (kScaleTileRows * kScaleTileCols) +
+         row % 32 * 16 + row % kScaleTileRows / 32 * 4 + scale_col % kScaleTileCols;
+}
+// Bytes of the tiled copy of a [rows, scale_cols] scale matrix (padding included).
+int64_t scale_tiles_bytes(int64_t rows, int64_t scale_cols);
+// The tiled copy of scales [rows, scale_cols] (linear, as checkpoints store them).
+std::vector<uint8_t> tile_block_scales(const uint8_t* scales, int64_t rows, int64_t scale_cols);
+
 }  // namespace moert::quant

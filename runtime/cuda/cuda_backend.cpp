@@ -326,6 +326,14 @@ DeviceWeight device_weight(const quant::LinearWeight& weight, Staging& staging) 
   return w;
 }
 
+// The format a weight's activations are rounded to before its product (`--fp4-activations fp4`).
+Fp4Activations fp4_activations_of(const quant::LinearWeight& weight) {
+  if (!weight.packed.has_value() || weight.packed->activations != quant::ActivationPrecision::kFp4) {
+    return Fp4Activations::kNone;
+  }
+  return weight.packed->format == quant::WeightFormat::kNvfp4 ? Fp4Activations::kNvfp4 : Fp4Activations::kMxfp4;
+}
+
 // Host copy of a float array that may live on the device.
 std::vector<float> host_floats(const float* data, int64_t count) {
   std::vector<float> host(static_cast<size_t>(count));
@@ -346,6 +354,7 @@ struct ExpertSet {
   int64_t intermediate_size = 0;       // I, the same for every expert
   experts::GluActivation activation;   // the same for every expert
   bool tensor_core_weights = true;     // every gate, up and down weight runs on the tensor cores
+  Fp4Activations fp4_activations = Fp4Activations::kNone;  // the same for every weight
 };
 // table[id] = the device view of expert `id`'s weights (resident when registered, else staged
 // in `s`), for each of `ids`.
@@ -362,10 +371,15 @@ ExpertSet fill_device_experts(std::span<const int32_t> ids,
     e.gate_bias = s.weight(w.gate_bias, e.gate.rows);
     e.up_bias = s.weight(w.up_bias, e.up.rows);
     e.down_bias = s.weight(w.down_bias, e.down.rows);
-    MOERT_CHECK(a == 0 || (e.gate.rows == set.intermediate_size && w.activation == set.activation),
-                "grouped experts differ in width or activation");
+    const Fp4Activations fp4 = fp4_activations_of(*w.gate);
+    MOERT_CHECK(fp4 == fp4_activations_of(*w.up) && fp4 == fp4_activations_of(*w.down),
+                "an expert's gate, up and down differ in their FP4 activations");
+    MOERT_CHECK(a == 0 || (e.gate.rows == set.intermediate_size && w.activation == set.activation &&
+                           fp4 == set.fp4_activations),
+                "grouped experts differ in width, activation or FP4 activations");
     set.intermediate_size = e.gate.rows;
     set.activation = w.activation;
+    set.fp4_activations = fp4;
     set.tensor_core_weights = set.tensor_core_weights && tensor_core_weight(e.gate) && tensor_core_weight(e.up) &&
                               tensor_core_weight(e.down);
   }
@@ -438,9 +452,18 @@ class CudaBackend : public backend::Backend {
               float* y) override {
     Staging s(weights_);
     const DeviceWeight w = device_weight(weight, s);
-    s.finish(MOERT_CUDA_NS::linear(w, s.in(x, num_rows * w.cols), num_rows, s.weight(bias, w.rows),
-                                   s.out(y, num_rows * w.rows), stream()),
+    const float* device_x = rounded_activations(fp4_activations_of(weight), s.in(x, num_rows * w.cols), num_rows, w.cols, s);
+    s.finish(MOERT_CUDA_NS::linear(w, device_x, num_rows, s.weight(bias, w.rows), s.out(y, num_rows * w.rows), stream()),
              "linear");
+  }
+
+  // x [R, K] (device memory) as a product with an FP4 weight reads it: rounded into scratch of
+  // `s` under `--fp4-activations fp4`, else x itself.
+  const float* rounded_activations(Fp4Activations format, const float* x, int64_t num_rows, int64_t cols, Staging& s) {
+    if (format == Fp4Activations::kNone) return x;
+    float* rounded = s.temporary_array<float>(num_rows * cols);
+    check(round_fp4_activations(format, x, num_rows, cols, rounded, stream()), "round_fp4_activations");
+    return rounded;
   }
 
   // The cos / sin tables of a step serve every layer: kept on the device while the rotation
@@ -560,9 +583,11 @@ class CudaBackend : public backend::Backend {
       max_entries = std::max(max_entries, layout.cu_expert_entries[a + 1] - layout.cu_expert_entries[a]);
     }
     GroupedExpertArgs args;
-    args.x = s.in(x.data(), static_cast<int64_t>(x.size()));
+    args.x = rounded_activations(set.fp4_activations, s.in(x.data(), static_cast<int64_t>(x.size())),
+                                 static_cast<int64_t>(x.size()) / hidden_size, hidden_size, s);
     args.hidden_size = hidden_size;
     args.intermediate_size = set.intermediate_size;
+    args.fp4_activations = set.fp4_activations;
     args.num_entries = num_entries;
     args.entry_row = s.in(layout.entry_row.data(), num_entries);
     args.entry_weight = s.in(layout.entry_weight.data(), num_entries);
@@ -637,9 +662,10 @@ class CudaBackend : public backend::Backend {
     layout.src_rows = s.temporary_array<int64_t>(num_entries);
     check(plan_routed_layout(expert_ids, num_tokens, top_k, num_experts, layout, stream()), "plan_routed_layout");
     GroupedExpertArgs args;
-    args.x = s.in(h, num_tokens * hidden_size);
+    args.x = rounded_activations(table.set.fp4_activations, s.in(h, num_tokens * hidden_size), num_tokens, hidden_size, s);
     args.hidden_size = hidden_size;
     args.intermediate_size = table.set.intermediate_size;
+    args.fp4_activations = table.set.fp4_activations;
     args.num_entries = num_entries;
     args.entry_row = layout.entry_row;
     args.entry_weight = weights;

@@ -701,8 +701,12 @@ int64_t grouped_expert_workspace_floats(int64_t num_entries, int64_t /*hidden_si
 
 int grouped_expert_ffn(const GroupedExpertArgs& args, int64_t max_entries_per_expert, CUstream_st* stream) {
   if (args.num_entries == 0 || args.num_active == 0) return 0;
-  const int status = launch_problem<GateUpProblem>(args, args.num_active, max_entries_per_expert,
-                                                   args.intermediate_size, stream, args.tensor_core_weights);
+  int status = launch_problem<GateUpProblem>(args, args.num_active, max_entries_per_expert, args.intermediate_size,
+                                             stream, args.tensor_core_weights);
+  if (status == 0 && args.fp4_activations != Fp4Activations::kNone) {
+    status = round_fp4_activations(args.fp4_activations, args.workspace, args.num_entries, args.intermediate_size,
+                                   args.workspace, stream);
+  }
   if (status != 0) return status;
   return launch_problem<DownProblem>(args, args.num_active, max_entries_per_expert, args.hidden_size, stream,
                                      args.tensor_core_weights);

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "experts/glu_activation.h"
+#include "runtime/cuda/fp4_activations.h"
 #include "runtime/cuda/namespace.h"
 
 namespace moert::MOERT_CUDA_NS {
@@ -69,6 +70,9 @@ struct GroupedExpertArgs {
   // Host-side: every expert's gate, up and down satisfy tensor_core_weight (then groups of
   // more than 16 entries run on the tensor cores).
   bool tensor_core_weights = false;
+  // W4A4 (fp4_activations.h): the activated intermediate rows are rounded to this format
+  // before the down product. The caller rounds x the same way beforehand.
+  Fp4Activations fp4_activations = Fp4Activations::kNone;
 };
 int64_t grouped_expert_workspace_floats(int64_t num_entries, int64_t hidden_size, int64_t intermediate_size);
 // Host-side maxima the launcher needs to size its grid (the longest expert group).

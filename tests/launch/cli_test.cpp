@@ -377,28 +377,33 @@ TEST(CliQuantize, QuantizeScoreAndEval) {
   const testing::CommandResult scored = run_command(moert() + " score --model " + nvfp4 + " --tokens 3,1,4,1,5 -n 4");
   ASSERT_EQ(scored.exit_code, 0) << scored.err;
   EXPECT_NE(scored.out.find("generated: "), std::string::npos);
-  // --fp4-activations int8: the NVFP4 model's logits move by the activation rounding only.
-  const std::string f32_prefix = scratch / "f32", int8_prefix = scratch / "int8";
+  // --fp4-activations int8 / fp4: the NVFP4 model's logits move by the activation rounding only
+  // (int8: steps of amax / 127 per 16 elements; fp4: E2M1's 3 bits per element, much coarser).
+  const std::string f32_prefix = scratch / "f32";
   ASSERT_EQ(run_command(moert() + " score --model " + nvfp4 + " --tokens 3,1,4,1,5 -n 4 --out " + f32_prefix).exit_code, 0);
-  const testing::CommandResult int8 = run_command(moert() + " score --model " + nvfp4 +
-                                                  " --tokens 3,1,4,1,5 -n 4 --fp4-activations int8 --out " + int8_prefix);
-  ASSERT_EQ(int8.exit_code, 0) << int8.err;
   const io::NpyArray f32_logits = io::read_npy(f32_prefix + ".prompt_logits.npy").value();
-  const io::NpyArray int8_logits = io::read_npy(int8_prefix + ".prompt_logits.npy").value();
-  ASSERT_EQ(f32_logits.values.size(), int8_logits.values.size());
-  double max_diff = 0.0, max_logit = 0.0;
-  for (size_t i = 0; i < f32_logits.values.size(); ++i) {
-    max_diff = std::max(max_diff, std::fabs(f32_logits.values[i] - int8_logits.values[i]));
-    max_logit = std::max(max_logit, std::fabs(f32_logits.values[i]));
+  for (const auto& [mode, bound] : {std::pair<std::string, double>{"int8", 0.05}, {"fp4", 0.3}}) {
+    const std::string prefix = scratch / mode;
+    const testing::CommandResult scored = run_command(moert() + " score --model " + nvfp4 +
+                                                      " --tokens 3,1,4,1,5 -n 4 --fp4-activations " + mode + " --out " + prefix);
+    ASSERT_EQ(scored.exit_code, 0) << scored.err;
+    const io::NpyArray logits = io::read_npy(prefix + ".prompt_logits.npy").value();
+    ASSERT_EQ(f32_logits.values.size(), logits.values.size());
+    double max_diff = 0.0, max_logit = 0.0;
+    for (size_t i = 0; i < f32_logits.values.size(); ++i) {
+      max_diff = std::max(max_diff, std::fabs(f32_logits.values[i] - logits.values[i]));
+      max_logit = std::max(max_logit, std::fabs(f32_logits.values[i]));
+    }
+    EXPECT_GT(max_diff, 0.0) << mode << " activations must change the logits";
+    EXPECT_LT(max_diff, bound * max_logit) << mode << " activations moved the logits by " << max_diff << " of " << max_logit;
+    std::cout << mode << " activations: logits moved by " << max_diff / max_logit << " of the largest\n";
   }
-  EXPECT_GT(max_diff, 0.0) << "int8 activations must change the logits";
-  EXPECT_LT(max_diff, 0.05 * max_logit) << "int8 activations moved the logits by " << max_diff;
   const testing::CommandResult bench_int8 = run_command(moert() + " bench --model " + nvfp4 +
                                                         " --num-requests 2 --input-len 8 --output-len 2 --fp4-activations int8");
   ASSERT_EQ(bench_int8.exit_code, 0) << bench_int8.err;
   EXPECT_NE(bench_int8.out.find(", device cpu, fp4 activations int8, 1 rank(s)"), std::string::npos) << bench_int8.out;
   expect_one_line_error(run_command(moert() + " score --model " + nvfp4 + " --tokens 1,2 --fp4-activations int4"),
-                        "--fp4-activations 'int4' is not one of f32, int8");
+                        "--fp4-activations 'int4' is not one of f32, int8, fp4");
   expect_one_line_error(
       run_command(moert() + " score --model " + nvfp4 + " --tokens 1,2 --fp4-activations int8 --device cuda"),
       "--fp4-activations int8 runs on the CPU only");
@@ -408,7 +413,7 @@ TEST(CliQuantize, QuantizeScoreAndEval) {
                         "--cuda-graph-max-batch = -1 must be in [0, 16]");
   expect_one_line_error(run_command(moert() + " bench --model " + nvfp4 + " --num-requests 1 --spec draft --draft-model " +
                                     nvfp4 + " --draft-fp4-activations f16"),
-                        "--draft-fp4-activations 'f16' is not one of f32, int8");
+                        "--draft-fp4-activations 'f16' is not one of f32, int8, fp4");
   const testing::CommandResult self =
       run_command(moert() + " eval --model " + model + " --against " + model + " --num-sequences 2 --length 8");
   ASSERT_EQ(self.exit_code, 0) << self.err;

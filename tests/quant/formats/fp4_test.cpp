@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -357,6 +358,95 @@ TEST(Nvfp4, BlockScaleDividesBySixFirst) {
     differ += expected != other_order;
   }
   EXPECT_GT(differ, 0) << "no block tells the two orders apart: the test would not catch the other one";
+}
+
+
+// ---- FP4 activations ------------------------------------------------------------------------
+
+// Rows with a wide spread of magnitudes, a zero block, a tiny block and a huge one.
+std::vector<float> activation_rows(int64_t rows, int64_t cols, uint32_t seed) {
+  std::vector<float> x = test::normal_samples(rows * cols, seed);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float row_scale = std::ldexp(1.0f, static_cast<int>(r % 7) * 6 - 18);
+    for (int64_t k = 0; k < cols; ++k) x[static_cast<size_t>(r * cols + k)] *= row_scale;
+  }
+  for (int64_t k = 0; k < 32; ++k) {
+    x[static_cast<size_t>(k)] = 0.0f;                        // row 0: a zero block (MXFP4 and NVFP4)
+    x[static_cast<size_t>(cols + k)] *= 1e-30f;              // row 1: a block far below the row's amax
+    x[static_cast<size_t>(2 * cols + k)] *= 1e20f;           // row 2: a block far above
+  }
+  return x;
+}
+
+TEST(Fp4Activations, RoundTripIsTheQuantizerThenTheDequantizerOfEachRow) {
+  const int64_t rows = 7, cols = 96;
+  const std::vector<float> x = activation_rows(rows, cols, 11);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x.data() + r * cols;
+    std::vector<float> got(static_cast<size_t>(cols)), want(static_cast<size_t>(cols));
+    nvfp4_round_trip_row(row, cols, got.data());
+    nvfp4_dequantize(nvfp4_quantize(row, 1, cols).value(), want.data());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "NVFP4 row " << r;
+    mxfp4_round_trip_row(row, cols, got.data());
+    mxfp4_dequantize(mxfp4_quantize(row, 1, cols).value(), want.data());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "MXFP4 row " << r;
+  }
+}
+
+TEST(Fp4Activations, NonFiniteElementsPassThroughAndStayOutOfTheScales) {
+  std::vector<float> x(32, 0.0f);
+  for (int i = 0; i < 32; ++i) x[static_cast<size_t>(i)] = 0.1f * static_cast<float>(i + 1);
+  std::vector<float> finite_only = x;
+  x[3] = kInf;
+  x[20] = kNaN;
+  finite_only[3] = finite_only[20] = 0.0f;
+  for (auto round_trip : {&nvfp4_round_trip_row, &mxfp4_round_trip_row}) {
+    std::vector<float> got(32), want(32);
+    round_trip(x.data(), 32, got.data());
+    round_trip(finite_only.data(), 32, want.data());
+    EXPECT_EQ(got[3], kInf);
+    EXPECT_TRUE(std::isnan(got[20]));
+    for (int i = 0; i < 32; ++i) {
+      if (i != 3 && i != 20) {
+        EXPECT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << i;
+      }
+    }
+  }
+}
+
+// The tiled layout written as the 5-D permutation it is (spec §1c): scales viewed as
+// [rows / 128, 4, 32, tiles across, 4] and stored in the order (0, 3, 2, 1, 4).
+std::vector<uint8_t> tiles_by_permutation(const std::vector<uint8_t>& scales, int64_t rows, int64_t scale_cols) {
+  const int64_t row_tiles = (rows + 127) / 128, col_tiles = (scale_cols + 3) / 4;
+  std::vector<uint8_t> out;
+  for (int64_t row_tile = 0; row_tile < row_tiles; ++row_tile) {
+    for (int64_t col_tile = 0; col_tile < col_tiles; ++col_tile) {
+      for (int64_t r32 = 0; r32 < 32; ++r32) {
+        for (int64_t r4 = 0; r4 < 4; ++r4) {
+          for (int64_t c4 = 0; c4 < 4; ++c4) {
+            const int64_t row = row_tile * 128 + r4 * 32 + r32, col = col_tile * 4 + c4;
+            out.push_back(row < rows && col < scale_cols ? scales[static_cast<size_t>(row * scale_cols + col)] : 0);
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TEST(BlockScaleTiles, AreThePermutationOfSpec1cWithZeroPadding) {
+  for (const auto& [rows, scale_cols] : {std::pair<int64_t, int64_t>{128, 4}, {130, 5}, {1, 1}, {300, 12}, {7, 9}}) {
+    std::vector<uint8_t> scales(static_cast<size_t>(rows * scale_cols));
+    for (size_t i = 0; i < scales.size(); ++i) scales[i] = static_cast<uint8_t>(1 + i % 251);  // never 0
+    const std::vector<uint8_t> tiled = tile_block_scales(scales.data(), rows, scale_cols);
+    EXPECT_EQ(static_cast<int64_t>(tiled.size()), scale_tiles_bytes(rows, scale_cols));
+    EXPECT_EQ(tiled, tiles_by_permutation(scales, rows, scale_cols)) << rows << " x " << scale_cols;
+  }
+  // A hand-checked entry: row 33, column 2 of a 128 x 4 matrix sits at 1 * 16 + 1 * 4 + 2.
+  EXPECT_EQ(scale_tile_offset(33, 2, 4), 22);
+  // The second tile across starts at 512, the second tile down after every tile across.
+  EXPECT_EQ(scale_tile_offset(0, 4, 8), 512);
+  EXPECT_EQ(scale_tile_offset(128, 0, 8), 1024);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 
 #include "core/thread_pool.h"
 #include "quant/bf16.h"
+#include "quant/formats/fp4.h"
 #include "core/check.h"
 #include "experts/router.h"
 #include "runtime/backend/cpu_backend.h"
@@ -546,6 +547,130 @@ TEST_P(Conformance, RoutedExpertsFromDeviceRoutingMatchFloat64AndTheHostPlan) {
           }
         }
         EXPECT_LT(relative_l2_error(out.data(), want.data(), tokens * dim), kTolerance) << tokens << " tokens";
+      }
+    }
+  }
+}
+
+// An FP4 weight computed under `--fp4-activations fp4`: the packed checkpoint data, the view
+// the backends read, and the weight's decoded floats. Not movable: the view points inside.
+struct Fp4ActivationWeight {
+  Fp4ActivationWeight(quant::WeightFormat format, std::vector<float> w, int64_t rows, int64_t cols) {
+    values.resize(w.size());
+    view.format = format;
+    view.rows = rows;
+    view.cols = cols;
+    view.activations = quant::ActivationPrecision::kFp4;
+    if (format == quant::WeightFormat::kNvfp4) {
+      const quant::Nvfp4Tensor t = quant::nvfp4_quantize(w.data(), rows, cols).value();
+      packed = t.packed;
+      scales = t.block_scales;
+      view.global_scale = t.global_scale;
+      quant::nvfp4_dequantize(t, values.data());
+    } else {
+      const quant::Mxfp4Tensor t = quant::mxfp4_quantize(w.data(), rows, cols).value();
+      packed = t.packed;
+      scales = t.scales;
+      quant::mxfp4_dequantize(t, values.data());
+    }
+    view.data = packed.data();
+    view.scales = scales.data();
+    weight = quant::LinearWeight::from_packed(view);
+  }
+  Fp4ActivationWeight(const Fp4ActivationWeight&) = delete;
+  std::vector<uint8_t> packed, scales;
+  std::vector<float> values;
+  quant::QuantizedWeightView view;
+  quant::LinearWeight weight;
+};
+
+std::vector<float> round_trip_rows(quant::WeightFormat format, std::vector<float> x, int64_t cols) {
+  for (size_t r = 0; r * cols < x.size(); ++r) {
+    float* row = x.data() + r * cols;
+    format == quant::WeightFormat::kNvfp4 ? quant::nvfp4_round_trip_row(row, cols, row)
+                                          : quant::mxfp4_round_trip_row(row, cols, row);
+  }
+  return x;
+}
+
+// `--fp4-activations fp4`: every product with an FP4 weight reads its input rounded per row
+// to the weight's format (quant/formats/fp4.h), on every backend: a linear layer, and the
+// routed experts (x before gate and up, the activated intermediate before down), planned on
+// the host and (5 tokens) from routing in the backend's memory. The float64 references round
+// the same float32 inputs; the intermediate is rounded from its float32 value, so a rounding
+// boundary crossed between float32 and float64 would show as an error far above kTolerance.
+TEST_P(Conformance, Fp4ActivationsRoundTheInputOfEveryFp4Product) {
+  const int64_t dim = 64, width = 32;
+  const int num_experts = 4, top_k = 2;
+  for (const quant::WeightFormat format : {quant::WeightFormat::kNvfp4, quant::WeightFormat::kMxfp4}) {
+    SCOPED_TRACE(quant::weight_format_name(format));
+    const Fp4ActivationWeight linear(format, random_floats(width * dim, 0.3f), width, dim);
+    for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{20}}) {
+      const std::vector<float> x = random_floats(rows * dim);
+      std::vector<float> y(static_cast<size_t>(rows * width));
+      backend_->linear(linear.weight, x.data(), rows, nullptr, y.data());
+      const std::vector<double> want = reference_linear(round_trip_rows(format, x, dim), rows, linear.values, width, dim, nullptr);
+      EXPECT_LT(relative_l2_error(y.data(), want.data(), rows * width), kTolerance) << rows << " rows";
+      const std::vector<double> unrounded = reference_linear(x, rows, linear.values, width, dim, nullptr);
+      EXPECT_GT(relative_l2_error(y.data(), unrounded.data(), rows * width), 1e-3) << "the activations were not rounded";
+    }
+    std::vector<std::unique_ptr<Fp4ActivationWeight>> gates, ups, downs;
+    for (int e = 0; e < num_experts; ++e) {
+      gates.push_back(std::make_unique<Fp4ActivationWeight>(format, random_floats(width * dim, 0.3f), width, dim));
+      ups.push_back(std::make_unique<Fp4ActivationWeight>(format, random_floats(width * dim, 0.3f), width, dim));
+      downs.push_back(std::make_unique<Fp4ActivationWeight>(format, random_floats(dim * width, 0.3f), dim, width));
+    }
+    const std::function<Backend::ExpertWeights(int)> expert_weights = [&](int e) {
+      const auto u = static_cast<size_t>(e);
+      return Backend::ExpertWeights{&gates[u]->weight, &ups[u]->weight, &downs[u]->weight, nullptr, nullptr, nullptr, {}};
+    };
+    // One expert on one float32 row, as the backends round: gate and up on the rounded row,
+    // the SwiGLU in float64 then float32, rounded, then down.
+    auto reference_expert = [&](int e, const float* row) {
+      const std::vector<float> xr = round_trip_rows(format, std::vector<float>(row, row + dim), dim);
+      const auto u = static_cast<size_t>(e);
+      const std::vector<double> g = reference_linear(xr, 1, gates[u]->values, width, dim, nullptr);
+      const std::vector<double> up = reference_linear(xr, 1, ups[u]->values, width, dim, nullptr);
+      std::vector<float> h(static_cast<size_t>(width));
+      for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<float>(g[i] / (1.0 + std::exp(-g[i])) * up[i]);
+      return reference_linear(round_trip_rows(format, h, width), 1, downs[u]->values, dim, width, nullptr);
+    };
+    for (const int64_t tokens : {int64_t{5}, int64_t{18}}) {
+      std::vector<int32_t> ids;
+      std::vector<float> weights;
+      for (int64_t t = 0; t < tokens; ++t) {
+        const int first = static_cast<int>(rng_() % num_experts);
+        ids.push_back(first);
+        ids.push_back((first + 1 + static_cast<int>(rng_() % (num_experts - 1))) % num_experts);
+        weights.push_back(0.6f);
+        weights.push_back(0.4f);
+      }
+      const std::vector<float> x = random_floats(tokens * dim);
+      std::vector<double> want(static_cast<size_t>(tokens * dim), 0.0);
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int k = 0; k < top_k; ++k) {
+          const std::vector<double> y = reference_expert(ids[static_cast<size_t>(t * top_k + k)], x.data() + t * dim);
+          for (int64_t i = 0; i < dim; ++i) {
+            want[static_cast<size_t>(t * dim + i)] += weights[static_cast<size_t>(t * top_k + k)] * y[static_cast<size_t>(i)];
+          }
+        }
+      }
+      Buffer device_ids = backend_->allocate(DType::kI32, {tokens * top_k});
+      Buffer device_weights = backend_->allocate(DType::kF32, {tokens * top_k});
+      Buffer device_x = backend_->allocate(DType::kF32, {tokens, dim});
+      Buffer device_out = backend_->allocate(DType::kF32, {tokens, dim});
+      backend_->copy_bytes(device_ids.data<int32_t>(), ids.data(), tokens * top_k * 4);
+      backend_->copy(device_weights.data<float>(), weights.data(), tokens * top_k);
+      backend_->copy(device_x.data<float>(), x.data(), tokens * dim);
+      for (const bool routing_on_device : {true, false}) {
+        backend_->routed_experts(device_x.data<float>(), tokens, static_cast<int>(dim),
+                                 routing_on_device ? device_ids.data<int32_t>() : ids.data(),
+                                 routing_on_device ? device_weights.data<float>() : weights.data(), top_k, num_experts,
+                                 expert_weights, device_out.data<float>());
+        std::vector<float> out(static_cast<size_t>(tokens * dim));
+        backend_->to_host(device_out.data<float>(), tokens * dim, out.data());
+        EXPECT_LT(relative_l2_error(out.data(), want.data(), tokens * dim), kTolerance)
+            << tokens << " tokens, routing on the device " << routing_on_device;
       }
     }
   }
