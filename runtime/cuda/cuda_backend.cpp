@@ -9,8 +9,11 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/log.h"
 #include "experts/router.h"
+#include "quant/formats/fp4.h"
 #include "runtime/cuda/attention.h"
+#include "runtime/cuda/block_scaled_gemm.h"
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/elementwise.h"
 #include "runtime/cuda/linear.h"
@@ -408,7 +411,16 @@ class CudaStepGraph : public backend::Backend::StepGraph {
 
 class CudaBackend : public backend::Backend {
  public:
-  explicit CudaBackend(int device_index) : device_index_(device_index) {}
+  // Compute capability 10 and later have block-scaled FP4 tensor cores (block_scaled_gemm.h).
+  explicit CudaBackend(int device_index) : device_index_(device_index) {
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_index) != cudaSuccess) {
+      cudaGetLastError();
+      major = 0;
+    }
+    block_scaled_ = major >= 10;
+    if (block_scaled_) block_scaled_workspace_ = allocate(DType::kU8, {kBlockScaledWorkspaceBytes});
+  }
 
 #if defined(MOERT_CUDA_EMULATION)
   const char* name() const override { return "cuda-emulated"; }
@@ -452,9 +464,137 @@ class CudaBackend : public backend::Backend {
               float* y) override {
     Staging s(weights_);
     const DeviceWeight w = device_weight(weight, s);
-    const float* device_x = rounded_activations(fp4_activations_of(weight), s.in(x, num_rows * w.cols), num_rows, w.cols, s);
-    s.finish(MOERT_CUDA_NS::linear(w, device_x, num_rows, s.weight(bias, w.rows), s.out(y, num_rows * w.rows), stream()),
-             "linear");
+    const bool resident = s.all_weights_resident();
+    const Fp4Activations fp4 = fp4_activations_of(weight);
+    const float* device_x = s.in(x, num_rows * w.cols);
+    const float* device_bias = s.weight(bias, w.rows);
+    float* device_y = s.out(y, num_rows * w.rows);
+    if (!block_scaled_linear(fp4, w, resident, device_x, num_rows, device_bias, device_y, s)) {
+      check(MOERT_CUDA_NS::linear(w, rounded_activations(fp4, device_x, num_rows, w.cols, s), num_rows, device_bias,
+                                  device_y, stream()),
+            "linear");
+    }
+    s.finish(0, "linear");
+  }
+
+  // y [R, N] = x [R, K] . W^T (+ bias) on the block-scaled FP4 tensor cores (compute
+  // capability 10+), x quantized per row to W's format: what `--fp4-activations fp4` asks,
+  // computed natively. False (nothing written) where they do not apply: the caller then
+  // computes the same definition with x rounded (rounded_activations) on the other kernels.
+  bool block_scaled_linear(Fp4Activations fp4, const DeviceWeight& w, bool resident, const float* x, int64_t num_rows,
+                           const float* bias, float* y, Staging& s) {
+    if (fp4 == Fp4Activations::kNone || !block_scaled_) return false;
+    const uint8_t* weight_scales = tiled_weight_scales(fp4, w, resident, s);
+    return weight_scales != nullptr && block_scaled_product(fp4, w, weight_scales, bias, x, num_rows, y, s);
+  }
+
+  // y [R, N] = x [R, K] . W^T (+ bias), x quantized here, W's scales already tiled. False
+  // when the library has no kernel for it (warned once; y not written).
+  bool block_scaled_product(Fp4Activations fp4, const DeviceWeight& w, const uint8_t* weight_scales, const float* bias,
+                            const float* x, int64_t num_rows, float* y, Staging& s) {
+    const int64_t scale_cols = w.cols / fp4_activation_block(fp4);
+    auto* codes = s.temporary_array<uint8_t>(num_rows * w.cols / 2);
+    auto* scales = s.temporary_array<uint8_t>(quant::scale_tiles_bytes(num_rows, scale_cols));
+    float* row_scale = s.temporary_array<float>(num_rows);
+    check(quantize_fp4_activations(fp4, x, num_rows, w.cols, codes, scales, row_scale, stream()),
+          "quantize_fp4_activations");
+    const bool nvfp4 = fp4 == Fp4Activations::kNvfp4;
+    const int status = block_scaled_gemm(fp4, {w.data, weight_scales, w.rows}, {codes, scales, num_rows}, w.cols,
+                                         nvfp4 ? w.global_scale : 1.0f, y, block_scaled_workspace_.data<uint8_t>(),
+                                         stream());
+    if (status == kBlockScaledUnsupported) {
+      if (!warned_block_scaled_unsupported_) {
+        MOERT_LOG(kWarn, "block-scaled FP4 GEMM unavailable for a " << w.rows << " x " << w.cols
+                             << " weight (cuBLASLt has no kernel): FP4 activations computed on the other kernels");
+        warned_block_scaled_unsupported_ = true;
+      }
+      return false;
+    }
+    check(status, "block_scaled_gemm");
+    check(scale_rows_add_bias(y, nvfp4 ? row_scale : nullptr, bias, num_rows, w.rows, stream()), "scale_rows_add_bias");
+    return true;
+  }
+
+  // grouped_expert_ffn on the block-scaled FP4 tensor cores (as block_scaled_linear): per
+  // expert, its rows gathered, gate and up GEMMs, the activation, the down GEMM, each row
+  // times its routing weight into its contribution row. False (nothing written) where they do
+  // not apply.
+  bool block_scaled_experts(const experts::ExpertDispatchLayout& layout, std::span<const float> x, int hidden_size,
+                            const ExpertSet& set, const std::vector<DeviceExpert>& table, bool resident,
+                            std::span<float> contributions, Staging& s) {
+    const Fp4Activations fp4 = set.fp4_activations;
+    if (fp4 == Fp4Activations::kNone || !block_scaled_) return false;
+    const int64_t num_entries = layout.num_entries(), width = set.intermediate_size, dim = hidden_size;
+    struct ExpertScales {
+      const uint8_t *gate, *up, *down;
+    };
+    std::vector<ExpertScales> scales;
+    for (const int32_t id : layout.experts) {
+      const DeviceExpert& e = table[static_cast<size_t>(id)];
+      scales.push_back({tiled_weight_scales(fp4, e.gate, resident, s), tiled_weight_scales(fp4, e.up, resident, s),
+                        tiled_weight_scales(fp4, e.down, resident, s)});
+      if (scales.back().gate == nullptr || scales.back().up == nullptr || scales.back().down == nullptr) return false;
+    }
+    // Grouped order: position j holds entry expert_entry_idx[j], reading row entry_row of x.
+    std::vector<int64_t> source_rows(static_cast<size_t>(num_entries));
+    for (int64_t j = 0; j < num_entries; ++j) {
+      source_rows[static_cast<size_t>(j)] = layout.entry_row[static_cast<size_t>(layout.expert_entry_idx[static_cast<size_t>(j)])];
+    }
+    float* rows = s.temporary_array<float>(num_entries * dim);
+    check(MOERT_CUDA_NS::gather_rows(s.in(x.data(), static_cast<int64_t>(x.size())), dim, s.in(source_rows.data(), num_entries),
+                      num_entries, rows, stream()),
+          "gather_rows");
+    float* gate = s.temporary_array<float>(num_entries * width);
+    float* up = s.temporary_array<float>(num_entries * width);
+    float* down = s.temporary_array<float>(num_entries * dim);
+    for (size_t a = 0; a < layout.experts.size(); ++a) {
+      const DeviceExpert& e = table[static_cast<size_t>(layout.experts[a])];
+      const int64_t first = layout.cu_expert_entries[a], n = layout.cu_expert_entries[a + 1] - first;
+      if (!block_scaled_product(fp4, e.gate, scales[a].gate, e.gate_bias, rows + first * dim, n, gate + first * width, s) ||
+          !block_scaled_product(fp4, e.up, scales[a].up, e.up_bias, rows + first * dim, n, up + first * width, s)) {
+        return false;
+      }
+    }
+    check(glu(gate, up, num_entries * width, set.activation, stream()), "glu");
+    for (size_t a = 0; a < layout.experts.size(); ++a) {
+      const DeviceExpert& e = table[static_cast<size_t>(layout.experts[a])];
+      const int64_t first = layout.cu_expert_entries[a], n = layout.cu_expert_entries[a + 1] - first;
+      if (!block_scaled_product(fp4, e.down, scales[a].down, e.down_bias, gate + first * width, n, down + first * dim, s)) {
+        return false;
+      }
+    }
+    s.finish(scatter_weighted_rows(down, dim, s.in(layout.expert_entry_idx.data(), num_entries), num_entries,
+                                   s.in(layout.entry_weight.data(), num_entries),
+                                   s.out(contributions.data(), num_entries * dim), stream()),
+             "scatter_weighted_rows");
+    return true;
+  }
+
+  // W's block scales in the tiles block_scaled_gemm reads: made once for a resident weight
+  // (kept by its device scales), for this call in `s` otherwise. Null inside a capture when
+  // not made yet (the capture fails; the batch size runs eagerly).
+  const uint8_t* tiled_weight_scales(Fp4Activations fp4, const DeviceWeight& w, bool resident, Staging& s) {
+    if (resident) {
+      if (auto found = tiled_weight_scales_.find(w.scales); found != tiled_weight_scales_.end()) {
+        return found->second.data<uint8_t>();
+      }
+    }
+    if (capturing()) {
+      capture_fails("an FP4 weight's block scales are tiled at its first block-scaled use");
+      return nullptr;
+    }
+    const int64_t scale_cols = w.cols / fp4_activation_block(fp4);
+    const int64_t bytes = quant::scale_tiles_bytes(w.rows, scale_cols);
+    uint8_t* tiled = nullptr;
+    if (resident) {
+      Buffer buffer = allocate(DType::kU8, {bytes});
+      tiled = buffer.data<uint8_t>();
+      tiled_weight_scales_.emplace(w.scales, std::move(buffer));
+    } else {
+      tiled = s.temporary_array<uint8_t>(bytes);
+    }
+    check(tile_block_scales(w.scales, w.rows, scale_cols, tiled, stream()), "tile_block_scales");
+    return tiled;
   }
 
   // x [R, K] (device memory) as a product with an FP4 weight reads it: rounded into scratch of
@@ -578,6 +718,7 @@ class CudaBackend : public backend::Backend {
     const int32_t max_expert = layout.experts.empty() ? 0 : layout.experts.back();
     std::vector<DeviceExpert> table(static_cast<size_t>(max_expert) + 1);
     const ExpertSet set = fill_device_experts(layout.experts, expert_weights, s, table);
+    if (block_scaled_experts(layout, x, hidden_size, set, table, s.all_weights_resident(), contributions, s)) return;
     int64_t max_entries = 0;
     for (size_t a = 0; a < layout.experts.size(); ++a) {
       max_entries = std::max(max_entries, layout.cu_expert_entries[a + 1] - layout.cu_expert_entries[a]);
@@ -900,6 +1041,10 @@ class CudaBackend : public backend::Backend {
 
   int device_index_;
   ResidentWeights weights_;
+  bool block_scaled_ = false;      // the device has block-scaled FP4 tensor cores
+  Buffer block_scaled_workspace_;  // then: block_scaled_gemm's scratch
+  std::map<const void*, Buffer> tiled_weight_scales_;  // by the resident weight scales
+  bool warned_block_scaled_unsupported_ = false;
   std::map<std::pair<const void*, int>, ExpertTable> expert_tables_;
   ExpertTable call_table_;  // the last table that could not be kept
   // The latest table of every position made for `rope`'s rotation, or null.

@@ -54,6 +54,14 @@ __global__ void gather_rows_kernel(const float* src, int64_t dim, const int64_t*
   for (int64_t i = first_index(); i < count; i += grid_stride()) dst[i] = src[rows[i / dim] * dim + i % dim];
 }
 
+__global__ void scatter_weighted_rows_kernel(const float* src, int64_t dim, const int64_t* rows, const float* weights,
+                                             float* out, int64_t count) {
+  for (int64_t i = first_index(); i < count; i += grid_stride()) {
+    const int64_t row = rows[i / dim];
+    out[row * dim + i % dim] = mul_rn(weights[row], src[i]);
+  }
+}
+
 __global__ void combine_rows_kernel(const int64_t* src_rows, int top_k, const float* rows, int64_t dim, float* out,
                                     int64_t count) {
   for (int64_t i = first_index(); i < count; i += grid_stride()) {
@@ -123,6 +131,14 @@ int gather_rows(const float* src, int64_t dim, const int64_t* rows, int64_t num_
   const int64_t count = num_rows * dim;
   if (count == 0) return 0;
   MOERT_LAUNCH(gather_rows_kernel, blocks_for(count), kThreads, stream, src, dim, rows, dst, count);
+  return last_error();
+}
+
+int scatter_weighted_rows(const float* src, int64_t dim, const int64_t* rows, int64_t num_rows, const float* weights,
+                          float* out, CUstream_st* stream) {
+  const int64_t count = num_rows * dim;
+  if (count == 0) return 0;
+  MOERT_LAUNCH(scatter_weighted_rows_kernel, blocks_for(count), kThreads, stream, src, dim, rows, weights, out, count);
   return last_error();
 }
 

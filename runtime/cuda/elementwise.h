@@ -27,6 +27,9 @@ int copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stri
               CUstream_st* stream);
 // dst[r, :] = src[rows[r], :]. rows: [R].
 int gather_rows(const float* src, int64_t dim, const int64_t* rows, int64_t num_rows, float* dst, CUstream_st* stream);
+// out[rows[r], :] = weights[rows[r]] * src[r, :], one product rounded (rows distinct; src [R, dim]).
+int scatter_weighted_rows(const float* src, int64_t dim, const int64_t* rows, int64_t num_rows, const float* weights,
+                          float* out, CUstream_st* stream);
 // out[t] = sum over j ascending of rows[src_rows[t * K + j]], from +0.0f. out: [T, D].
 int combine_rows(const int64_t* src_rows, int64_t num_tokens, int top_k, const float* rows, int64_t dim, float* out,
                  CUstream_st* stream);

@@ -146,9 +146,14 @@ __global__ void tile_scales_kernel(const uint8_t* scales, int64_t rows, int64_t 
   tiled[scale_tile_offset(i / scale_cols, i % scale_cols, scale_cols)] = scales[i];
 }
 
-__global__ void scale_rows_kernel(float* y, const float* row_scale, int64_t num_rows, int64_t cols) {
+__global__ void scale_rows_add_bias_kernel(float* y, const float* row_scale, const float* bias, int64_t num_rows,
+                                           int64_t cols) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < num_rows * cols) y[i] *= row_scale[i / cols];
+  if (i >= num_rows * cols) return;
+  float value = y[i];
+  if (row_scale != nullptr) value *= row_scale[i / cols];
+  if (bias != nullptr) value += bias[i % cols];
+  y[i] = value;
 }
 
 int64_t tiled_bytes(int64_t rows, int64_t scale_cols) {
@@ -181,10 +186,11 @@ int tile_block_scales(const uint8_t* scales, int64_t rows, int64_t scale_cols, u
   return static_cast<int>(cudaGetLastError());
 }
 
-int scale_rows(float* y, const float* row_scale, int64_t num_rows, int64_t cols, CUstream_st* stream) {
-  if (num_rows * cols == 0) return 0;
-  MOERT_LAUNCH(scale_rows_kernel, static_cast<unsigned>(ceil_div(num_rows * cols, kThreads)), kThreads, stream, y,
-               row_scale, num_rows, cols);
+int scale_rows_add_bias(float* y, const float* row_scale, const float* bias, int64_t num_rows, int64_t cols,
+                        CUstream_st* stream) {
+  if (num_rows * cols == 0 || (row_scale == nullptr && bias == nullptr)) return 0;
+  MOERT_LAUNCH(scale_rows_add_bias_kernel, static_cast<unsigned>(ceil_div(num_rows * cols, kThreads)), kThreads, stream,
+               y, row_scale, bias, num_rows, cols);
   return static_cast<int>(cudaGetLastError());
 }
 

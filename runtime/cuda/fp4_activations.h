@@ -33,7 +33,9 @@ int quantize_fp4_activations(Fp4Activations format, const float* x, int64_t num_
 // (quant::tile_block_scales on the device: a weight's scales for the block-scaled GEMM).
 int tile_block_scales(const uint8_t* scales, int64_t rows, int64_t scale_cols, uint8_t* tiled, CUstream_st* stream);
 
-// y[r, :] *= row_scale[r] for y [R, N].
-int scale_rows(float* y, const float* row_scale, int64_t num_rows, int64_t cols, CUstream_st* stream);
+// y[r, n] = y[r, n] * row_scale[r] + bias[n] for y [R, N] (the end of a block-scaled GEMM);
+// row_scale and bias may be null (then 1 and 0).
+int scale_rows_add_bias(float* y, const float* row_scale, const float* bias, int64_t num_rows, int64_t cols,
+                        CUstream_st* stream);
 
 }  // namespace moert::MOERT_CUDA_NS

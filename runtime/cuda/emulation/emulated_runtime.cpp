@@ -1,6 +1,7 @@
 #include "runtime/cuda/emulation/emulated_runtime.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -239,6 +240,12 @@ cudaError_t invalidate_capture() {
 
 }  // namespace
 
+static std::atomic<int> compute_capability_major{9}, compute_capability_minor{0};
+void set_compute_capability(int major, int minor) {
+  compute_capability_major = major;
+  compute_capability_minor = minor;
+}
+
 bool capturing() { return capture().open; }
 void record(std::function<void()> work) {
   Capture& c = capture();
@@ -249,6 +256,13 @@ void record(std::function<void()> work) {
 
 using namespace moert::cuda_emulation;
 
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
+  if (device != 0) return cudaErrorInvalidValue;
+  if (attribute == cudaDevAttrComputeCapabilityMajor) *value = compute_capability_major;
+  else if (attribute == cudaDevAttrComputeCapabilityMinor) *value = compute_capability_minor;
+  else return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = 1;
   return cudaSuccess;

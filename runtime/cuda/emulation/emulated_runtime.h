@@ -37,6 +37,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "runtime/cuda/emulation/emulated_device.h"
+
 #define __global__
 #define __device__
 #define __host__
@@ -141,6 +143,10 @@ struct CUevent_st;
 using cudaEvent_t = CUevent_st*;
 constexpr unsigned cudaEventDisableTiming = 2;
 
+enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76 };
+// The emulated device reports compute capability 9.0 (Hopper) unless a test sets another
+// (moert::cuda_emulation::set_compute_capability) to take the code paths of newer GPUs.
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device);
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaMalloc(void** ptr, size_t bytes);

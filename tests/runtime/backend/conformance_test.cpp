@@ -23,6 +23,9 @@
 #include "experts/router.h"
 #include "runtime/backend/cpu_backend.h"
 #include "runtime/cuda/cuda_backend.h"
+#if defined(MOERT_CUDA_EMULATION)
+#include "runtime/cuda/emulation/emulated_device.h"
+#endif
 #include "runtime/sampling/sampler.h"
 #include "tests/support/test_support.h"
 
@@ -599,16 +602,17 @@ std::vector<float> round_trip_rows(quant::WeightFormat format, std::vector<float
 // the host and (5 tokens) from routing in the backend's memory. The float64 references round
 // the same float32 inputs; the intermediate is rounded from its float32 value, so a rounding
 // boundary crossed between float32 and float64 would show as an error far above kTolerance.
-TEST_P(Conformance, Fp4ActivationsRoundTheInputOfEveryFp4Product) {
+void check_fp4_activations(Backend& backend, const std::function<std::vector<float>(int64_t, float)>& random_floats,
+                           std::mt19937& rng) {
   const int64_t dim = 64, width = 32;
   const int num_experts = 4, top_k = 2;
   for (const quant::WeightFormat format : {quant::WeightFormat::kNvfp4, quant::WeightFormat::kMxfp4}) {
     SCOPED_TRACE(quant::weight_format_name(format));
     const Fp4ActivationWeight linear(format, random_floats(width * dim, 0.3f), width, dim);
     for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{20}}) {
-      const std::vector<float> x = random_floats(rows * dim);
+      const std::vector<float> x = random_floats(rows * dim, 1.0f);
       std::vector<float> y(static_cast<size_t>(rows * width));
-      backend_->linear(linear.weight, x.data(), rows, nullptr, y.data());
+      backend.linear(linear.weight, x.data(), rows, nullptr, y.data());
       const std::vector<double> want = reference_linear(round_trip_rows(format, x, dim), rows, linear.values, width, dim, nullptr);
       EXPECT_LT(relative_l2_error(y.data(), want.data(), rows * width), kTolerance) << rows << " rows";
       const std::vector<double> unrounded = reference_linear(x, rows, linear.values, width, dim, nullptr);
@@ -639,13 +643,13 @@ TEST_P(Conformance, Fp4ActivationsRoundTheInputOfEveryFp4Product) {
       std::vector<int32_t> ids;
       std::vector<float> weights;
       for (int64_t t = 0; t < tokens; ++t) {
-        const int first = static_cast<int>(rng_() % num_experts);
+        const int first = static_cast<int>(rng() % num_experts);
         ids.push_back(first);
-        ids.push_back((first + 1 + static_cast<int>(rng_() % (num_experts - 1))) % num_experts);
+        ids.push_back((first + 1 + static_cast<int>(rng() % (num_experts - 1))) % num_experts);
         weights.push_back(0.6f);
         weights.push_back(0.4f);
       }
-      const std::vector<float> x = random_floats(tokens * dim);
+      const std::vector<float> x = random_floats(tokens * dim, 1.0f);
       std::vector<double> want(static_cast<size_t>(tokens * dim), 0.0);
       for (int64_t t = 0; t < tokens; ++t) {
         for (int k = 0; k < top_k; ++k) {
@@ -655,25 +659,45 @@ TEST_P(Conformance, Fp4ActivationsRoundTheInputOfEveryFp4Product) {
           }
         }
       }
-      Buffer device_ids = backend_->allocate(DType::kI32, {tokens * top_k});
-      Buffer device_weights = backend_->allocate(DType::kF32, {tokens * top_k});
-      Buffer device_x = backend_->allocate(DType::kF32, {tokens, dim});
-      Buffer device_out = backend_->allocate(DType::kF32, {tokens, dim});
-      backend_->copy_bytes(device_ids.data<int32_t>(), ids.data(), tokens * top_k * 4);
-      backend_->copy(device_weights.data<float>(), weights.data(), tokens * top_k);
-      backend_->copy(device_x.data<float>(), x.data(), tokens * dim);
+      Buffer device_ids = backend.allocate(DType::kI32, {tokens * top_k});
+      Buffer device_weights = backend.allocate(DType::kF32, {tokens * top_k});
+      Buffer device_x = backend.allocate(DType::kF32, {tokens, dim});
+      Buffer device_out = backend.allocate(DType::kF32, {tokens, dim});
+      backend.copy_bytes(device_ids.data<int32_t>(), ids.data(), tokens * top_k * 4);
+      backend.copy(device_weights.data<float>(), weights.data(), tokens * top_k);
+      backend.copy(device_x.data<float>(), x.data(), tokens * dim);
       for (const bool routing_on_device : {true, false}) {
-        backend_->routed_experts(device_x.data<float>(), tokens, static_cast<int>(dim),
+        backend.routed_experts(device_x.data<float>(), tokens, static_cast<int>(dim),
                                  routing_on_device ? device_ids.data<int32_t>() : ids.data(),
                                  routing_on_device ? device_weights.data<float>() : weights.data(), top_k, num_experts,
                                  expert_weights, device_out.data<float>());
         std::vector<float> out(static_cast<size_t>(tokens * dim));
-        backend_->to_host(device_out.data<float>(), tokens * dim, out.data());
+        backend.to_host(device_out.data<float>(), tokens * dim, out.data());
         EXPECT_LT(relative_l2_error(out.data(), want.data(), tokens * dim), kTolerance)
             << tokens << " tokens, routing on the device " << routing_on_device;
       }
     }
   }
+}
+
+TEST_P(Conformance, Fp4ActivationsRoundTheInputOfEveryFp4Product) {
+  auto random = [this](int64_t n, float scale) { return random_floats(n, scale); };
+  check_fp4_activations(*backend_, random, rng_);
+#if defined(MOERT_CUDA_EMULATION)
+  if (GetParam() != "cuda_emulated") return;
+  // The same on a device with block-scaled FP4 tensor cores (compute capability 10): the
+  // linear layers run block_scaled_gemm (emulated: the library call's definition).
+  cuda_emulation::set_compute_capability(10, 0);
+  const int64_t calls_before = cuda_emulation::block_scaled_gemm_calls();
+  std::unique_ptr<Backend> blackwell = make_cuda(pool_);
+  check_fp4_activations(*blackwell, random, rng_);
+  blackwell.reset();
+  cuda_emulation::set_compute_capability(9, 0);
+  // Per format: 3 linear calls; routed experts planned on the host (5 and 18 tokens; the
+  // device-planned 5 keep the other kernels), each with >= 2 experts of 3 GEMMs.
+  EXPECT_GE(cuda_emulation::block_scaled_gemm_calls() - calls_before, 2 * (3 + 2 * 2 * 3))
+      << "the block-scaled path was not taken";
+#endif
 }
 
 // Expert counts accumulate on the device, exactly.

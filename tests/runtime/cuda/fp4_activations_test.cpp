@@ -108,7 +108,7 @@ TEST(CudaFp4Activations, QuantizedRowsAreTheCpuQuantizersCodesAndTiledScales) {
   }
 }
 
-TEST(CudaFp4Activations, WeightScalesTileAsOnTheCpuAndRowsScale) {
+TEST(CudaFp4Activations, WeightScalesTileAsOnTheCpuAndRowsScaleAndTakeTheBias) {
   const int64_t rows = 200, scale_cols = 7;
   std::vector<uint8_t> scales(static_cast<size_t>(rows * scale_cols));
   for (size_t i = 0; i < scales.size(); ++i) scales[i] = static_cast<uint8_t>(1 + i * 7 % 253);
@@ -118,9 +118,11 @@ TEST(CudaFp4Activations, WeightScalesTileAsOnTheCpuAndRowsScale) {
   EXPECT_EQ(tiled, want);
 
   std::vector<float> y = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f};
-  const std::vector<float> row_scale = {0.5f, -2.0f};
-  ASSERT_EQ(kernels::scale_rows(y.data(), row_scale.data(), 2, 3, nullptr), 0);
+  const std::vector<float> row_scale = {0.5f, -2.0f}, bias = {10.0f, 20.0f, 30.0f};
+  ASSERT_EQ(kernels::scale_rows_add_bias(y.data(), row_scale.data(), nullptr, 2, 3, nullptr), 0);
   EXPECT_EQ(y, (std::vector<float>{0.5f, 1.0f, 1.5f, -8.0f, -10.0f, -12.0f}));
+  ASSERT_EQ(kernels::scale_rows_add_bias(y.data(), nullptr, bias.data(), 2, 3, nullptr), 0);
+  EXPECT_EQ(y, (std::vector<float>{10.5f, 21.0f, 31.5f, 2.0f, 10.0f, 18.0f}));
 }
 
 }  // namespace
