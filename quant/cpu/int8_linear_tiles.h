@@ -10,6 +10,7 @@
 
 #include "core/cpu/dot_lanes.h"
 #include "quant/cpu/int8_linear.h"
+#include "quant/cpu/row_driver.h"
 #include "quant/formats/fp4.h"
 #include "quant/formats/minifloat.h"
 #include "core/check.h"
@@ -35,15 +36,19 @@ struct Int8Col {
   Fp4CodeOrder order = Fp4CodeOrder::kCheckpoint;
 };
 
-inline Int8Col int8_col(const QuantizedWeightView& w, int64_t n) {
+// What every row of `w` shares; point_int8_col() then sets one row's pointers
+// (quant/cpu/row_driver.h).
+inline Int8Col shared_int8_col(const QuantizedWeightView& w) {
   Int8Col c;
   c.nvfp4 = w.format == WeightFormat::kNvfp4;
   c.k = w.cols;
-  c.codes = w.data + n * (w.cols / 2);
-  c.scales = w.scales + n * (w.cols / (c.nvfp4 ? kNvfp4BlockSize : kMxfp4BlockSize));
   c.global_scale = w.global_scale;
   c.order = w.code_order;
   return c;
+}
+inline void point_int8_col(Int8Col& c, const QuantizedWeightView& w, int64_t n) {
+  c.codes = w.data + n * (w.cols / 2);
+  c.scales = w.scales + n * (w.cols / (c.nvfp4 ? kNvfp4BlockSize : kMxfp4BlockSize));
 }
 
 // s_b of 16-element block b (the codec's block scale), 0 past K.
@@ -110,7 +115,6 @@ void quantize_rows(const float* x, int64_t rows, int64_t cols, int8_t* codes, fl
 
 // The 16 lanes' tree is the canonical dot product's (core/cpu/dot_lanes.h).
 static_assert(kInt8GroupLanes == cpu::dot_detail::kLanes);
-using cpu::dot_detail::kRowTile;
 using cpu::dot_detail::reduce_lanes;
 
 // Kernel: kRows, kCols and tile<rows, cols>(x, t, cols, out): out[r * cols + c] = the lane
@@ -132,36 +136,12 @@ void run_int8_tile(int rows, const Int8RowsView& x, int64_t t, const Int8Col* w,
 template <typename Kernel>
 void int8_forward_rows(const Int8RowsView& x, const QuantizedWeightView& w, const float* bias, float* y, int64_t begin,
                        int64_t end) {
-  constexpr int kRows = Kernel::kRows;
-  constexpr int kCols = Kernel::kCols;
-  const int64_t n = w.rows;
-  float dots[kRows * kCols];
-  Int8Col refs[kCols];
-  for (int64_t t0 = 0; t0 < x.rows; t0 += kRowTile) {
-    const int64_t t_end = std::min(x.rows, t0 + kRowTile);
-    int64_t col = begin;
-    for (; kCols > 1 && col + kCols <= end; col += kCols) {
-      for (int c = 0; c < kCols; ++c) refs[c] = int8_col(w, col + c);
-      for (int64_t t = t0; t < t_end; t += kRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kRows, t_end - t));
-        run_int8_tile<Kernel, kCols>(rows, x, t, refs, dots);
-        for (int r = 0; r < rows; ++r) {
-          for (int c = 0; c < kCols; ++c) {
-            y[(t + r) * n + col + c] = dots[r * kCols + c] + (bias != nullptr ? bias[col + c] : 0.0f);
-          }
-        }
-      }
-    }
-    for (; col < end; ++col) {
-      refs[0] = int8_col(w, col);
-      const float b = bias != nullptr ? bias[col] : 0.0f;
-      for (int64_t t = t0; t < t_end; t += kRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kRows, t_end - t));
-        run_int8_tile<Kernel, 1>(rows, x, t, refs, dots);
-        for (int r = 0; r < rows; ++r) y[(t + r) * n + col] = dots[r] + b;
-      }
-    }
-  }
+  drive_rows<Kernel::kRows, Kernel::kCols>(
+      x.rows, w.rows, begin, end, bias, y, shared_int8_col(w),
+      [&](Int8Col& c, int64_t n) { point_int8_col(c, w, n); },
+      [&](int rows, int64_t t, const Int8Col* refs, float* dots, auto cols) {
+        run_int8_tile<Kernel, decltype(cols)::value>(rows, x, t, refs, dots);
+      });
 }
 
 }  // namespace moert::quant::int8_detail

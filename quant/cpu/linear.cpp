@@ -4,48 +4,31 @@
 
 #include "core/check.h"
 #include "core/cpu/dot.h"
+#include "quant/cpu/row_driver.h"
 
 namespace moert::quant {
 namespace {
 
 using cpu::WeightKind;
 
-// Output features [begin, end) of y = x . W^T (+ bias), on the calling thread.
+// Output features [begin, end) of y = x . W^T (+ bias), on the calling thread (AVX-512: 4
+// weight rows x up to 4 x rows per pass, 16 accumulators; otherwise one weight row per pass).
 template <WeightKind kind>
 void linear_rows(const float* x, int64_t num_rows, const void* w, int64_t n, int64_t k, int64_t elem_bytes,
                  const float* bias, float* y, int64_t begin, int64_t end) {
-  // Rows of x are taken in tiles so a tile stays in cache while the weights stream past it.
-  using cpu::dot_detail::kRowTile;
-  constexpr int kCols = cpu::kDotBlockCols;
-  constexpr int kMaxRows = cpu::kMaxDotRows;
-  const bool blocked = cpu::dot_block_preferred();
-  float dots[kMaxRows * kCols];
-  for (int64_t t0 = 0; t0 < num_rows; t0 += kRowTile) {
-    const int64_t t_end = std::min(num_rows, t0 + kRowTile);
-    int64_t col = begin;
-    // AVX-512: 4 weight rows x up to 4 x rows per pass (16 accumulators).
-    for (; blocked && col + kCols <= end; col += kCols) {
-      const void* w_rows[kCols];
-      for (int c = 0; c < kCols; ++c) w_rows[c] = static_cast<const char*>(w) + (col + c) * k * elem_bytes;
-      for (int64_t t = t0; t < t_end; t += kMaxRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, t_end - t));
-        cpu::dot_block(kind, x + t * k, k, rows, k, w_rows, dots);
-        for (int r = 0; r < rows; ++r) {
-          for (int c = 0; c < kCols; ++c) {
-            y[(t + r) * n + col + c] = dots[r * kCols + c] + (bias != nullptr ? bias[col + c] : 0.0f);
-          }
-        }
-      }
+  const auto point_at = [&](const void*& row, int64_t col) { row = static_cast<const char*>(w) + col * k * elem_bytes; };
+  const auto run_tile = [&](int rows, int64_t t, const void* const* w_rows, float* dots, auto cols) {
+    if constexpr (decltype(cols)::value == 1) {
+      cpu::dot_rows(kind, x + t * k, k, rows, k, w_rows[0], dots);
+    } else {
+      cpu::dot_block(kind, x + t * k, k, rows, k, w_rows, dots);
     }
-    for (; col < end; ++col) {
-      const void* w_row = static_cast<const char*>(w) + col * k * elem_bytes;
-      const float b = bias != nullptr ? bias[col] : 0.0f;
-      for (int64_t t = t0; t < t_end; t += kMaxRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, t_end - t));
-        cpu::dot_rows(kind, x + t * k, k, rows, k, w_row, dots);
-        for (int r = 0; r < rows; ++r) y[(t + r) * n + col] = dots[r] + b;
-      }
-    }
+  };
+  const void* const no_row = nullptr;
+  if (cpu::dot_block_preferred()) {
+    drive_rows<cpu::kMaxDotRows, cpu::kDotBlockCols>(num_rows, n, begin, end, bias, y, no_row, point_at, run_tile);
+  } else {
+    drive_rows<cpu::kMaxDotRows, 1>(num_rows, n, begin, end, bias, y, no_row, point_at, run_tile);
   }
 }
 

@@ -11,6 +11,7 @@
 #include "core/cpu/dot_lanes.h"
 #include "core/cpu/prefetch.h"
 #include "quant/cpu/quantized_linear.h"
+#include "quant/cpu/row_driver.h"
 #include "quant/formats/fp4.h"
 #include "quant/formats/fp8.h"
 #include "quant/formats/minifloat.h"
@@ -52,30 +53,40 @@ struct RowRef {
 
 constexpr int64_t kFp8ScaleCols = kFp8BlockSize;  // 128 columns share an fp8 block scale
 
+// What every row of `w` shares; point_at() then sets one row's pointers.
 template <WeightFormat f>
-RowRef row_ref(const QuantizedWeightView& w, int64_t n) {
+RowRef shared_row_ref(const QuantizedWeightView& w) {
   RowRef r;
-  const int64_t k = w.cols;
-  r.k = k;
+  r.k = w.cols;
   r.code_order = w.code_order;
   r.fp8_codes_finite = w.fp8_codes_finite;
   if constexpr (f == WeightFormat::kNvfp4) {
+    r.global_scale = w.global_scale;
+  } else if constexpr (f == WeightFormat::kFp8Block) {
+    r.fp8_scale_stride = 1;
+  } else if constexpr (f == WeightFormat::kFp8Tensor) {
+    r.fp8_scales = &w.global_scale;
+    r.fp8_scale_stride = 0;
+  }
+  return r;
+}
+
+// Points r (made by shared_row_ref for w) at weight row n (quant/cpu/row_driver.h).
+template <WeightFormat f>
+void point_at(RowRef& r, const QuantizedWeightView& w, int64_t n) {
+  const int64_t k = w.cols;
+  if constexpr (f == WeightFormat::kNvfp4) {
     r.data = w.data + n * (k / 2);
     r.scales = w.scales + n * (k / kNvfp4BlockSize);
-    r.global_scale = w.global_scale;
   } else if constexpr (f == WeightFormat::kMxfp4) {
     r.data = w.data + n * (k / 2);
     r.scales = w.scales + n * (k / kMxfp4BlockSize);
   } else if constexpr (f == WeightFormat::kFp8Block) {
     r.data = w.data + n * k;
     r.fp8_scales = w.block_scale_inv + (n / kFp8BlockSize) * ((k + kFp8ScaleCols - 1) / kFp8ScaleCols);
-    r.fp8_scale_stride = 1;
   } else {
     r.data = w.data + n * k;
-    r.fp8_scales = &w.global_scale;
-    r.fp8_scale_stride = 0;
   }
-  return r;
 }
 
 // Exactly the expressions of nvfp4_dequantize / mxfp4_dequantize / fp8_*_dequantize.
@@ -135,37 +146,12 @@ void run_tile(int rows, const float* x, int64_t k, const RowRef* w, float* out) 
 template <typename Kernel, WeightFormat f>
 void forward_rows(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias, float* y,
                   int64_t begin, int64_t end) {
-  constexpr int kRows = Kernel::kRows;
-  constexpr int kCols = Kernel::kCols;
-  const int64_t n = w.rows;
   const int64_t k = w.cols;
-  float dots[kRows * kCols];
-  RowRef refs[kCols];
-  for (int64_t t0 = 0; t0 < num_rows; t0 += kRowTile) {
-    const int64_t t_end = std::min(num_rows, t0 + kRowTile);
-    int64_t col = begin;
-    for (; kCols > 1 && col + kCols <= end; col += kCols) {
-      for (int c = 0; c < kCols; ++c) refs[c] = row_ref<f>(w, col + c);
-      for (int64_t t = t0; t < t_end; t += kRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kRows, t_end - t));
-        run_tile<Kernel, f, kCols>(rows, x + t * k, k, refs, dots);
-        for (int r = 0; r < rows; ++r) {
-          for (int c = 0; c < kCols; ++c) {
-            y[(t + r) * n + col + c] = dots[r * kCols + c] + (bias != nullptr ? bias[col + c] : 0.0f);
-          }
-        }
-      }
-    }
-    for (; col < end; ++col) {
-      refs[0] = row_ref<f>(w, col);
-      const float b = bias != nullptr ? bias[col] : 0.0f;
-      for (int64_t t = t0; t < t_end; t += kRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kRows, t_end - t));
-        run_tile<Kernel, f, 1>(rows, x + t * k, k, refs, dots);
-        for (int r = 0; r < rows; ++r) y[(t + r) * n + col] = dots[r] + b;
-      }
-    }
-  }
+  drive_rows<Kernel::kRows, Kernel::kCols>(
+      num_rows, w.rows, begin, end, bias, y, shared_row_ref<f>(w), [&](RowRef& r, int64_t n) { point_at<f>(r, w, n); },
+      [&](int rows, int64_t t, const RowRef* refs, float* dots, auto cols) {
+        run_tile<Kernel, f, decltype(cols)::value>(rows, x + t * k, k, refs, dots);
+      });
 }
 
 template <typename Kernel>
