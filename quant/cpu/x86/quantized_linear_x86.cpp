@@ -123,16 +123,18 @@ MOERT_AVX512 inline __m512i chunk32_codes_avx512(const uint8_t* p) {
   return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// The chunk at element i of every column: scale[c][half] is column c's block scale of
-// elements [0, 16) and [16, 32) of the chunk (table x scale rounded once: the codec's value).
+// The chunk at element i of every column: low[c] / high[c] are column c's E2M1 table times the
+// block scale of elements [0, 16) / [16, 32) of the chunk (rounded once: the codec's values;
+// MXFP4 passes one table for both, its block being the whole chunk).
 template <int rows, int cols>
-MOERT_AVX512 inline void chunk32_fma_avx512(const float* x, int64_t x_stride, int64_t i, const RowRef* w, __m512 table,
-                                          const float (&scale)[cols][2], __m512 (&acc)[rows][cols]) {
+MOERT_AVX512 inline void chunk32_fma_avx512(const float* x, int64_t x_stride, int64_t i, const RowRef* w,
+                                          const __m512 (&low)[cols], const __m512 (&high)[cols],
+                                          __m512 (&acc)[rows][cols]) {
   __m512 w0[cols], w1[cols];
   for (int c = 0; c < cols; ++c) {
     const __m512i codes = chunk32_codes_avx512(w[c].data + i / 2);
-    w0[c] = _mm512_permutexvar_ps(codes, _mm512_mul_ps(table, _mm512_set1_ps(scale[c][0])));
-    w1[c] = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), _mm512_mul_ps(table, _mm512_set1_ps(scale[c][1])));
+    w0[c] = _mm512_permutexvar_ps(codes, low[c]);
+    w1[c] = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), high[c]);
   }
   for (int r = 0; r < rows; ++r) {
     const __m512 x0 = _mm512_loadu_ps(x + r * x_stride + i);
@@ -163,13 +165,13 @@ MOERT_AVX512 void nvfp4_chunk32_tile_avx512(const float* x, int64_t x_stride, in
     }
     for (int64_t i = k0; i < k1; i += 32) {
       const int64_t b = (i - k0) / kNvfp4BlockSize;
-      float half_scale[cols][2];
+      __m512 low[cols], high[cols];
       for (int c = 0; c < cols; ++c) {
         prefetch_stream_at(w[c].data, i / 2);
-        half_scale[c][0] = scale[c][b];
-        half_scale[c][1] = scale[c][b + 1];
+        low[c] = _mm512_mul_ps(table, _mm512_set1_ps(scale[c][b]));
+        high[c] = _mm512_mul_ps(table, _mm512_set1_ps(scale[c][b + 1]));
       }
-      chunk32_fma_avx512<rows, cols>(x, x_stride, i, w, table, half_scale, acc);
+      chunk32_fma_avx512<rows, cols>(x, x_stride, i, w, low, high, acc);
     }
   }
   finish_avx512<rows, cols>(acc, kIdentity, x, x_stride, k_chunks, k,
@@ -185,13 +187,13 @@ MOERT_AVX512 void mxfp4_chunk32_tile_avx512(const float* x, int64_t x_stride, in
     for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_setzero_ps();
   }
   for (int64_t i = 0; i < k; i += kMxfp4BlockSize) {
-    float half_scale[cols][2];
+    __m512 scaled[cols];
     for (int c = 0; c < cols; ++c) {
       prefetch_stream_at(w[c].data, i / 2);
       prefetch_stream_at(w[c].scales, i / kMxfp4BlockSize);
-      half_scale[c][0] = half_scale[c][1] = e8m0_decode(w[c].scales[i / kMxfp4BlockSize]);
+      scaled[c] = _mm512_mul_ps(table, _mm512_set1_ps(e8m0_decode(w[c].scales[i / kMxfp4BlockSize])));
     }
-    chunk32_fma_avx512<rows, cols>(x, x_stride, i, w, table, half_scale, acc);
+    chunk32_fma_avx512<rows, cols>(x, x_stride, i, w, scaled, scaled, acc);
   }
   finish_avx512<rows, cols>(acc, kIdentity, x, x_stride, k, k,
                             [&](int c, int64_t i) { return weight_at<WeightFormat::kMxfp4>(w[c], i); }, out);
@@ -397,20 +399,16 @@ MOERT_AVX2 inline void half_fma_avx2(const float* x, int64_t x_stride, int64_t i
   }
 }
 
-// Both halves of the chunk at element i; scale[c][half]: column c's block scale of the half
-// (the magnitudes `mag` times it, one rounding each: the codec's value).
+// Both halves of the chunk at element i; low[c] / high[c]: column c's magnitudes times the
+// block scale of the half (one rounding each: the codec's value; MXFP4 passes one for both).
 template <int rows, int cols>
-MOERT_AVX2 inline void chunk32_fma_avx2(const float* x, int64_t x_stride, int64_t i, const RowRef* w, __m256 mag,
-                                        __m256 sign, const float (&scale)[cols][2], __m256 (&acc_a)[rows][cols],
-                                        __m256 (&acc_b)[rows][cols]) {
+MOERT_AVX2 inline void chunk32_fma_avx2(const float* x, int64_t x_stride, int64_t i, const RowRef* w, __m256 sign,
+                                        const __m256 (&low)[cols], const __m256 (&high)[cols],
+                                        __m256 (&acc_a)[rows][cols], __m256 (&acc_b)[rows][cols]) {
   __m256 wa[cols], wb[cols];
-  for (int c = 0; c < cols; ++c) {
-    chunk32_half_avx2<0>(w[c].data + i / 2, _mm256_mul_ps(mag, _mm256_set1_ps(scale[c][0])), sign, wa[c], wb[c]);
-  }
+  for (int c = 0; c < cols; ++c) chunk32_half_avx2<0>(w[c].data + i / 2, low[c], sign, wa[c], wb[c]);
   half_fma_avx2<rows, cols>(x, x_stride, i, wa, wb, acc_a, acc_b);
-  for (int c = 0; c < cols; ++c) {
-    chunk32_half_avx2<1>(w[c].data + i / 2, _mm256_mul_ps(mag, _mm256_set1_ps(scale[c][1])), sign, wa[c], wb[c]);
-  }
+  for (int c = 0; c < cols; ++c) chunk32_half_avx2<1>(w[c].data + i / 2, high[c], sign, wa[c], wb[c]);
   half_fma_avx2<rows, cols>(x, x_stride, i + 16, wa, wb, acc_a, acc_b);
 }
 
@@ -432,13 +430,13 @@ MOERT_AVX2 void nvfp4_chunk32_tile_avx2(const float* x, int64_t x_stride, int64_
     }
     for (int64_t i = k0; i < k1; i += 32) {
       const int64_t b = (i - k0) / kNvfp4BlockSize;
-      float half_scale[cols][2];
+      __m256 low[cols], high[cols];
       for (int c = 0; c < cols; ++c) {
         prefetch_stream_at(w[c].data, i / 2);
-        half_scale[c][0] = scale[c][b];
-        half_scale[c][1] = scale[c][b + 1];
+        low[c] = _mm256_mul_ps(mag, _mm256_set1_ps(scale[c][b]));
+        high[c] = _mm256_mul_ps(mag, _mm256_set1_ps(scale[c][b + 1]));
       }
-      chunk32_fma_avx2<rows, cols>(x, x_stride, i, w, mag, sign, half_scale, acc_a, acc_b);
+      chunk32_fma_avx2<rows, cols>(x, x_stride, i, w, sign, low, high, acc_a, acc_b);
     }
   }
   finish_avx2<rows, cols>(acc_a, acc_b, kIdentity, x, x_stride, k_chunks, k,
@@ -454,13 +452,13 @@ MOERT_AVX2 void mxfp4_chunk32_tile_avx2(const float* x, int64_t x_stride, int64_
     for (int c = 0; c < cols; ++c) acc_a[r][c] = acc_b[r][c] = _mm256_setzero_ps();
   }
   for (int64_t i = 0; i < k; i += kMxfp4BlockSize) {
-    float half_scale[cols][2];
+    __m256 scaled[cols];
     for (int c = 0; c < cols; ++c) {
       prefetch_stream_at(w[c].data, i / 2);
       prefetch_stream_at(w[c].scales, i / kMxfp4BlockSize);
-      half_scale[c][0] = half_scale[c][1] = e8m0_decode(w[c].scales[i / kMxfp4BlockSize]);
+      scaled[c] = _mm256_mul_ps(mag, _mm256_set1_ps(e8m0_decode(w[c].scales[i / kMxfp4BlockSize])));
     }
-    chunk32_fma_avx2<rows, cols>(x, x_stride, i, w, mag, sign, half_scale, acc_a, acc_b);
+    chunk32_fma_avx2<rows, cols>(x, x_stride, i, w, sign, scaled, scaled, acc_a, acc_b);
   }
   finish_avx2<rows, cols>(acc_a, acc_b, kIdentity, x, x_stride, k, k,
                           [&](int c, int64_t i) { return weight_at<WeightFormat::kMxfp4>(w[c], i); }, out);
