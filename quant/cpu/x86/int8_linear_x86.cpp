@@ -84,12 +84,14 @@ inline GroupCodes group_codes(const Int8Col& c, int64_t g, int64_t full_groups, 
 // order per 16-byte lane. Either way group bytes 0-31 then 32-63 (int8_group_element); one
 // vpshufb then maps the codes to 12 + 2 * e2m1. Register dword lane l = group lane l, so the
 // float lanes are the canonical lanes.
-MOERT_AVX512 inline __m512i weight_bytes_avx512(GroupCodes group, __m512i lut) {
+// The tile knows the form at compile time (kCheckpointOrder), so the loop has no branch on it.
+template <bool kCheckpointOrder>
+MOERT_AVX512 inline __m512i weight_bytes_avx512(const uint8_t* bytes, __m512i lut) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group.bytes));
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
   const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
   const __m512i nibbles =
-      group.checkpoint_order
+      kCheckpointOrder
           ? _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_unpacklo_epi8(lo, hi)), _mm256_unpackhi_epi8(lo, hi), 1)
           : _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1);
   return _mm512_shuffle_epi8(lut, nibbles);
@@ -111,8 +113,9 @@ MOERT_AVX512 inline __m512i dot_bytes_avx512(__m512i acc, __m512i u, __m512i s) 
 
 // The 16 lane scales of a group from its block scales at p: NVFP4 blocks 0, 2, 1, 3 (4 per
 // group), MXFP4 blocks 0, 1, 0, 1 (2 per group), each over 4 lanes.
-MOERT_AVX512 inline __m512 weight_lane_scales_avx512(const float* p, bool nvfp4) {
-  if (nvfp4) {
+template <bool kNvfp4>
+MOERT_AVX512 inline __m512 weight_lane_scales_avx512(const float* p) {
+  if constexpr (kNvfp4) {
     return _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 1, 1, 1, 1, 2, 2, 2, 2, 0, 0, 0, 0),
                                  _mm512_zextps128_ps512(_mm_loadu_ps(p)));
   }
@@ -121,11 +124,12 @@ MOERT_AVX512 inline __m512 weight_lane_scales_avx512(const float* p, bool nvfp4)
                                _mm512_zextps128_ps512(two));
 }
 
-template <int rows, int cols, bool kVnni>
+// Every column of a tile comes from one view: w[0] tells the format and the code order.
+template <int rows, int cols, bool kVnni, bool kNvfp4, bool kCheckpointOrder>
 MOERT_AVX512 void int8_tile_avx512(const Int8RowsView& x, int64_t t, const Int8Col* w, float* out) {
   const int64_t groups = int8_groups(x.cols), full_groups = x.cols / kInt8Group;
   const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kOffsetDoubledE2m1)));
-  const int64_t per_group = w[0].nvfp4 ? 4 : 2;
+  constexpr int64_t per_group = kNvfp4 ? 4 : 2;
   __m512 acc[rows][cols];
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_setzero_ps();
@@ -140,8 +144,12 @@ MOERT_AVX512 void int8_tile_avx512(const Int8RowsView& x, int64_t t, const Int8C
       __m512 ws[cols];
       for (int c = 0; c < cols; ++c) {
         if (g % 2 == 0) cpu::prefetch_weight_stream(w[c].codes + g * 32);
-        wu[c] = weight_bytes_avx512(group_codes(w[c], g, full_groups, tail), lut);
-        ws[c] = weight_lane_scales_avx512(scale[c] + (g - g0) * per_group, w[c].nvfp4);
+        if (g < full_groups) {
+          wu[c] = weight_bytes_avx512<kCheckpointOrder>(w[c].codes + g * 32, lut);
+        } else {
+          wu[c] = weight_bytes_avx512<false>(group_codes(w[c], g, full_groups, tail).bytes, lut);  // packed chunk32
+        }
+        ws[c] = weight_lane_scales_avx512<kNvfp4>(scale[c] + (g - g0) * per_group);
       }
       for (int r = 0; r < rows; ++r) {
         const int64_t at = (t + r) * groups + g;
@@ -187,7 +195,13 @@ struct Avx512Int8Kernel {
   static constexpr int kCols = 4;
   template <int rows, int cols>
   static void tile(const Int8RowsView& x, int64_t t, const Int8Col* w, float* out) {
-    int8_tile_avx512<rows, cols, kVnni>(x, t, w, out);
+    const bool checkpoint_order = w[0].order == Fp4CodeOrder::kCheckpoint;
+    if (w[0].nvfp4) {
+      if (checkpoint_order) return int8_tile_avx512<rows, cols, kVnni, true, true>(x, t, w, out);
+      return int8_tile_avx512<rows, cols, kVnni, true, false>(x, t, w, out);
+    }
+    if (checkpoint_order) return int8_tile_avx512<rows, cols, kVnni, false, true>(x, t, w, out);
+    int8_tile_avx512<rows, cols, kVnni, false, false>(x, t, w, out);
   }
 };
 
