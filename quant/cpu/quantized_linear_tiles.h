@@ -118,10 +118,11 @@ constexpr float kFp8FoldLimit = 0x1p100f;
 // portable path would; a finite one must stay below kFp8FoldLimit.
 inline bool scale_foldable(float s) { return !(std::isfinite(s) && std::fabs(s) > kFp8FoldLimit); }
 
-// Prefetches a weight stream (packed codes or scale bytes) ahead, once per cache line:
-// `offset` is the byte the loop reads now.
-inline void prefetch_stream_at(const uint8_t* stream, int64_t offset) {
-  if (offset % cpu::kCacheLineBytes == 0) cpu::prefetch_weight_stream(stream + offset);
+// Prefetches a weight stream (packed codes or scale bytes) one tile ahead, once per cache
+// line: `offset` is the byte the loop reads now, the tile `cols` rows of `row_bytes` of this
+// stream (core/cpu/prefetch.h).
+inline void prefetch_stream_at(const uint8_t* stream, int64_t offset, int cols, int64_t row_bytes) {
+  if (offset % cpu::kCacheLineBytes == 0) cpu::prefetch_weight_stream(stream + offset, cols * row_bytes);
 }
 
 // ---- The row driver, shared by every path ------------------------------------------------------

@@ -45,7 +45,7 @@ void dot_rows_neon(const float* x, int64_t x_stride, int64_t k, const void* w, f
   int64_t i = 0;
   for (; i + kLanes <= k; i += kLanes) {
     if ((i * kWeightBytes<kind>) % kCacheLineBytes == 0) {
-      prefetch_weight_stream(static_cast<const char*>(w) + i * kWeightBytes<kind>);
+      prefetch_weight_stream(static_cast<const char*>(w) + i * kWeightBytes<kind>, k * kWeightBytes<kind>);  // the next row
     }
     float32x4_t wv[4];
     load16<kind>(w, i, wv);

@@ -16,10 +16,13 @@ using namespace dot_detail;
 template <WeightKind kind>
 constexpr int64_t kWeightBytes = kind == WeightKind::kF32 ? 4 : 2;
 
-// Prefetches weight row w ahead once per cache line the loop at element i consumes.
+// Prefetches weight row w one tile of `rows_per_tile` rows of k elements ahead
+// (core/cpu/prefetch.h), once per cache line the loop at element i consumes.
 template <WeightKind kind>
-inline void prefetch_row(const void* w, int64_t i) {
-  if ((i * kWeightBytes<kind>) % kCacheLineBytes == 0) prefetch_weight_stream(static_cast<const char*>(w) + i * kWeightBytes<kind>);
+inline void prefetch_row(const void* w, int64_t i, int64_t k, int rows_per_tile) {
+  if ((i * kWeightBytes<kind>) % kCacheLineBytes == 0) {
+    prefetch_weight_stream(static_cast<const char*>(w) + i * kWeightBytes<kind>, rows_per_tile * k * kWeightBytes<kind>);
+  }
 }
 
 // ---- AVX-512 -----------------------------------------------------------------------------
@@ -43,7 +46,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void dot_rows_avx5
   for (int r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + kLanes <= k; i += kLanes) {
-    prefetch_row<kind>(w, i);
+    prefetch_row<kind>(w, i, k, 1);
     const __m512 wv = load16_avx512<kind>(w, i);
     for (int r = 0; r < rows; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * x_stride + i), wv, acc[r]);
   }
@@ -68,7 +71,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void dot_block_avx
   for (; i + kLanes <= k; i += kLanes) {
     __m512 wv[cols];
     for (int c = 0; c < cols; ++c) {
-      prefetch_row<kind>(w_rows[c], i);
+      prefetch_row<kind>(w_rows[c], i, k, cols);
       wv[c] = load16_avx512<kind>(w_rows[c], i);
     }
     for (int r = 0; r < rows; ++r) {
@@ -108,7 +111,7 @@ __attribute__((target("avx2,fma,f16c"))) void dot_rows_avx2(const float* x, int6
   for (int r = 0; r < rows; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + kLanes <= k; i += kLanes) {
-    prefetch_row<kind>(w, i);
+    prefetch_row<kind>(w, i, k, 1);
     const __m256 w_lo = load8_avx2<kind>(w, i);
     const __m256 w_hi = load8_avx2<kind>(w, i + 8);
     for (int r = 0; r < rows; ++r) {

@@ -63,7 +63,7 @@ void int8_tile_neon(const Int8RowsView& x, int64_t t, const Int8Col* w, float* o
     int8x16_t wq[cols][4];
     float scale[cols][4];  // per register q: the block scale of its lanes (blocks 0, 2, 1, 3)
     for (int c = 0; c < cols; ++c) {
-      if (g % 2 == 0) cpu::prefetch_weight_stream(w[c].codes + g * 32);
+      if (g % 2 == 0) cpu::prefetch_weight_stream(w[c].codes + g * 32, cols * (w[c].k / 2));
       const bool in_place = g < full_groups;
       if (!in_place) pack_group_codes(w[c], g, tail);
       weight_bytes(in_place ? w[c].codes + g * 32 : tail, in_place && w[c].order == Fp4CodeOrder::kCheckpoint, lut,

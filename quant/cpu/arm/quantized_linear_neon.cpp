@@ -79,7 +79,8 @@ void tile_neon(const float* x, int64_t x_stride, int64_t k, const RowRef* w, flo
   for (int64_t i = 0; i < k_full; i += kLanes) {
     Group wv[cols];
     for (int c = 0; c < cols; ++c) {
-      prefetch_stream_at(w[c].data, f == WeightFormat::kNvfp4 || f == WeightFormat::kMxfp4 ? i / 2 : i);
+      constexpr bool kFp4 = f == WeightFormat::kNvfp4 || f == WeightFormat::kMxfp4;
+      prefetch_stream_at(w[c].data, kFp4 ? i / 2 : i, cols, kFp4 ? k / 2 : k);
       weight_group<f, kCodesFinite>(w[c], i, wv[c]);
     }
     for (int r = 0; r < rows; ++r) {

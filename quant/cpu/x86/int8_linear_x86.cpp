@@ -48,14 +48,15 @@ MOERT_AVX2 inline void e8m0_scales_avx2(const uint8_t* bytes, int64_t count, flo
 
 // Scales of the groups [g0, g1) of column c into out[0 ..): NVFP4 e4m3 * global, MXFP4 e8m0
 // (the SIMD decoders give the codecs' bits).
+// The scale stream is prefetched one tile of `cols` rows ahead (core/cpu/prefetch.h).
 template <typename Nvfp4Scales, typename E8m0Scales>
-inline void decode_chunk_scales(const Int8Col& c, int64_t g0, int64_t g1, float* out, Nvfp4Scales nvfp4_scales,
-                                E8m0Scales e8m0_scales) {
+inline void decode_chunk_scales(const Int8Col& c, int cols, int64_t g0, int64_t g1, float* out,
+                                Nvfp4Scales nvfp4_scales, E8m0Scales e8m0_scales) {
   const int64_t per_group = c.nvfp4 ? 4 : 2;
   const int64_t block = c.nvfp4 ? kNvfp4BlockSize : kMxfp4BlockSize;
   const int64_t first = g0 * per_group;
   const int64_t present = std::min(g1 * per_group, c.k / block) - first;
-  cpu::prefetch_weight_stream(c.scales + first);
+  cpu::prefetch_weight_stream(c.scales + first, cols * (c.k / block));
   if (c.nvfp4) {
     nvfp4_scales(c.scales + first, present, c.global_scale, out);
   } else {
@@ -138,12 +139,12 @@ MOERT_AVX512 void int8_tile_avx512(const Int8RowsView& x, int64_t t, const Int8C
   alignas(32) uint8_t tail[32];
   for (int64_t g0 = 0; g0 < groups; g0 += kChunkGroups) {
     const int64_t g1 = std::min(groups, g0 + kChunkGroups);
-    for (int c = 0; c < cols; ++c) decode_chunk_scales(w[c], g0, g1, scale[c], nvfp4_scales_avx512, e8m0_scales_avx512);
+    for (int c = 0; c < cols; ++c) decode_chunk_scales(w[c], cols, g0, g1, scale[c], nvfp4_scales_avx512, e8m0_scales_avx512);
     for (int64_t g = g0; g < g1; ++g) {
       __m512i wu[cols];
       __m512 ws[cols];
       for (int c = 0; c < cols; ++c) {
-        if (g % 2 == 0) cpu::prefetch_weight_stream(w[c].codes + g * 32);
+        if (g % 2 == 0) cpu::prefetch_weight_stream(w[c].codes + g * 32, cols * (w[c].k / 2));
         if (g < full_groups) {
           wu[c] = weight_bytes_avx512<kCheckpointOrder>(w[c].codes + g * 32, lut);
         } else {
@@ -272,12 +273,12 @@ MOERT_AVX2 void int8_tile_avx2(const Int8RowsView& x, int64_t t, const Int8Col* 
   alignas(32) uint8_t tail[cols][32];
   for (int64_t g0 = 0; g0 < groups; g0 += kChunkGroups) {
     const int64_t g1 = std::min(groups, g0 + kChunkGroups);
-    for (int c = 0; c < cols; ++c) decode_chunk_scales(w[c], g0, g1, scale[c], nvfp4_scales_avx2, e8m0_scales_avx2);
+    for (int c = 0; c < cols; ++c) decode_chunk_scales(w[c], cols, g0, g1, scale[c], nvfp4_scales_avx2, e8m0_scales_avx2);
     for (int64_t g = g0; g < g1; ++g) {
       GroupCodes codes[cols];
       const float* scales[cols];
       for (int c = 0; c < cols; ++c) {
-        if (g % 2 == 0) cpu::prefetch_weight_stream(w[c].codes + g * 32);
+        if (g % 2 == 0) cpu::prefetch_weight_stream(w[c].codes + g * 32, cols * (w[c].k / 2));
         codes[c] = group_codes(w[c], g, full_groups, tail[c]);
         scales[c] = scale[c] + (g - g0) * per_group;
       }

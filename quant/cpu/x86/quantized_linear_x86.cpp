@@ -61,14 +61,14 @@ MOERT_AVX512 void nvfp4_tile_avx512(const float* x, int64_t x_stride, int64_t k,
   for (int64_t k0 = 0; k0 < k; k0 += kNvfp4Chunk) {
     const int64_t num_blocks = (std::min(k, k0 + kNvfp4Chunk) - k0) / kNvfp4BlockSize;
     for (int c = 0; c < cols; ++c) {
-      prefetch_stream_at(w[c].scales, k0 / kNvfp4BlockSize);
+      prefetch_stream_at(w[c].scales, k0 / kNvfp4BlockSize, cols, k / kNvfp4BlockSize);
       nvfp4_scales_avx512(w[c].scales + k0 / kNvfp4BlockSize, num_blocks, w[c].global_scale, scale[c]);
     }
     for (int64_t b = 0; b < num_blocks; ++b) {
       const int64_t i = k0 + b * kNvfp4BlockSize;
       __m512 wv[cols];
       for (int c = 0; c < cols; ++c) {
-        prefetch_stream_at(w[c].data, i / 2);
+        prefetch_stream_at(w[c].data, i / 2, cols, k / 2);
         // table[code] * scale: the codec's e2m1 * (e4m3 * global), one rounding.
         const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(scale[c][b]));
         wv[c] = _mm512_permutexvar_ps(fp4_codes_avx512(w[c].data + i / 2, shifts), scaled);
@@ -95,8 +95,8 @@ MOERT_AVX512 void mxfp4_tile_avx512(const float* x, int64_t x_stride, int64_t k,
   for (int64_t i = 0; i < k; i += kMxfp4BlockSize) {
     __m512 w0[cols], w1[cols];
     for (int c = 0; c < cols; ++c) {
-      prefetch_stream_at(w[c].data, i / 2);
-      prefetch_stream_at(w[c].scales, i / kMxfp4BlockSize);
+      prefetch_stream_at(w[c].data, i / 2, cols, k / 2);
+      prefetch_stream_at(w[c].scales, i / kMxfp4BlockSize, cols, k / kMxfp4BlockSize);
       const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(e8m0_decode(w[c].scales[i / kMxfp4BlockSize])));
       w0[c] = _mm512_permutexvar_ps(fp4_codes_avx512(w[c].data + i / 2, shifts), scaled);
       w1[c] = _mm512_permutexvar_ps(fp4_codes_avx512(w[c].data + i / 2 + 8, shifts), scaled);
@@ -159,7 +159,7 @@ MOERT_AVX512 void nvfp4_chunk32_tile_avx512(const float* x, int64_t x_stride, in
   for (int64_t k0 = 0; k0 < k_chunks; k0 += kNvfp4Chunk) {
     const int64_t k1 = std::min(k_chunks, k0 + kNvfp4Chunk);
     for (int c = 0; c < cols; ++c) {
-      prefetch_stream_at(w[c].scales, k0 / kNvfp4BlockSize);
+      prefetch_stream_at(w[c].scales, k0 / kNvfp4BlockSize, cols, k / kNvfp4BlockSize);
       nvfp4_scales_avx512(w[c].scales + k0 / kNvfp4BlockSize, (k1 - k0) / kNvfp4BlockSize, w[c].global_scale,
                           scale[c]);
     }
@@ -167,7 +167,7 @@ MOERT_AVX512 void nvfp4_chunk32_tile_avx512(const float* x, int64_t x_stride, in
       const int64_t b = (i - k0) / kNvfp4BlockSize;
       __m512 low[cols], high[cols];
       for (int c = 0; c < cols; ++c) {
-        prefetch_stream_at(w[c].data, i / 2);
+        prefetch_stream_at(w[c].data, i / 2, cols, k / 2);
         low[c] = _mm512_mul_ps(table, _mm512_set1_ps(scale[c][b]));
         high[c] = _mm512_mul_ps(table, _mm512_set1_ps(scale[c][b + 1]));
       }
@@ -189,8 +189,8 @@ MOERT_AVX512 void mxfp4_chunk32_tile_avx512(const float* x, int64_t x_stride, in
   for (int64_t i = 0; i < k; i += kMxfp4BlockSize) {
     __m512 scaled[cols];
     for (int c = 0; c < cols; ++c) {
-      prefetch_stream_at(w[c].data, i / 2);
-      prefetch_stream_at(w[c].scales, i / kMxfp4BlockSize);
+      prefetch_stream_at(w[c].data, i / 2, cols, k / 2);
+      prefetch_stream_at(w[c].scales, i / kMxfp4BlockSize, cols, k / kMxfp4BlockSize);
       scaled[c] = _mm512_mul_ps(table, _mm512_set1_ps(e8m0_decode(w[c].scales[i / kMxfp4BlockSize])));
     }
     chunk32_fma_avx512<rows, cols>(x, x_stride, i, w, scaled, scaled, acc);
@@ -215,7 +215,7 @@ MOERT_AVX512 void fp8_tile_avx512(const float* x, int64_t x_stride, int64_t k, c
     for (int64_t i = i0; i < i1; i += kLanes) {
       __m512 wv[cols];
       for (int c = 0; c < cols; ++c) {
-        prefetch_stream_at(w[c].data, i);
+        prefetch_stream_at(w[c].data, i, cols, k);
         wv[c] = _mm512_mul_ps(fp8_decode16_avx512<kCodesFinite>(w[c].data + i), scale[c]);
       }
       for (int r = 0; r < rows; ++r) {
@@ -301,14 +301,14 @@ MOERT_AVX2 void nvfp4_tile_avx2(const float* x, int64_t x_stride, int64_t k, con
   for (int64_t k0 = 0; k0 < k; k0 += kNvfp4Chunk) {
     const int64_t num_blocks = (std::min(k, k0 + kNvfp4Chunk) - k0) / kNvfp4BlockSize;
     for (int c = 0; c < cols; ++c) {
-      prefetch_stream_at(w[c].scales, k0 / kNvfp4BlockSize);
+      prefetch_stream_at(w[c].scales, k0 / kNvfp4BlockSize, cols, k / kNvfp4BlockSize);
       nvfp4_scales_avx2(w[c].scales + k0 / kNvfp4BlockSize, num_blocks, w[c].global_scale, scale[c]);
     }
     for (int64_t b = 0; b < num_blocks; ++b) {
       const int64_t i = k0 + b * kNvfp4BlockSize;
       __m256 wa[cols], wb[cols];
       for (int c = 0; c < cols; ++c) {
-        prefetch_stream_at(w[c].data, i / 2);
+        prefetch_stream_at(w[c].data, i / 2, cols, k / 2);
         fp4_decode_avx2(w[c].data + i / 2, _mm256_mul_ps(mag, _mm256_set1_ps(scale[c][b])), k2, wa[c], wb[c]);
       }
       for (int r = 0; r < rows; ++r) {
@@ -337,8 +337,8 @@ MOERT_AVX2 void mxfp4_tile_avx2(const float* x, int64_t x_stride, int64_t k, con
   for (int64_t i = 0; i < k; i += kMxfp4BlockSize) {
     __m256 wa[2][cols], wb[2][cols];
     for (int c = 0; c < cols; ++c) {
-      prefetch_stream_at(w[c].data, i / 2);
-      prefetch_stream_at(w[c].scales, i / kMxfp4BlockSize);
+      prefetch_stream_at(w[c].data, i / 2, cols, k / 2);
+      prefetch_stream_at(w[c].scales, i / kMxfp4BlockSize, cols, k / kMxfp4BlockSize);
       const __m256 scaled = _mm256_mul_ps(mag, _mm256_set1_ps(e8m0_decode(w[c].scales[i / kMxfp4BlockSize])));
       fp4_decode_avx2(w[c].data + i / 2, scaled, k2, wa[0][c], wb[0][c]);
       fp4_decode_avx2(w[c].data + i / 2 + 8, scaled, k2, wa[1][c], wb[1][c]);
@@ -425,14 +425,14 @@ MOERT_AVX2 void nvfp4_chunk32_tile_avx2(const float* x, int64_t x_stride, int64_
   for (int64_t k0 = 0; k0 < k_chunks; k0 += kNvfp4Chunk) {
     const int64_t k1 = std::min(k_chunks, k0 + kNvfp4Chunk);
     for (int c = 0; c < cols; ++c) {
-      prefetch_stream_at(w[c].scales, k0 / kNvfp4BlockSize);
+      prefetch_stream_at(w[c].scales, k0 / kNvfp4BlockSize, cols, k / kNvfp4BlockSize);
       nvfp4_scales_avx2(w[c].scales + k0 / kNvfp4BlockSize, (k1 - k0) / kNvfp4BlockSize, w[c].global_scale, scale[c]);
     }
     for (int64_t i = k0; i < k1; i += 32) {
       const int64_t b = (i - k0) / kNvfp4BlockSize;
       __m256 low[cols], high[cols];
       for (int c = 0; c < cols; ++c) {
-        prefetch_stream_at(w[c].data, i / 2);
+        prefetch_stream_at(w[c].data, i / 2, cols, k / 2);
         low[c] = _mm256_mul_ps(mag, _mm256_set1_ps(scale[c][b]));
         high[c] = _mm256_mul_ps(mag, _mm256_set1_ps(scale[c][b + 1]));
       }
@@ -454,8 +454,8 @@ MOERT_AVX2 void mxfp4_chunk32_tile_avx2(const float* x, int64_t x_stride, int64_
   for (int64_t i = 0; i < k; i += kMxfp4BlockSize) {
     __m256 scaled[cols];
     for (int c = 0; c < cols; ++c) {
-      prefetch_stream_at(w[c].data, i / 2);
-      prefetch_stream_at(w[c].scales, i / kMxfp4BlockSize);
+      prefetch_stream_at(w[c].data, i / 2, cols, k / 2);
+      prefetch_stream_at(w[c].scales, i / kMxfp4BlockSize, cols, k / kMxfp4BlockSize);
       scaled[c] = _mm256_mul_ps(mag, _mm256_set1_ps(e8m0_decode(w[c].scales[i / kMxfp4BlockSize])));
     }
     chunk32_fma_avx2<rows, cols>(x, x_stride, i, w, sign, scaled, scaled, acc_a, acc_b);
@@ -480,7 +480,7 @@ MOERT_AVX2 void fp8_tile_avx2(const float* x, int64_t x_stride, int64_t k, const
     for (int64_t i = i0; i < i1; i += kLanes) {
       __m256 wa[cols], wb[cols];
       for (int c = 0; c < cols; ++c) {
-        prefetch_stream_at(w[c].data, i);
+        prefetch_stream_at(w[c].data, i, cols, k);
         wa[c] = _mm256_mul_ps(fp8_decode8_avx2<kCodesFinite>(w[c].data + i), scale[c]);
         wb[c] = _mm256_mul_ps(fp8_decode8_avx2<kCodesFinite>(w[c].data + i + 8), scale[c]);
       }
