@@ -6,6 +6,8 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
+#include <type_traits>
+
 #include "core/cpu/prefetch.h"
 #include "quant/cpu/int8_linear_tiles.h"
 #include "quant/cpu/x86/fp8_decode_x86.h"
@@ -65,17 +67,22 @@ inline void decode_chunk_scales(const Int8Col& c, int cols, int64_t g0, int64_t 
   for (int64_t b = present; b < (g1 - g0) * per_group; ++b) out[b] = 0.0f;
 }
 
-// A group's 32 code bytes and their form: a full group is read in place in the weight's code
-// order; a last, partial group is packed into `tail` in the kCpuChunk32 form.
-struct GroupCodes {
-  const uint8_t* bytes;
-  bool checkpoint_order;
-};
+// A full group's 32 code bytes are read in place in the weight's code order; a last, partial
+// group is packed into a tail buffer in the kCpuChunk32 form (pack_group_codes). Every column of
+// a tile has the same group in hand, so the form is the tile's (kCheckpointOrder) for full groups
+// and kCpuChunk32 for the tail, known at compile time either way.
 
-inline GroupCodes group_codes(const Int8Col& c, int64_t g, int64_t full_groups, uint8_t* tail) {
-  if (g < full_groups) return {c.codes + g * 32, c.order == Fp4CodeOrder::kCheckpoint};
-  pack_group_codes(c, g, tail);
-  return {tail, false};
+// Calls tile(nvfp4, checkpoint_order) with std::bool_constant arguments for the form of the
+// tile's weights (every column of a tile comes from one view: `first` tells).
+template <typename Tile>
+inline void with_tile_form(const Int8Col& first, Tile tile) {
+  const bool checkpoint_order = first.order == Fp4CodeOrder::kCheckpoint;
+  if (first.nvfp4) {
+    if (checkpoint_order) return tile(std::true_type{}, std::true_type{});
+    return tile(std::true_type{}, std::false_type{});
+  }
+  if (checkpoint_order) return tile(std::false_type{}, std::true_type{});
+  tile(std::false_type{}, std::false_type{});
 }
 
 // ---- AVX-512 -----------------------------------------------------------------------------------
@@ -125,7 +132,6 @@ MOERT_AVX512 inline __m512 weight_lane_scales_avx512(const float* p) {
                                _mm512_zextps128_ps512(two));
 }
 
-// Every column of a tile comes from one view: w[0] tells the format and the code order.
 template <int rows, int cols, bool kVnni, bool kNvfp4, bool kCheckpointOrder>
 MOERT_AVX512 void int8_tile_avx512(const Int8RowsView& x, int64_t t, const Int8Col* w, float* out) {
   const int64_t groups = int8_groups(x.cols), full_groups = x.cols / kInt8Group;
@@ -148,7 +154,8 @@ MOERT_AVX512 void int8_tile_avx512(const Int8RowsView& x, int64_t t, const Int8C
         if (g < full_groups) {
           wu[c] = weight_bytes_avx512<kCheckpointOrder>(w[c].codes + g * 32, lut);
         } else {
-          wu[c] = weight_bytes_avx512<false>(group_codes(w[c], g, full_groups, tail).bytes, lut);  // packed chunk32
+          pack_group_codes(w[c], g, tail);
+          wu[c] = weight_bytes_avx512<false>(tail, lut);
         }
         ws[c] = weight_lane_scales_avx512<kNvfp4>(scale[c] + (g - g0) * per_group);
       }
@@ -196,13 +203,9 @@ struct Avx512Int8Kernel {
   static constexpr int kCols = 4;
   template <int rows, int cols>
   static void tile(const Int8RowsView& x, int64_t t, const Int8Col* w, float* out) {
-    const bool checkpoint_order = w[0].order == Fp4CodeOrder::kCheckpoint;
-    if (w[0].nvfp4) {
-      if (checkpoint_order) return int8_tile_avx512<rows, cols, kVnni, true, true>(x, t, w, out);
-      return int8_tile_avx512<rows, cols, kVnni, true, false>(x, t, w, out);
-    }
-    if (checkpoint_order) return int8_tile_avx512<rows, cols, kVnni, false, true>(x, t, w, out);
-    int8_tile_avx512<rows, cols, kVnni, false, false>(x, t, w, out);
+    with_tile_form(w[0], [&](auto nvfp4, auto checkpoint_order) {
+      int8_tile_avx512<rows, cols, kVnni, decltype(nvfp4)::value, decltype(checkpoint_order)::value>(x, t, w, out);
+    });
   }
 };
 
@@ -210,12 +213,12 @@ struct Avx512Int8Kernel {
 // Half 0 of a group (group bytes 0-31, lanes 0-7) and half 1 (bytes 32-63, lanes 8-15), as in
 // weight_bytes_avx512: kCpuChunk32 form lo / hi, checkpoint order unpacklo / unpackhi(lo, hi).
 // The halves run one after the other to keep the live registers within AVX2's 16.
-template <int half>
-MOERT_AVX2 inline __m256i weight_bytes_avx2(GroupCodes group, __m256i lut) {
+template <int half, bool kCheckpointOrder>
+MOERT_AVX2 inline __m256i weight_bytes_avx2(const uint8_t* bytes, __m256i lut) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group.bytes));
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
   __m256i nibbles;
-  if (group.checkpoint_order) {
+  if constexpr (kCheckpointOrder) {
     const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
     nibbles = half == 0 ? _mm256_unpacklo_epi8(lo, hi) : _mm256_unpackhi_epi8(lo, hi);
   } else {
@@ -226,9 +229,9 @@ MOERT_AVX2 inline __m256i weight_bytes_avx2(GroupCodes group, __m256i lut) {
 
 // Lane scales of one half: NVFP4 half 0 = blocks 0, 2 and half 1 = blocks 1, 3; MXFP4 both
 // halves = blocks 0, 1; each over 4 lanes.
-template <int half>
-MOERT_AVX2 inline __m256 weight_lane_scales_avx2(const float* p, bool nvfp4) {
-  if (nvfp4) {
+template <int half, bool kNvfp4>
+MOERT_AVX2 inline __m256 weight_lane_scales_avx2(const float* p) {
+  if constexpr (kNvfp4) {
     const __m256i index = half == 0 ? _mm256_set_epi32(2, 2, 2, 2, 0, 0, 0, 0) : _mm256_set_epi32(3, 3, 3, 3, 1, 1, 1, 1);
     return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)), index);
   }
@@ -236,15 +239,15 @@ MOERT_AVX2 inline __m256 weight_lane_scales_avx2(const float* p, bool nvfp4) {
   return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0));
 }
 
-template <int half, int rows, int cols>
+template <int half, int rows, int cols, bool kNvfp4, bool kCheckpointOrder>
 MOERT_AVX2 inline void int8_half_avx2(const Int8RowsView& x, int64_t t, int64_t groups, int64_t g,
-                                      const GroupCodes (&codes)[cols], const float* const (&scales)[cols],
-                                      bool nvfp4, __m256i lut, __m256 (&acc)[rows][cols][2]) {
+                                      const uint8_t* const (&codes)[cols], const float* const (&scales)[cols],
+                                      __m256i lut, __m256 (&acc)[rows][cols][2]) {
   __m256i wu[cols];
   __m256 ws[cols];
   for (int c = 0; c < cols; ++c) {
-    wu[c] = weight_bytes_avx2<half>(codes[c], lut);
-    ws[c] = weight_lane_scales_avx2<half>(scales[c], nvfp4);
+    wu[c] = weight_bytes_avx2<half, kCheckpointOrder>(codes[c], lut);
+    ws[c] = weight_lane_scales_avx2<half, kNvfp4>(scales[c]);
   }
   const __m256i ones = _mm256_set1_epi16(1);
   for (int r = 0; r < rows; ++r) {
@@ -260,11 +263,11 @@ MOERT_AVX2 inline void int8_half_avx2(const Int8RowsView& x, int64_t t, int64_t 
   }
 }
 
-template <int rows, int cols>
+template <int rows, int cols, bool kNvfp4, bool kCheckpointOrder>
 MOERT_AVX2 void int8_tile_avx2(const Int8RowsView& x, int64_t t, const Int8Col* w, float* out) {
   const int64_t groups = int8_groups(x.cols), full_groups = x.cols / kInt8Group;
   const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kOffsetDoubledE2m1)));
-  const int64_t per_group = w[0].nvfp4 ? 4 : 2;
+  constexpr int64_t per_group = kNvfp4 ? 4 : 2;
   __m256 acc[rows][cols][2];
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
@@ -275,15 +278,26 @@ MOERT_AVX2 void int8_tile_avx2(const Int8RowsView& x, int64_t t, const Int8Col* 
     const int64_t g1 = std::min(groups, g0 + kChunkGroups);
     for (int c = 0; c < cols; ++c) decode_chunk_scales(w[c], cols, g0, g1, scale[c], nvfp4_scales_avx2, e8m0_scales_avx2);
     for (int64_t g = g0; g < g1; ++g) {
-      GroupCodes codes[cols];
+      const bool full = g < full_groups;
+      const uint8_t* codes[cols];
       const float* scales[cols];
       for (int c = 0; c < cols; ++c) {
         if (g % 2 == 0) cpu::prefetch_weight_stream(w[c].codes + g * 32, cols * (w[c].k / 2));
-        codes[c] = group_codes(w[c], g, full_groups, tail[c]);
+        if (full) {
+          codes[c] = w[c].codes + g * 32;
+        } else {
+          pack_group_codes(w[c], g, tail[c]);
+          codes[c] = tail[c];
+        }
         scales[c] = scale[c] + (g - g0) * per_group;
       }
-      int8_half_avx2<0, rows, cols>(x, t, groups, g, codes, scales, w[0].nvfp4, lut, acc);
-      int8_half_avx2<1, rows, cols>(x, t, groups, g, codes, scales, w[0].nvfp4, lut, acc);
+      if (full) {
+        int8_half_avx2<0, rows, cols, kNvfp4, kCheckpointOrder>(x, t, groups, g, codes, scales, lut, acc);
+        int8_half_avx2<1, rows, cols, kNvfp4, kCheckpointOrder>(x, t, groups, g, codes, scales, lut, acc);
+      } else {
+        int8_half_avx2<0, rows, cols, kNvfp4, false>(x, t, groups, g, codes, scales, lut, acc);
+        int8_half_avx2<1, rows, cols, kNvfp4, false>(x, t, groups, g, codes, scales, lut, acc);
+      }
     }
   }
   alignas(32) float lanes[kInt8GroupLanes];
@@ -327,7 +341,9 @@ struct Avx2Int8Kernel {
   static constexpr int kCols = 2;
   template <int rows, int cols>
   static void tile(const Int8RowsView& x, int64_t t, const Int8Col* w, float* out) {
-    int8_tile_avx2<rows, cols>(x, t, w, out);
+    with_tile_form(w[0], [&](auto nvfp4, auto checkpoint_order) {
+      int8_tile_avx2<rows, cols, decltype(nvfp4)::value, decltype(checkpoint_order)::value>(x, t, w, out);
+    });
   }
 };
 
