@@ -602,13 +602,24 @@ std::vector<float> round_trip_rows(quant::WeightFormat format, std::vector<float
 // the host and (5 tokens) from routing in the backend's memory. The float64 references round
 // the same float32 inputs; the intermediate is rounded from its float32 value, so a rounding
 // boundary crossed between float32 and float64 would show as an error far above kTolerance.
+// registered: the weights are registered host weights (a device keeps them, and its tiled block
+// scales, resident across calls), else staged per call.
 void check_fp4_activations(Backend& backend, const std::function<std::vector<float>(int64_t, float)>& random_floats,
-                           std::mt19937& rng) {
+                           std::mt19937& rng, bool registered) {
   const int64_t dim = 64, width = 32;
   const int num_experts = 4, top_k = 2;
+  // Every weight lives (at its address) until the end: a device keeps copies of registered ones.
+  std::vector<std::unique_ptr<Fp4ActivationWeight>> alive;
   for (const quant::WeightFormat format : {quant::WeightFormat::kNvfp4, quant::WeightFormat::kMxfp4}) {
     SCOPED_TRACE(quant::weight_format_name(format));
-    const Fp4ActivationWeight linear(format, random_floats(width * dim, 0.3f), width, dim);
+    auto register_weight = [&](const Fp4ActivationWeight& w) {
+      if (!registered) return;
+      backend.register_host_weights(w.packed.data(), static_cast<int64_t>(w.packed.size()));
+      backend.register_host_weights(w.scales.data(), static_cast<int64_t>(w.scales.size()));
+    };
+    alive.push_back(std::make_unique<Fp4ActivationWeight>(format, random_floats(width * dim, 0.3f), width, dim));
+    const Fp4ActivationWeight& linear = *alive.back();
+    register_weight(linear);
     for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{20}}) {
       const std::vector<float> x = random_floats(rows * dim, 1.0f);
       std::vector<float> y(static_cast<size_t>(rows * width));
@@ -623,6 +634,7 @@ void check_fp4_activations(Backend& backend, const std::function<std::vector<flo
       gates.push_back(std::make_unique<Fp4ActivationWeight>(format, random_floats(width * dim, 0.3f), width, dim));
       ups.push_back(std::make_unique<Fp4ActivationWeight>(format, random_floats(width * dim, 0.3f), width, dim));
       downs.push_back(std::make_unique<Fp4ActivationWeight>(format, random_floats(dim * width, 0.3f), dim, width));
+      for (const auto* w : {gates.back().get(), ups.back().get(), downs.back().get()}) register_weight(*w);
     }
     const std::function<Backend::ExpertWeights(int)> expert_weights = [&](int e) {
       const auto u = static_cast<size_t>(e);
@@ -677,12 +689,15 @@ void check_fp4_activations(Backend& backend, const std::function<std::vector<flo
             << tokens << " tokens, routing on the device " << routing_on_device;
       }
     }
+    for (auto* list : {&gates, &ups, &downs}) {
+      for (auto& w : *list) alive.push_back(std::move(w));
+    }
   }
 }
 
 TEST_P(Conformance, Fp4ActivationsRoundTheInputOfEveryFp4Product) {
   auto random = [this](int64_t n, float scale) { return random_floats(n, scale); };
-  check_fp4_activations(*backend_, random, rng_);
+  check_fp4_activations(*backend_, random, rng_, /*registered=*/false);
 #if defined(MOERT_CUDA_EMULATION)
   if (GetParam() != "cuda_emulated") return;
   // The same on a device with block-scaled FP4 tensor cores (compute capability 10): the
@@ -690,12 +705,13 @@ TEST_P(Conformance, Fp4ActivationsRoundTheInputOfEveryFp4Product) {
   cuda_emulation::set_compute_capability(10, 0);
   const int64_t calls_before = cuda_emulation::block_scaled_gemm_calls();
   std::unique_ptr<Backend> blackwell = make_cuda(pool_);
-  check_fp4_activations(*blackwell, random, rng_);
+  check_fp4_activations(*blackwell, random, rng_, /*registered=*/false);
+  check_fp4_activations(*blackwell, random, rng_, /*registered=*/true);  // scales tiled once, then reused
   blackwell.reset();
   cuda_emulation::set_compute_capability(9, 0);
-  // Per format: 3 linear calls; routed experts planned on the host (5 and 18 tokens; the
-  // device-planned 5 keep the other kernels), each with >= 2 experts of 3 GEMMs.
-  EXPECT_GE(cuda_emulation::block_scaled_gemm_calls() - calls_before, 2 * (3 + 2 * 2 * 3))
+  // Per pass and format: 3 linear calls; routed experts planned on the host (5 and 18 tokens;
+  // the device-planned 5 keep the other kernels), each with >= 2 experts of 3 GEMMs.
+  EXPECT_GE(cuda_emulation::block_scaled_gemm_calls() - calls_before, 2 * 2 * (3 + 2 * 2 * 3))
       << "the block-scaled path was not taken";
 #endif
 }
