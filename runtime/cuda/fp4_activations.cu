@@ -1,5 +1,6 @@
 #include "runtime/cuda/fp4_activations.h"
 
+#include "quant/formats/fp4.h"
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/device_math.h"
 
@@ -7,15 +8,14 @@ namespace moert::MOERT_CUDA_NS {
 namespace {
 
 constexpr int kWarpSize = 32;
-constexpr float kNvfp4GlobalDivisor = 2688.0f;  // 6 * 448
 constexpr float kMinNvfp4BlockScale = 0.001953125f;  // 2^-9, E4M3's smallest subnormal
-constexpr int64_t kScaleTileRows = 128, kScaleTileCols = 4;
 
-// quant::scale_tile_offset (quant/formats/fp4.h), the layout of spec §1c.
-__host__ __device__ __forceinline__ int64_t scale_tile_offset(int64_t row, int64_t scale_col, int64_t scale_cols) {
-  const int64_t tiles_across = ceil_div(scale_cols, kScaleTileCols);
-  return (row / kScaleTileRows * tiles_across + scale_col / kScaleTileCols) * (kScaleTileRows * kScaleTileCols) +
-         row % 32 * 16 + row % kScaleTileRows / 32 * 4 + scale_col % kScaleTileCols;
+// quant::scale_tile_offset (quant/formats/fp4.h, a host function), the layout of spec §1c.
+__device__ __forceinline__ int64_t scale_tile_offset(int64_t row, int64_t scale_col, int64_t scale_cols) {
+  constexpr int64_t kRows = quant::kScaleTileRows, kCols = quant::kScaleTileCols;
+  const int64_t tiles_across = ceil_div(scale_cols, kCols);
+  return (row / kRows * tiles_across + scale_col / kCols) * (kRows * kCols) + row % 32 * 16 + row % kRows / 32 * 4 +
+         scale_col % kCols;
 }
 
 // quant::e2m1_encode for a finite x: round to nearest on the grid 0, .5, 1, 1.5, 2, 3, 4, 6
@@ -90,7 +90,7 @@ __global__ void fp4_rows_kernel(Fp4RowsParams p) {
     for (int64_t i = lane; i < p.cols; i += kWarpSize) {
       if (is_finite(x[i])) amax = fmaxf(amax, fabsf(x[i]));
     }
-    global_scale = warp_max(amax) / kNvfp4GlobalDivisor;
+    global_scale = warp_max(amax) / quant::kNvfp4GlobalDivisor;
   }
   if (p.row_scale != nullptr && lane == 0) p.row_scale[row] = global_scale;
   const int64_t scale_cols = p.cols / block;
@@ -156,10 +156,6 @@ __global__ void scale_rows_add_bias_kernel(float* y, const float* row_scale, con
   y[i] = value;
 }
 
-int64_t tiled_bytes(int64_t rows, int64_t scale_cols) {
-  return ceil_div(rows, kScaleTileRows) * ceil_div(scale_cols, kScaleTileCols) * kScaleTileRows * kScaleTileCols;
-}
-
 constexpr int kThreads = 256;
 
 }  // namespace
@@ -171,15 +167,15 @@ int round_fp4_activations(Fp4Activations format, const float* x, int64_t num_row
 
 int quantize_fp4_activations(Fp4Activations format, const float* x, int64_t num_rows, int64_t cols, uint8_t* packed,
                              uint8_t* tiled_scales, float* row_scale, CUstream_st* stream) {
-  const int64_t bytes = tiled_bytes(num_rows, cols / fp4_activation_block(format));
+  const int64_t bytes = quant::scale_tiles_bytes(num_rows, cols / fp4_activation_block(format));
   const int status = static_cast<int>(cudaMemsetAsync(tiled_scales, 0, static_cast<size_t>(bytes), stream));
   if (status != 0) return status;
   return launch_fp4_rows(Fp4RowsParams{format, x, cols, nullptr, packed, tiled_scales, row_scale}, num_rows, stream);
 }
 
 int tile_block_scales(const uint8_t* scales, int64_t rows, int64_t scale_cols, uint8_t* tiled, CUstream_st* stream) {
-  const int status =
-      static_cast<int>(cudaMemsetAsync(tiled, 0, static_cast<size_t>(tiled_bytes(rows, scale_cols)), stream));
+  const auto bytes = static_cast<size_t>(quant::scale_tiles_bytes(rows, scale_cols));
+  const int status = static_cast<int>(cudaMemsetAsync(tiled, 0, bytes, stream));
   if (status != 0 || rows * scale_cols == 0) return status;
   MOERT_LAUNCH(tile_scales_kernel, static_cast<unsigned>(ceil_div(rows * scale_cols, kThreads)), kThreads, stream,
                scales, rows, scale_cols, tiled);
