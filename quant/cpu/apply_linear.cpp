@@ -75,8 +75,11 @@ void apply_linears(std::span<const LinearJob> jobs, ThreadPool& pool) {
     bool shared = false;
     for (size_t i = 0; i < j && !shared; ++i) {
       const LinearJob& other = jobs[i];
+      // int8 codes depend on x only; FP4 rounding also on the weight's format.
+      const bool same_rounding = precision == ActivationPrecision::kInt8 ||
+                                 other.weight->packed->format == job.weight->packed->format;
       if (other.x == job.x && other.num_rows == job.num_rows && other.weight->in_features() == k &&
-          activations_of(*other.weight) == precision && other.weight->packed->format == job.weight->packed->format) {
+          activations_of(*other.weight) == precision && same_rounding) {
         inputs[j] = inputs[i];
         shared = true;
       }
