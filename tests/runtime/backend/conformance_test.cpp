@@ -111,6 +111,25 @@ std::vector<double> reference_swiglu(const std::vector<float>& x, int64_t rows, 
   return y;
 }
 
+// Top-2 routing of `tokens` tokens over `num_experts`: two distinct random experts a token,
+// with the gate weights `first` and `second`. [T, 2] ids and weights.
+struct TwoExpertRouting {
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+};
+TwoExpertRouting random_two_expert_routing(std::mt19937& rng, int64_t tokens, int num_experts, float first,
+                                           float second) {
+  TwoExpertRouting routing;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int expert = static_cast<int>(rng() % num_experts);
+    routing.ids.push_back(expert);
+    routing.ids.push_back((expert + 1 + static_cast<int>(rng() % (num_experts - 1))) % num_experts);
+    routing.weights.push_back(first);
+    routing.weights.push_back(second);
+  }
+  return routing;
+}
+
 TensorView f32_view(std::vector<float>& v, Shape shape) { return TensorView::contiguous(DType::kF32, std::move(shape), v.data()); }
 
 // Routed experts with random F32 weights: gate, up [width, dim], down [dim, width].
@@ -464,15 +483,7 @@ TEST_P(Conformance, SwigluAndGroupedExpertFfnMatchFloat64) {
                                   tokens * dim),
                 kTolerance);
     }
-    std::vector<int32_t> ids;
-    std::vector<float> weights;
-    for (int64_t t = 0; t < tokens; ++t) {
-      const int first = static_cast<int>(rng_() % num_experts);
-      ids.push_back(first);
-      ids.push_back((first + 1 + static_cast<int>(rng_() % (num_experts - 1))) % num_experts);
-      weights.push_back(0.7f);
-      weights.push_back(0.3f);
-    }
+    const auto [ids, weights] = random_two_expert_routing(rng_, tokens, num_experts, 0.7f, 0.3f);
     Result<experts::ExpertDispatchLayout> layout = experts::layout_from_routing(ids, weights, tokens, top_k, num_experts);
     ASSERT_TRUE(layout.is_ok());
     std::vector<float> contributions(static_cast<size_t>(tokens * top_k * dim));
@@ -652,15 +663,7 @@ void check_fp4_activations(Backend& backend, const std::function<std::vector<flo
       return reference_linear(round_trip_rows(format, h, width), 1, downs[u]->values, dim, width, nullptr);
     };
     for (const int64_t tokens : {int64_t{5}, int64_t{18}}) {
-      std::vector<int32_t> ids;
-      std::vector<float> weights;
-      for (int64_t t = 0; t < tokens; ++t) {
-        const int first = static_cast<int>(rng() % num_experts);
-        ids.push_back(first);
-        ids.push_back((first + 1 + static_cast<int>(rng() % (num_experts - 1))) % num_experts);
-        weights.push_back(0.6f);
-        weights.push_back(0.4f);
-      }
+      const auto [ids, weights] = random_two_expert_routing(rng, tokens, num_experts, 0.6f, 0.4f);
       const std::vector<float> x = random_floats(tokens * dim, 1.0f);
       std::vector<double> want(static_cast<size_t>(tokens * dim), 0.0);
       for (int64_t t = 0; t < tokens; ++t) {

@@ -44,6 +44,15 @@ ModelShapeOverrides small_moe_shape(int vocab_size) {
   return shape;
 }
 
+// A small paged pool with F32 KV blocks (so the CPU twin's logits compare exactly).
+EngineConfig small_f32_engine() {
+  EngineConfig engine;
+  engine.block_size = 4;
+  engine.num_kv_blocks = 64;
+  engine.kv_cache_dtype = DType::kF32;
+  return engine;
+}
+
 TEST_P(EmulatedCudaEngine, ServesTheCpuTokensAndLogits) {
   testing::ScratchDir scratch("emulated-cuda-" + GetParam().arch);
   const ModelShapeOverrides shape = small_moe_shape(128);
@@ -60,10 +69,7 @@ TEST_P(EmulatedCudaEngine, ServesTheCpuTokensAndLogits) {
   const TransformerForward on_cpu(config, (*cpu_model)->weights, pool);
 
   // Logits of one prefill chunk and one decode step, through the paged runner.
-  EngineConfig engine;
-  engine.block_size = 4;
-  engine.num_kv_blocks = 64;
-  engine.kv_cache_dtype = DType::kF32;
+  const EngineConfig engine = small_f32_engine();
   std::vector<int32_t> prompt;
   for (int i = 0; i < 7; ++i) prompt.push_back((37 * i + 11) % config.vocab_size);
   std::vector<std::vector<float>> logits;
@@ -233,10 +239,7 @@ TEST(EmulatedCudaSpeculation, DraftOnTheDeviceReplaysItsRoundsAndKeepsTheGreedyT
   const TransformerForward target(config, (*model)->weights, pool, cuda.get());
   const TransformerForward draft(config, (*model)->weights, pool, cuda.get());
   const TransformerForward on_cpu(config, (*model)->weights, pool);
-  EngineConfig engine;
-  engine.block_size = 4;
-  engine.num_kv_blocks = 64;
-  engine.kv_cache_dtype = DType::kF32;
+  const EngineConfig engine = small_f32_engine();
   std::vector<Request> requests;
   for (int r = 0; r < 2; ++r) {
     Request request;
