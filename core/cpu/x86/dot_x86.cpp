@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/cpu/prefetch.h"
+#include "core/cpu/x86/reduce_lanes_avx512.h"
 
 namespace moert::cpu::x86 {
 namespace {
@@ -50,6 +51,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void dot_rows_avx5
     const __m512 wv = load16_avx512<kind>(w, i);
     for (int r = 0; r < rows; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * x_stride + i), wv, acc[r]);
   }
+  if (i == k) return reduce_lanes_avx512(acc, rows, out);
   alignas(64) float lanes[kLanes];
   for (int r = 0; r < rows; ++r) {
     _mm512_store_ps(lanes, acc[r]);
@@ -79,6 +81,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void dot_block_avx
       for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
     }
   }
+  static_assert(rows * cols <= 16);
+  if (i == k) return reduce_lanes_avx512(&acc[0][0], rows * cols, out);
   alignas(64) float lanes[kLanes];
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) {

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "core/cpu/prefetch.h"
+#include "core/cpu/x86/reduce_lanes_avx512.h"
 #include "quant/cpu/int8_linear_tiles.h"
 #include "quant/cpu/x86/fp8_decode_x86.h"
 
@@ -171,13 +172,8 @@ MOERT_AVX512 void int8_tile_avx512(const Int8RowsView& x, int64_t t, const Int8C
       }
     }
   }
-  alignas(64) float lanes[kInt8GroupLanes];
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < cols; ++c) {
-      _mm512_store_ps(lanes, acc[r][c]);
-      out[r * cols + c] = reduce_lanes(lanes);
-    }
-  }
+  static_assert(rows * cols <= 16 && kInt8GroupLanes == 16);
+  cpu::x86::reduce_lanes_avx512(&acc[0][0], rows * cols, out);
 }
 
 // quantize_block_portable on one register: the same max, product and round-to-nearest-even

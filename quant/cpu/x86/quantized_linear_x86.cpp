@@ -4,6 +4,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include "core/cpu/x86/reduce_lanes_avx512.h"
 #include "quant/cpu/quantized_linear_tiles.h"
 #include "quant/cpu/x86/fp8_decode_x86.h"
 
@@ -33,6 +34,17 @@ MOERT_AVX512 inline __m512i fp4_x_perm_avx512() {
 template <int rows, int cols, typename WeightAtC>
 MOERT_AVX512 void finish_avx512(__m512 (&acc)[rows][cols], const int* perm, const float* x, int64_t x_stride,
                                 int64_t i_tail, int64_t k, WeightAtC weight_at_c, float* out) {
+  static_assert(rows * cols <= 16);
+  if (i_tail == k) {  // no tail: register lanes back to canonical order, then all trees at once
+    alignas(64) int from[kLanes];
+    for (int j = 0; j < kLanes; ++j) from[perm[j]] = j;
+    const __m512i canonical = _mm512_load_si512(from);
+    __m512 lanes[rows * cols];
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < cols; ++c) lanes[r * cols + c] = _mm512_permutexvar_ps(canonical, acc[r][c]);
+    }
+    return cpu::x86::reduce_lanes_avx512(lanes, rows * cols, out);
+  }
   alignas(64) float reg[kLanes];
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) {
