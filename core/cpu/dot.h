@@ -16,14 +16,16 @@ namespace moert::cpu {
 using dot_detail::WeightKind;
 constexpr int kMaxDotRows = dot_detail::kMaxRows;  // x rows sharing one pass over a weight row
 constexpr int kDotBlockCols = 4;                   // weight rows of one dot_block
+constexpr int kDotBlockRows = 6;                   // x rows of one dot_block (at most)
 
 // out[r] = dot(x row r, w) for r < rows (1..kMaxDotRows); x row r at x + r * x_stride; w holds
 // k elements of `kind`.
 void dot_rows(WeightKind kind, const float* x, int64_t x_stride, int rows, int64_t k, const void* w, float* out);
 // True when dot_block has a wide path on this CPU (AVX-512); callers then prefer it.
 bool dot_block_preferred();
-// out[r * kDotBlockCols + c] = dot(x row r, w_rows[c]) for r < rows (1..kMaxDotRows). Same
-// results as dot_rows; precondition: dot_block_preferred().
+// out[r * kDotBlockCols + c] = dot(x row r, w_rows[c]) for r < rows (1..kDotBlockRows). Same
+// results as dot_rows; precondition: dot_block_preferred(). (6 x 4 accumulators: 24 of the 32
+// registers; 6 rows beat 4 by ~4% in 32-sequence decode, docs/perf/cpu-roofline.md.)
 void dot_block(WeightKind kind, const float* x, int64_t x_stride, int rows, int64_t k, const void* const* w_rows,
                float* out);
 

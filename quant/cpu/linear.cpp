@@ -19,14 +19,16 @@ void linear_rows(const float* x, int64_t num_rows, const void* w, int64_t n, int
   const auto point_at = [&](const void*& row, int64_t col) { row = static_cast<const char*>(w) + col * k * elem_bytes; };
   const auto run_tile = [&](int rows, int64_t t, const void* const* w_rows, float* dots, auto cols) {
     if constexpr (decltype(cols)::value == 1) {
-      cpu::dot_rows(kind, x + t * k, k, rows, k, w_rows[0], dots);
+      for (int r = 0; r < rows; r += cpu::kMaxDotRows) {
+        cpu::dot_rows(kind, x + (t + r) * k, k, std::min(cpu::kMaxDotRows, rows - r), k, w_rows[0], dots + r);
+      }
     } else {
       cpu::dot_block(kind, x + t * k, k, rows, k, w_rows, dots);
     }
   };
   const void* const no_row = nullptr;
   if (cpu::dot_block_preferred()) {
-    drive_rows<cpu::kMaxDotRows, cpu::kDotBlockCols>(num_rows, n, begin, end, bias, y, no_row, point_at, run_tile);
+    drive_rows<cpu::kDotBlockRows, cpu::kDotBlockCols>(num_rows, n, begin, end, bias, y, no_row, point_at, run_tile);
   } else {
     drive_rows<cpu::kMaxDotRows, 1>(num_rows, n, begin, end, bias, y, no_row, point_at, run_tile);
   }

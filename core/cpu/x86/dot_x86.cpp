@@ -4,6 +4,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/cpu/prefetch.h"
@@ -81,8 +82,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void dot_block_avx
       for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
     }
   }
-  static_assert(rows * cols <= 16);
-  if (i == k) return reduce_lanes_avx512(&acc[0][0], rows * cols, out);
+  if (i == k) {
+    for (int first = 0; first < rows * cols; first += 16) {
+      reduce_lanes_avx512(&acc[0][0] + first, std::min(16, rows * cols - first), out + first);
+    }
+    return;
+  }
   alignas(64) float lanes[kLanes];
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) {
@@ -159,7 +164,9 @@ void dot_block_avx512_kind(const float* x, int64_t x_stride, int rows, int64_t k
     case 1: return dot_block_avx512<kind, 1, kBlockCols>(x, x_stride, k, w_rows, out);
     case 2: return dot_block_avx512<kind, 2, kBlockCols>(x, x_stride, k, w_rows, out);
     case 3: return dot_block_avx512<kind, 3, kBlockCols>(x, x_stride, k, w_rows, out);
-    default: return dot_block_avx512<kind, 4, kBlockCols>(x, x_stride, k, w_rows, out);
+    case 4: return dot_block_avx512<kind, 4, kBlockCols>(x, x_stride, k, w_rows, out);
+    case 5: return dot_block_avx512<kind, 5, kBlockCols>(x, x_stride, k, w_rows, out);
+    default: return dot_block_avx512<kind, 6, kBlockCols>(x, x_stride, k, w_rows, out);
   }
 }
 

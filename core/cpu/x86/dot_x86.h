@@ -15,7 +15,7 @@ void dot_rows_avx512(WeightKind kind, const float* x, int64_t x_stride, int rows
                      float* out);
 void dot_rows_avx2(WeightKind kind, const float* x, int64_t x_stride, int rows, int64_t k, const void* w, float* out);
 
-// out[r * 4 + c] = canonical dot(x row r, w_rows[c]) for r < rows (1..4), c < 4.
+// out[r * 4 + c] = canonical dot(x row r, w_rows[c]) for r < rows (1..6), c < 4.
 constexpr int kBlockCols = 4;
 void dot_block_avx512(WeightKind kind, const float* x, int64_t x_stride, int rows, int64_t k,
                       const void* const* w_rows, float* out);
