@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace moert {
 
@@ -46,82 +47,100 @@ ThreadPool::ThreadPool(int num_threads, const ThreadStarter& start_thread) : spi
 }
 
 void ThreadPool::stop_workers() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  work_ready_.notify_all();
+  stopping_.store(true);
+  work_.fetch_add(uint64_t{1} << 32);  // a new generation with no chunks wakes every worker
+  work_.notify_all();
   for (std::thread& worker : workers_) worker.join();
   workers_.clear();
 }
 
 ThreadPool::~ThreadPool() { stop_workers(); }
 
+namespace {
+
+constexpr uint64_t pack_work(uint32_t generation, int num_chunks, int claimed) {
+  return (uint64_t{generation} << 32) | (static_cast<uint64_t>(num_chunks) << 16) | static_cast<uint64_t>(claimed);
+}
+constexpr uint32_t generation_of(uint64_t work) { return static_cast<uint32_t>(work >> 32); }
+constexpr int chunks_of(uint64_t work) { return static_cast<int>((work >> 16) & 0xFFFF); }
+constexpr int claimed_of(uint64_t work) { return static_cast<int>(work & 0xFFFF); }
+
+}  // namespace
+
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t max_chunks = std::max<int64_t>(1, n / grain);
-  const int64_t num_chunks = std::min<int64_t>(num_threads(), max_chunks);
-  if (num_chunks == 1) {
+  const int num_chunks = static_cast<int>(std::min<int64_t>({num_threads(), max_chunks, 0xFFFF}));  // work_'s fields
+  if (num_chunks == 1 || workers_.empty()) {
     fn(0, n);
     return;
   }
-  int64_t generation;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    task_ = &fn;
-    task_n_ = n;
-    num_chunks_ = num_chunks;
-    chunk_size_ = (n + num_chunks - 1) / num_chunks;
-    next_chunk_ = 0;
-    chunks_finished_ = 0;
-    chunks_done_.store(0);
-    generation = ++generation_;
+  task_ = &fn;
+  task_n_ = n;
+  chunk_size_ = (n + num_chunks - 1) / num_chunks;
+  error_ = nullptr;
+  chunks_done_.store(0, std::memory_order_relaxed);
+  work_.store(pack_work(++generation_, num_chunks, 0));  // releases everything above
+  if (sleeping_workers_.load() > 0) work_.notify_all();
+  run_chunks(generation_);
+  const auto all_done = [&] { return chunks_done_.load(std::memory_order_acquire) == num_chunks; };
+  if (!spin_until(spin_ns_, all_done)) {
+    for (;;) {
+      caller_sleeping_.store(true);
+      const int32_t done = chunks_done_.load();
+      if (done == num_chunks) break;
+      chunks_done_.wait(done);
+    }
+    caller_sleeping_.store(false);
   }
-  work_ready_.notify_all();
-  run_chunks(generation);
-  spin_until(spin_ns_, [&] { return chunks_done_.load(std::memory_order_acquire) == num_chunks; });
-  std::unique_lock<std::mutex> lock(mutex_);
-  work_done_.wait(lock, [&] { return chunks_finished_ == num_chunks_; });
   task_ = nullptr;
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
-void ThreadPool::run_chunks(int64_t generation) {
+void ThreadPool::run_chunks(uint32_t generation) {
+  uint64_t work = work_.load(std::memory_order_acquire);
   for (;;) {
-    int64_t begin, end;
-    const std::function<void(int64_t, int64_t)>* task;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (generation != generation_ || task_ == nullptr || next_chunk_ >= num_chunks_) return;
-      const int64_t chunk = next_chunk_++;
-      begin = chunk * chunk_size_;
-      end = std::min(task_n_, begin + chunk_size_);
-      task = task_;
+    if (generation_of(work) != generation || claimed_of(work) >= chunks_of(work)) return;
+    if (work_.compare_exchange_weak(work, work + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      run_chunk(claimed_of(work), chunks_of(work));
+      work = work_.load(std::memory_order_acquire);
     }
-    if (begin < end) (*task)(begin, end);
-    bool all_done;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      all_done = ++chunks_finished_ == num_chunks_;
-      chunks_done_.store(chunks_finished_, std::memory_order_release);
-    }
-    if (all_done) work_done_.notify_all();
   }
+}
+
+void ThreadPool::run_chunk(int64_t chunk, int num_chunks) {
+  const int64_t begin = chunk * chunk_size_;
+  const int64_t end = std::min(task_n_, begin + chunk_size_);
+  try {
+    if (begin < end) (*task_)(begin, end);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    if (!error_) error_ = std::current_exception();
+  }
+  // seq_cst with the caller's store to caller_sleeping_ before its last look at chunks_done_:
+  // either it sees this chunk done or this thread sees it asleep and wakes it.
+  if (chunks_done_.fetch_add(1) + 1 == num_chunks && caller_sleeping_.load()) chunks_done_.notify_one();
 }
 
 void ThreadPool::worker_loop(int /*worker_idx*/) {
-  int64_t seen_generation = 0;
+  uint32_t seen_generation = 0;
   for (;;) {
-    int64_t generation;
-    spin_until(spin_ns_, [&] { return generation_.load(std::memory_order_acquire) != seen_generation; });
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      work_ready_.wait(lock, [&] { return stopping_ || generation_ != seen_generation; });
-      if (stopping_) return;
-      generation = seen_generation = generation_;
+    uint64_t work = 0;
+    const auto new_generation = [&] {
+      work = work_.load();
+      return generation_of(work) != seen_generation;
+    };
+    if (!spin_until(spin_ns_, new_generation)) {
+      // seq_cst with parallel_for's store of work_ before its look at sleeping_workers_.
+      sleeping_workers_.fetch_add(1);
+      while (!new_generation()) work_.wait(work);
+      sleeping_workers_.fetch_sub(1);
     }
-    run_chunks(generation);
+    if (stopping_.load()) return;
+    seen_generation = generation_of(work);
+    run_chunks(seen_generation);
   }
 }
 

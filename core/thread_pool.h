@@ -4,8 +4,8 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -29,27 +29,34 @@ class ThreadPool {
 
   // Calls fn(begin, end) on disjoint ranges covering [0, n), each at least `grain` long
   // (except possibly the last); returns when all are done. Not reentrant: fn must not
-  // call parallel_for on the same pool.
+  // call parallel_for on the same pool. An exception from fn (on any thread) is rethrown
+  // here once every range has finished (the first one; later ones are dropped).
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
   void worker_loop(int worker_idx);
   void stop_workers();  // joins every started worker
-  void run_chunks(int64_t generation);
+  void run_chunks(uint32_t generation);
+  void run_chunk(int64_t chunk, int num_chunks);
 
+  // The hand-off is lock-free (one compare-exchange per chunk; threads sleep in futex waits
+  // only after spinning spin_ns_). `work_` packs the generation (bits 32-63),
+  // the generation's chunk count (16-31) and the chunks claimed so far (0-15); a thread
+  // claims a chunk by a compare-exchange of the whole word, so a late worker can never claim
+  // a chunk of a generation it has not seen, and reads task_, task_n_ and chunk_size_ only
+  // while it holds a chunk (parallel_for rewrites them only after every chunk is done).
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::condition_variable work_ready_;
-  std::condition_variable work_done_;
   const std::function<void(int64_t, int64_t)>* task_ = nullptr;
   int64_t task_n_ = 0;
   int64_t chunk_size_ = 0;
-  int64_t num_chunks_ = 0;
-  int64_t next_chunk_ = 0;
-  int64_t chunks_finished_ = 0;
-  std::atomic<int64_t> generation_{0};
-  std::atomic<int64_t> chunks_done_{0};  // mirrors chunks_finished_ for lock-free spinning
-  bool stopping_ = false;
+  uint32_t generation_ = 0;                 // parallel_for's own count
+  std::atomic<uint64_t> work_{0};
+  std::atomic<int32_t> chunks_done_{0};
+  std::atomic<int32_t> sleeping_workers_{0};  // blocked in work_.wait(): parallel_for notifies
+  std::atomic<bool> caller_sleeping_{false};  // blocked in chunks_done_.wait(): the last chunk notifies
+  std::atomic<bool> stopping_{false};
+  std::mutex error_mutex_;
+  std::exception_ptr error_;  // the first exception of this parallel_for
   int64_t spin_ns_ = 0;
 };
 

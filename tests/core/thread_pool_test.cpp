@@ -4,12 +4,14 @@
 
 #include <cstdlib>
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <thread>
 
 namespace moert {
 namespace {
@@ -57,6 +59,48 @@ TEST(ThreadPool, ChunksDependOnlyOnSizes) {
   EXPECT_EQ(first, second);
   EXPECT_EQ(first.size(), static_cast<size_t>(pool.num_threads()));
   EXPECT_EQ(pool.num_threads(), std::min(3, max_threads()));
+}
+
+// Workers and the caller that sleep between calls (MOERT_SPIN_US=0: no spinning) are woken
+// for every call and every result arrives: the futex hand-off of the lock-free pool.
+TEST(ThreadPool, SleepingThreadsWakeForEveryCall) {
+  const char* saved = std::getenv("MOERT_SPIN_US");
+  const std::string previous = saved != nullptr ? saved : "";
+  setenv("MOERT_SPIN_US", "0", 1);
+  ThreadPool pool(3);
+  if (saved != nullptr) setenv("MOERT_SPIN_US", previous.c_str(), 1);
+  else unsetenv("MOERT_SPIN_US");
+  std::atomic<int64_t> total{0};
+  for (int round = 0; round < 300; ++round) {
+    pool.parallel_for(30, 1, [&](int64_t begin, int64_t end) {
+      if (round % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));  // the caller waits asleep
+      total += end - begin;
+    });
+    if (round % 11 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // workers fall asleep
+  }
+  EXPECT_EQ(total.load(), 300 * 30);
+}
+
+// An exception thrown by fn on a worker reaches the caller (after every chunk finished) instead
+// of terminating the process; the pool stays usable.
+TEST(ThreadPool, ExceptionOnAnyThreadReachesTheCaller) {
+  ThreadPool pool(3);
+  if (pool.num_threads() < 2) GTEST_SKIP() << "one thread: no worker to throw";
+  for (bool first_throws : {true, false}) {
+    std::atomic<int> finished{0};
+    EXPECT_THROW(pool.parallel_for(30, 10,
+                                   [&](int64_t begin, int64_t end) {
+                                     if ((first_throws && begin == 0) || (!first_throws && end == 30)) {
+                                       throw std::runtime_error("chunk failed");
+                                     }
+                                     finished++;
+                                   }),
+                 std::runtime_error);
+    EXPECT_EQ(finished.load(), pool.num_threads() - 1);  // every other chunk ran (one chunk per thread)
+  }
+  std::atomic<int64_t> total{0};
+  pool.parallel_for(30, 10, [&](int64_t begin, int64_t end) { total += end - begin; });
+  EXPECT_EQ(total.load(), 30);
 }
 
 }  // namespace
