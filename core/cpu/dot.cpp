@@ -64,22 +64,25 @@ void dot_rows(WeightKind kind, const float* x, int64_t x_stride, int rows, int64
   }
 }
 
-bool dot_block_preferred() {
+DotTile dot_block_tile(int64_t num_rows) {
+  switch (active_cpu_isa()) {
 #if defined(MOERT_X86_KERNELS)
-  return active_cpu_isa() == CpuIsa::kAvx512;
-#else
-  return false;
+    case CpuIsa::kAvx512: return kAvx512Tile;
+    case CpuIsa::kAvx2: return num_rows == 1 ? kAvx2SingleRowTile : kAvx2Tile;
 #endif
+    default: return kNoDotTile;
+  }
 }
 
-void dot_block(WeightKind kind, const float* x, int64_t x_stride, int rows, int64_t k, const void* const* w_rows,
-               float* out) {
-  MOERT_CHECK(dot_block_preferred(), "dot_block called without a wide path on this CPU");
+void dot_block(DotTile tile, WeightKind kind, const float* x, int64_t x_stride, int rows, int64_t k,
+               const void* const* w_rows, float* out) {
+  MOERT_CHECK(tile != kNoDotTile && rows >= 1 && rows <= tile.rows,
+              "dot_block: " << rows << " rows on a " << tile.rows << "x" << tile.cols << " tile");
 #if defined(MOERT_X86_KERNELS)
-  static_assert(kDotBlockCols == x86::kBlockCols);
-  x86::dot_block_avx512(kind, x, x_stride, rows, k, w_rows, out);
+  if (tile == kAvx512Tile) return x86::dot_block_avx512(kind, x, x_stride, rows, k, w_rows, out);
+  return x86::dot_block_avx2(kind, x, x_stride, rows, tile.cols, k, w_rows, out);
 #else
-  (void)kind, (void)x, (void)x_stride, (void)rows, (void)k, (void)w_rows, (void)out;
+  (void)kind, (void)x, (void)x_stride, (void)k, (void)w_rows, (void)out;
 #endif
 }
 

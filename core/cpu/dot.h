@@ -15,19 +15,32 @@ namespace moert::cpu {
 
 using dot_detail::WeightKind;
 constexpr int kMaxDotRows = dot_detail::kMaxRows;  // x rows sharing one pass over a weight row
-constexpr int kDotBlockCols = 4;                   // weight rows of one dot_block
-constexpr int kDotBlockRows = 6;                   // x rows of one dot_block (at most)
 
 // out[r] = dot(x row r, w) for r < rows (1..kMaxDotRows); x row r at x + r * x_stride; w holds
 // k elements of `kind`.
 void dot_rows(WeightKind kind, const float* x, int64_t x_stride, int rows, int64_t k, const void* w, float* out);
-// True when dot_block has a wide path on this CPU (AVX-512); callers then prefer it.
-bool dot_block_preferred();
-// out[r * kDotBlockCols + c] = dot(x row r, w_rows[c]) for r < rows (1..kDotBlockRows). Same
-// results as dot_rows; precondition: dot_block_preferred(). (6 x 4 accumulators: 24 of the 32
-// registers; 6 rows beat 4 by ~4% in 32-sequence decode, docs/perf/cpu-roofline.md.)
-void dot_block(WeightKind kind, const float* x, int64_t x_stride, int rows, int64_t k, const void* const* w_rows,
-               float* out);
+
+// A register tile of dot_block: up to `rows` x rows against `cols` weight rows in one pass.
+struct DotTile {
+  int rows = 0;
+  int cols = 0;
+  friend bool operator==(const DotTile&, const DotTile&) = default;
+};
+constexpr DotTile kNoDotTile{};
+// 6 x 4 accumulators: 24 of the 32 registers (6 rows beat 4 by ~4% in 32-sequence decode).
+constexpr DotTile kAvx512Tile{6, 4};
+// AVX2's 16 registers: 2 x 3 accumulators of two registers each (+50% GEMM over dot_rows'
+// 4 x 1, which loads an x register per FMA), or for a single x row 1 x 4 (eight independent
+// FMA chains instead of dot_rows' two: batch-1 BF16 +40%). docs/perf/cpu-roofline.md.
+constexpr DotTile kAvx2Tile{2, 3};
+constexpr DotTile kAvx2SingleRowTile{1, 4};
+// The tile for a product with num_rows x rows on this CPU; kNoDotTile when there is none
+// (portable, NEON): callers then use dot_rows.
+DotTile dot_block_tile(int64_t num_rows);
+// out[r * tile.cols + c] = dot(x row r, w_rows[c]) for r < rows (1..tile.rows), c < tile.cols,
+// for tile = dot_block_tile(...) != kNoDotTile. Same results as dot_rows.
+void dot_block(DotTile tile, WeightKind kind, const float* x, int64_t x_stride, int rows, int64_t k,
+               const void* const* w_rows, float* out);
 
 // F32 conveniences (the attention kernels' dot products).
 float dot_f32(const float* a, const float* b, int64_t k);

@@ -1,6 +1,7 @@
 #include "quant/cpu/linear.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/cpu/dot.h"
@@ -11,26 +12,37 @@ namespace {
 
 using cpu::WeightKind;
 
-// Output features [begin, end) of y = x . W^T (+ bias), on the calling thread (AVX-512: 4
-// weight rows x up to 4 x rows per pass, 16 accumulators; otherwise one weight row per pass).
+// Output features [begin, end) of y = x . W^T (+ bias), on the calling thread, in this CPU's
+// register tile (core/cpu/dot.h: AVX-512 6 x rows x 4 weight rows, AVX2 2 x 3 or 1 x 4;
+// otherwise one weight row per pass).
 template <WeightKind kind>
 void linear_rows(const float* x, int64_t num_rows, const void* w, int64_t n, int64_t k, int64_t elem_bytes,
                  const float* bias, float* y, int64_t begin, int64_t end) {
   const auto point_at = [&](const void*& row, int64_t col) { row = static_cast<const char*>(w) + col * k * elem_bytes; };
+  const cpu::DotTile tile = cpu::dot_block_tile(num_rows);
   const auto run_tile = [&](int rows, int64_t t, const void* const* w_rows, float* dots, auto cols) {
     if constexpr (decltype(cols)::value == 1) {
       for (int r = 0; r < rows; r += cpu::kMaxDotRows) {
         cpu::dot_rows(kind, x + (t + r) * k, k, std::min(cpu::kMaxDotRows, rows - r), k, w_rows[0], dots + r);
       }
     } else {
-      cpu::dot_block(kind, x + t * k, k, rows, k, w_rows, dots);
+      cpu::dot_block(tile, kind, x + t * k, k, rows, k, w_rows, dots);
     }
   };
   const void* const no_row = nullptr;
-  if (cpu::dot_block_preferred()) {
-    drive_rows<cpu::kDotBlockRows, cpu::kDotBlockCols>(num_rows, n, begin, end, bias, y, no_row, point_at, run_tile);
+  const auto drive = [&](auto rows, auto cols) {
+    drive_rows<decltype(rows)::value, decltype(cols)::value>(num_rows, n, begin, end, bias, y, no_row, point_at,
+                                                            run_tile);
+  };
+  using std::integral_constant;
+  if (tile == cpu::kAvx512Tile) {
+    drive(integral_constant<int, cpu::kAvx512Tile.rows>{}, integral_constant<int, cpu::kAvx512Tile.cols>{});
+  } else if (tile == cpu::kAvx2Tile) {
+    drive(integral_constant<int, cpu::kAvx2Tile.rows>{}, integral_constant<int, cpu::kAvx2Tile.cols>{});
+  } else if (tile == cpu::kAvx2SingleRowTile) {
+    drive(integral_constant<int, cpu::kAvx2SingleRowTile.rows>{}, integral_constant<int, cpu::kAvx2SingleRowTile.cols>{});
   } else {
-    drive_rows<cpu::kMaxDotRows, 1>(num_rows, n, begin, end, bias, y, no_row, point_at, run_tile);
+    drive(integral_constant<int, cpu::kMaxDotRows>{}, integral_constant<int, 1>{});
   }
 }
 

@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "core/cpu/prefetch.h"
-#include "core/cpu/x86/reduce_lanes_avx512.h"
+#include "core/cpu/x86/reduce_lanes_x86.h"
 
 namespace moert::cpu::x86 {
 namespace {
@@ -128,12 +128,53 @@ __attribute__((target("avx2,fma,f16c"))) void dot_rows_avx2(const float* x, int6
       hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * x_stride + i + 8), w_hi, hi[r]);
     }
   }
+  if (i == k) return reduce_lanes_avx2(lo, hi, rows, out);
   alignas(32) float lanes[kLanes];
   for (int r = 0; r < rows; ++r) {
     _mm256_store_ps(lanes, lo[r]);
     _mm256_store_ps(lanes + 8, hi[r]);
     for (int64_t j = i, l = 0; j < k; ++j, ++l) lanes[l] = std::fma(x[r * x_stride + j], scalar_weight<kind>(w, j), lanes[l]);
     out[r] = reduce_lanes(lanes);
+  }
+}
+
+// rows x cols accumulators of two registers each (lanes 0-7, 8-15): x rows against `cols`
+// weight rows (w_rows[c]); out[r * cols + c]. One half of the lanes at a time keeps the
+// weights of a half, one x register and 4 * rows * cols accumulators within the 16 registers.
+template <WeightKind kind, int rows, int cols>
+__attribute__((target("avx2,fma,f16c"))) void dot_block_avx2(const float* x, int64_t x_stride, int64_t k,
+                                                             const void* const* w_rows, float* out) {
+  static_assert(2 * rows * cols + cols + 1 <= 16, "the tile must fit the 16 AVX2 registers");
+  __m256 lo[rows * cols], hi[rows * cols];
+  for (int a = 0; a < rows * cols; ++a) lo[a] = hi[a] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + kLanes <= k; i += kLanes) {
+    __m256 wv[cols];
+    for (int c = 0; c < cols; ++c) {
+      prefetch_row<kind>(w_rows[c], i, k, cols);
+      wv[c] = load8_avx2<kind>(w_rows[c], i);
+    }
+    for (int r = 0; r < rows; ++r) {
+      const __m256 xv = _mm256_loadu_ps(x + r * x_stride + i);
+      for (int c = 0; c < cols; ++c) lo[r * cols + c] = _mm256_fmadd_ps(xv, wv[c], lo[r * cols + c]);
+    }
+    for (int c = 0; c < cols; ++c) wv[c] = load8_avx2<kind>(w_rows[c], i + 8);
+    for (int r = 0; r < rows; ++r) {
+      const __m256 xv = _mm256_loadu_ps(x + r * x_stride + i + 8);
+      for (int c = 0; c < cols; ++c) hi[r * cols + c] = _mm256_fmadd_ps(xv, wv[c], hi[r * cols + c]);
+    }
+  }
+  if (i == k) return reduce_lanes_avx2(lo, hi, rows * cols, out);
+  alignas(32) float lanes[kLanes];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) {
+      _mm256_store_ps(lanes, lo[r * cols + c]);
+      _mm256_store_ps(lanes + 8, hi[r * cols + c]);
+      for (int64_t j = i, l = 0; j < k; ++j, ++l) {
+        lanes[l] = std::fma(x[r * x_stride + j], scalar_weight<kind>(w_rows[c], j), lanes[l]);
+      }
+      out[r * cols + c] = reduce_lanes(lanes);
+    }
   }
 }
 
@@ -161,16 +202,34 @@ template <WeightKind kind>
 void dot_block_avx512_kind(const float* x, int64_t x_stride, int rows, int64_t k, const void* const* w_rows,
                            float* out) {
   switch (rows) {
-    case 1: return dot_block_avx512<kind, 1, kBlockCols>(x, x_stride, k, w_rows, out);
-    case 2: return dot_block_avx512<kind, 2, kBlockCols>(x, x_stride, k, w_rows, out);
-    case 3: return dot_block_avx512<kind, 3, kBlockCols>(x, x_stride, k, w_rows, out);
-    case 4: return dot_block_avx512<kind, 4, kBlockCols>(x, x_stride, k, w_rows, out);
-    case 5: return dot_block_avx512<kind, 5, kBlockCols>(x, x_stride, k, w_rows, out);
-    default: return dot_block_avx512<kind, 6, kBlockCols>(x, x_stride, k, w_rows, out);
+    case 1: return dot_block_avx512<kind, 1, kAvx512Tile.cols>(x, x_stride, k, w_rows, out);
+    case 2: return dot_block_avx512<kind, 2, kAvx512Tile.cols>(x, x_stride, k, w_rows, out);
+    case 3: return dot_block_avx512<kind, 3, kAvx512Tile.cols>(x, x_stride, k, w_rows, out);
+    case 4: return dot_block_avx512<kind, 4, kAvx512Tile.cols>(x, x_stride, k, w_rows, out);
+    case 5: return dot_block_avx512<kind, 5, kAvx512Tile.cols>(x, x_stride, k, w_rows, out);
+    default: return dot_block_avx512<kind, 6, kAvx512Tile.cols>(x, x_stride, k, w_rows, out);
   }
 }
 
+template <WeightKind kind>
+void dot_block_avx2_kind(const float* x, int64_t x_stride, int rows, int cols, int64_t k, const void* const* w_rows,
+                         float* out) {
+  static_assert(kAvx2Tile.rows == 2 && kAvx2SingleRowTile.rows == 1 && kAvx2SingleRowTile.cols != kAvx2Tile.cols);
+  if (cols == kAvx2SingleRowTile.cols) return dot_block_avx2<kind, 1, kAvx2SingleRowTile.cols>(x, x_stride, k, w_rows, out);
+  if (rows == 1) return dot_block_avx2<kind, 1, kAvx2Tile.cols>(x, x_stride, k, w_rows, out);
+  return dot_block_avx2<kind, 2, kAvx2Tile.cols>(x, x_stride, k, w_rows, out);
+}
+
 }  // namespace
+
+void dot_block_avx2(WeightKind kind, const float* x, int64_t x_stride, int rows, int cols, int64_t k,
+                    const void* const* w_rows, float* out) {
+  switch (kind) {
+    case WeightKind::kF32: return dot_block_avx2_kind<WeightKind::kF32>(x, x_stride, rows, cols, k, w_rows, out);
+    case WeightKind::kBF16: return dot_block_avx2_kind<WeightKind::kBF16>(x, x_stride, rows, cols, k, w_rows, out);
+    case WeightKind::kF16: return dot_block_avx2_kind<WeightKind::kF16>(x, x_stride, rows, cols, k, w_rows, out);
+  }
+}
 
 void dot_rows_avx512(WeightKind kind, const float* x, int64_t x_stride, int rows, int64_t k, const void* w,
                      float* out) {

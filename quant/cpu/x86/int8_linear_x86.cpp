@@ -9,7 +9,7 @@
 #include <type_traits>
 
 #include "core/cpu/prefetch.h"
-#include "core/cpu/x86/reduce_lanes_avx512.h"
+#include "core/cpu/x86/reduce_lanes_x86.h"
 #include "quant/cpu/int8_linear_tiles.h"
 #include "quant/cpu/x86/fp8_decode_x86.h"
 
@@ -296,14 +296,15 @@ MOERT_AVX2 void int8_tile_avx2(const Int8RowsView& x, int64_t t, const Int8Col* 
       }
     }
   }
-  alignas(32) float lanes[kInt8GroupLanes];
+  static_assert(rows * cols <= 8);
+  __m256 lo[rows * cols], hi[rows * cols];
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) {
-      _mm256_store_ps(lanes, acc[r][c][0]);
-      _mm256_store_ps(lanes + 8, acc[r][c][1]);
-      out[r * cols + c] = reduce_lanes(lanes);
+      lo[r * cols + c] = acc[r][c][0];
+      hi[r * cols + c] = acc[r][c][1];
     }
   }
+  cpu::x86::reduce_lanes_avx2(lo, hi, rows * cols, out);
 }
 
 // quantize_block_portable in two 8-float halves (as quantize_block_avx512).

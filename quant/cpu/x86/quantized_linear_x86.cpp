@@ -4,7 +4,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
-#include "core/cpu/x86/reduce_lanes_avx512.h"
+#include "core/cpu/x86/reduce_lanes_x86.h"
 #include "quant/cpu/quantized_linear_tiles.h"
 #include "quant/cpu/x86/fp8_decode_x86.h"
 
@@ -289,6 +289,8 @@ MOERT_AVX2 inline void fp4_decode_avx2(const uint8_t* p, __m256 scaled_mag, cons
 template <int rows, int cols, typename WeightAtC>
 MOERT_AVX2 void finish_avx2(__m256 (&acc_a)[rows][cols], __m256 (&acc_b)[rows][cols], const int* perm, const float* x,
                             int64_t x_stride, int64_t i_tail, int64_t k, WeightAtC weight_at_c, float* out) {
+  static_assert(rows * cols <= 8);
+  if (perm == kIdentity && i_tail == k) return cpu::x86::reduce_lanes_avx2(&acc_a[0][0], &acc_b[0][0], rows * cols, out);
   alignas(32) float reg[kLanes];
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) {
