@@ -52,7 +52,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void dot_rows_avx5
     const __m512 wv = load16_avx512<kind>(w, i);
     for (int r = 0; r < rows; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * x_stride + i), wv, acc[r]);
   }
-  if (i == k) return reduce_lanes_avx512(acc, rows, out);
+  if (i == k) return reduce_lanes_avx512<rows>(acc, out);
   alignas(64) float lanes[kLanes];
   for (int r = 0; r < rows; ++r) {
     _mm512_store_ps(lanes, acc[r]);
@@ -83,9 +83,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void dot_block_avx
     }
   }
   if (i == k) {
-    for (int first = 0; first < rows * cols; first += 16) {
-      reduce_lanes_avx512(&acc[0][0] + first, std::min(16, rows * cols - first), out + first);
-    }
+    constexpr int count = rows * cols, first = count < 16 ? count : 16;
+    reduce_lanes_avx512<first>(&acc[0][0], out);
+    if constexpr (count > 16) reduce_lanes_avx512<count - 16>(&acc[0][0] + 16, out + 16);
     return;
   }
   alignas(64) float lanes[kLanes];
@@ -128,7 +128,7 @@ __attribute__((target("avx2,fma,f16c"))) void dot_rows_avx2(const float* x, int6
       hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * x_stride + i + 8), w_hi, hi[r]);
     }
   }
-  if (i == k) return reduce_lanes_avx2(lo, hi, rows, out);
+  if (i == k) return reduce_lanes_avx2<rows>(lo, hi, out);
   alignas(32) float lanes[kLanes];
   for (int r = 0; r < rows; ++r) {
     _mm256_store_ps(lanes, lo[r]);
@@ -164,7 +164,7 @@ __attribute__((target("avx2,fma,f16c"))) void dot_block_avx2(const float* x, int
       for (int c = 0; c < cols; ++c) hi[r * cols + c] = _mm256_fmadd_ps(xv, wv[c], hi[r * cols + c]);
     }
   }
-  if (i == k) return reduce_lanes_avx2(lo, hi, rows * cols, out);
+  if (i == k) return reduce_lanes_avx2<rows * cols>(lo, hi, out);
   alignas(32) float lanes[kLanes];
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) {

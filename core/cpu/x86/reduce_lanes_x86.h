@@ -15,55 +15,63 @@
 
 namespace moert::cpu::x86 {
 
-// out[i] = the canonical tree of acc[i], for i < count (1..16).
-__attribute__((target("avx512f"))) inline void reduce_lanes_avx512(const __m512* acc, int count, float* out) {
-  __m512 a[16];
-  for (int i = 0; i < 16; ++i) a[i] = i < count ? acc[i] : _mm512_setzero_ps();
+// out[i] = the canonical tree of acc[i], for i < count (1..16). Each stage pairs registers
+// 2j and 2j + 1 of the previous one; with count known, the stages shrink to what it fills.
+template <int count>
+__attribute__((target("avx512f"))) inline void reduce_lanes_avx512(const __m512* acc, float* out) {
+  static_assert(count >= 1 && count <= 16);
+  constexpr int n8 = (count + 1) / 2, n4 = (n8 + 1) / 2, n2 = (n4 + 1) / 2;
+  const __m512 zero = _mm512_setzero_ps();  // the slots no accumulator fills
   // w = 8: 128-bit quarters Q0..Q3 of each register; [Q0 + Q2, Q1 + Q3] of a pair side by side.
-  __m512 s8[8];
-  for (int j = 0; j < 8; ++j) {
-    s8[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], 0x44),
-                          _mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], 0xEE));
+  __m512 s8[n8];
+  for (int j = 0; j < n8; ++j) {
+    const __m512 a = acc[2 * j], b = 2 * j + 1 < count ? acc[2 * j + 1] : zero;
+    s8[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
   }
-  // w = 4: quarter q of s4[j] holds the 4 partial lanes of a[4j + q].
-  __m512 s4[4];
-  for (int j = 0; j < 4; ++j) {
-    s4[j] = _mm512_add_ps(_mm512_shuffle_f32x4(s8[2 * j], s8[2 * j + 1], 0x88),
-                          _mm512_shuffle_f32x4(s8[2 * j], s8[2 * j + 1], 0xDD));
+  // w = 4: quarter q of s4[j] holds the 4 partial lanes of acc[4j + q].
+  __m512 s4[n4];
+  for (int j = 0; j < n4; ++j) {
+    const __m512 a = s8[2 * j], b = 2 * j + 1 < n8 ? s8[2 * j + 1] : zero;
+    s4[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
   }
-  // w = 2: quarter q of s2[j] holds 2 lanes of a[8j + q], then 2 of a[8j + 4 + q].
-  __m512 s2[2];
-  for (int j = 0; j < 2; ++j) {
-    s2[j] = _mm512_add_ps(_mm512_shuffle_ps(s4[2 * j], s4[2 * j + 1], 0x44),
-                          _mm512_shuffle_ps(s4[2 * j], s4[2 * j + 1], 0xEE));
+  // w = 2: quarter q of s2[j] holds 2 lanes of acc[8j + q], then 2 of acc[8j + 4 + q].
+  __m512 s2[n2];
+  for (int j = 0; j < n2; ++j) {
+    const __m512 a = s4[2 * j], b = 2 * j + 1 < n4 ? s4[2 * j + 1] : zero;
+    s2[j] = _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE));
   }
-  // w = 1: element e of quarter q is the sum of a[4e + q]; gather them in order.
-  const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(s2[0], s2[1], 0x88), _mm512_shuffle_ps(s2[0], s2[1], 0xDD));
+  // w = 1: element e of quarter q is the sum of acc[4e + q]; gather them in order.
+  const __m512 a = s2[0], b = 1 < n2 ? s2[1] : zero;
+  const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xDD));
   const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
   _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << count) - 1u), _mm512_permutexvar_ps(order, sums));
 }
 
 // out[i] = the canonical tree of the accumulator whose lanes 0-7 are lo[i] and 8-15 hi[i], for
 // i < count (1..8).
-__attribute__((target("avx2"))) inline void reduce_lanes_avx2(const __m256* lo, const __m256* hi, int count,
-                                                              float* out) {
+template <int count>
+__attribute__((target("avx2"))) inline void reduce_lanes_avx2(const __m256* lo, const __m256* hi, float* out) {
+  static_assert(count >= 1 && count <= 8);
+  constexpr int n4 = (count + 1) / 2, n2 = (n4 + 1) / 2;
+  const __m256 zero = _mm256_setzero_ps();  // the slots no accumulator fills
   // w = 8: one register per accumulator.
-  __m256 s8[8];
-  for (int i = 0; i < 8; ++i) s8[i] = i < count ? _mm256_add_ps(lo[i], hi[i]) : _mm256_setzero_ps();
+  __m256 s8[count];
+  for (int i = 0; i < count; ++i) s8[i] = _mm256_add_ps(lo[i], hi[i]);
   // w = 4: 128-bit half h of s4[j] holds the 4 partial lanes of accumulator 2j + h.
-  __m256 s4[4];
-  for (int j = 0; j < 4; ++j) {
-    s4[j] = _mm256_add_ps(_mm256_permute2f128_ps(s8[2 * j], s8[2 * j + 1], 0x20),
-                          _mm256_permute2f128_ps(s8[2 * j], s8[2 * j + 1], 0x31));
+  __m256 s4[n4];
+  for (int j = 0; j < n4; ++j) {
+    const __m256 a = s8[2 * j], b = 2 * j + 1 < count ? s8[2 * j + 1] : zero;
+    s4[j] = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
   }
   // w = 2: half h of s2[j] holds 2 lanes of accumulator 4j + h, then 2 of 4j + 2 + h.
-  __m256 s2[2];
-  for (int j = 0; j < 2; ++j) {
-    s2[j] = _mm256_add_ps(_mm256_shuffle_ps(s4[2 * j], s4[2 * j + 1], 0x44),
-                          _mm256_shuffle_ps(s4[2 * j], s4[2 * j + 1], 0xEE));
+  __m256 s2[n2];
+  for (int j = 0; j < n2; ++j) {
+    const __m256 a = s4[2 * j], b = 2 * j + 1 < n4 ? s4[2 * j + 1] : zero;
+    s2[j] = _mm256_add_ps(_mm256_shuffle_ps(a, b, 0x44), _mm256_shuffle_ps(a, b, 0xEE));
   }
   // w = 1: element e of half h is the sum of accumulator 2e + h; gather them in order.
-  const __m256 sums = _mm256_add_ps(_mm256_shuffle_ps(s2[0], s2[1], 0x88), _mm256_shuffle_ps(s2[0], s2[1], 0xDD));
+  const __m256 a = s2[0], b = 1 < n2 ? s2[1] : zero;
+  const __m256 sums = _mm256_add_ps(_mm256_shuffle_ps(a, b, 0x88), _mm256_shuffle_ps(a, b, 0xDD));
   const __m256i order = _mm256_set_epi32(7, 3, 6, 2, 5, 1, 4, 0);
   const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0));
   _mm256_maskstore_ps(out, keep, _mm256_permutevar8x32_ps(sums, order));

@@ -173,7 +173,7 @@ MOERT_AVX512 void int8_tile_avx512(const Int8RowsView& x, int64_t t, const Int8C
     }
   }
   static_assert(rows * cols <= 16 && kInt8GroupLanes == 16);
-  cpu::x86::reduce_lanes_avx512(&acc[0][0], rows * cols, out);
+  cpu::x86::reduce_lanes_avx512<rows * cols>(&acc[0][0], out);
 }
 
 // quantize_block_portable on one register: the same max, product and round-to-nearest-even
@@ -304,7 +304,7 @@ MOERT_AVX2 void int8_tile_avx2(const Int8RowsView& x, int64_t t, const Int8Col* 
       hi[r * cols + c] = acc[r][c][1];
     }
   }
-  cpu::x86::reduce_lanes_avx2(lo, hi, rows * cols, out);
+  cpu::x86::reduce_lanes_avx2<rows * cols>(lo, hi, out);
 }
 
 // quantize_block_portable in two 8-float halves (as quantize_block_avx512).

@@ -43,7 +43,7 @@ MOERT_AVX512 void finish_avx512(__m512 (&acc)[rows][cols], const int* perm, cons
     for (int r = 0; r < rows; ++r) {
       for (int c = 0; c < cols; ++c) lanes[r * cols + c] = _mm512_permutexvar_ps(canonical, acc[r][c]);
     }
-    return cpu::x86::reduce_lanes_avx512(lanes, rows * cols, out);
+    return cpu::x86::reduce_lanes_avx512<rows * cols>(lanes, out);
   }
   alignas(64) float reg[kLanes];
   for (int r = 0; r < rows; ++r) {
@@ -290,7 +290,7 @@ template <int rows, int cols, typename WeightAtC>
 MOERT_AVX2 void finish_avx2(__m256 (&acc_a)[rows][cols], __m256 (&acc_b)[rows][cols], const int* perm, const float* x,
                             int64_t x_stride, int64_t i_tail, int64_t k, WeightAtC weight_at_c, float* out) {
   static_assert(rows * cols <= 8);
-  if (perm == kIdentity && i_tail == k) return cpu::x86::reduce_lanes_avx2(&acc_a[0][0], &acc_b[0][0], rows * cols, out);
+  if (perm == kIdentity && i_tail == k) return cpu::x86::reduce_lanes_avx2<rows * cols>(&acc_a[0][0], &acc_b[0][0], out);
   alignas(32) float reg[kLanes];
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) {
