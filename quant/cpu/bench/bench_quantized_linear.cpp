@@ -2,7 +2,7 @@
 // the BF16 linear_forward, on the `large` preset's expert shapes (hidden 1024, width 1024: gate,
 // up and down are each [1024, 1024]) for 16 experts, so the 48 matrices are streamed one after
 // another like an MoE layer's expert FFNs. Reports weight bytes read per second (data + scales)
-// and GFLOP/s for 1 and 2 threads and T = 1, 4, 8 rows, against a plain memcpy measured in the
+// and GFLOP/s for 1 and 2 threads and T = 1, 4, 8, 32 rows, against a plain memcpy measured in the
 // same run. The *_cpu rows take the FP4 codes in the CPU order the loader repacks them into;
 // fp8_block_loaded has its codes marked finite, as the loader marks them (no NaN handling).
 // The *_int8 rows are the int8-activation mode (quant/cpu/int8_linear.h, CPU code order,
@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
   for (const Weights& w : all) {
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
-      for (int64_t rows : {1, 4, 8}) {
+      for (int64_t rows : {1, 4, 8, 32}) {
         std::vector<float> x(static_cast<size_t>(rows * k)), y(static_cast<size_t>(rows * n));
         for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
         auto pass = [&] {
