@@ -18,7 +18,7 @@ namespace moert::cpu::x86 {
 // out[i] = the canonical tree of acc[i], for i < count (1..16). Each stage pairs registers
 // 2j and 2j + 1 of the previous one; with count known, the stages shrink to what it fills.
 template <int count>
-__attribute__((target("avx512f"))) inline void reduce_lanes_avx512(const __m512* acc, float* out) {
+__attribute__((target("avx512f"), always_inline)) inline void reduce_lanes_avx512(const __m512* acc, float* out) {
   static_assert(count >= 1 && count <= 16);
   constexpr int n8 = (count + 1) / 2, n4 = (n8 + 1) / 2, n2 = (n4 + 1) / 2;
   const __m512 zero = _mm512_setzero_ps();  // the slots no accumulator fills
@@ -50,7 +50,7 @@ __attribute__((target("avx512f"))) inline void reduce_lanes_avx512(const __m512*
 // out[i] = the canonical tree of the accumulator whose lanes 0-7 are lo[i] and 8-15 hi[i], for
 // i < count (1..8).
 template <int count>
-__attribute__((target("avx2"))) inline void reduce_lanes_avx2(const __m256* lo, const __m256* hi, float* out) {
+__attribute__((target("avx2"), always_inline)) inline void reduce_lanes_avx2(const __m256* lo, const __m256* hi, float* out) {
   static_assert(count >= 1 && count <= 8);
   constexpr int n4 = (count + 1) / 2, n2 = (n4 + 1) / 2;
   const __m256 zero = _mm256_setzero_ps();  // the slots no accumulator fills
