@@ -8,6 +8,7 @@
 // lanes in one register, AVX2 in two; the portable path uses std::fma.)
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "core/half.h"
@@ -33,6 +34,14 @@ float scalar_weight(const void* w, int64_t i) {
   if constexpr (kind == WeightKind::kF32) return static_cast<const float*>(w)[i];
   else if constexpr (kind == WeightKind::kBF16) return bf16_to_f32(static_cast<const uint16_t*>(w)[i]);
   else return f16_to_f32(static_cast<const uint16_t*>(w)[i]);
+}
+
+// The tail elements [i, k) of one x row against weight row w into lanes 0.. (fma, in order),
+// then the tree: how every SIMD path finishes an accumulator it has stored to `lanes`.
+template <WeightKind kind>
+float reduce_with_tail(float* lanes, const float* x_row, const void* w, int64_t i, int64_t k) {
+  for (int64_t l = 0; i < k; ++i, ++l) lanes[l] = std::fma(x_row[i], scalar_weight<kind>(w, i), lanes[l]);
+  return reduce_lanes(lanes);
 }
 
 }  // namespace moert::cpu::dot_detail

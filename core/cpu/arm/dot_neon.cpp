@@ -57,8 +57,7 @@ void dot_rows_neon(const float* x, int64_t x_stride, int64_t k, const void* w, f
   float lanes[kLanes];
   for (int r = 0; r < rows; ++r) {
     for (int q = 0; q < 4; ++q) vst1q_f32(lanes + 4 * q, acc[r][q]);
-    for (int64_t j = i, l = 0; j < k; ++j, ++l) lanes[l] = std::fma(x[r * x_stride + j], scalar_weight<kind>(w, j), lanes[l]);
-    out[r] = reduce_lanes(lanes);
+    out[r] = reduce_with_tail<kind>(lanes, x + r * x_stride, w, i, k);
   }
 }
 

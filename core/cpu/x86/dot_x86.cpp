@@ -4,7 +4,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cmath>
 
 #include "core/cpu/prefetch.h"
@@ -56,8 +55,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void dot_rows_avx5
   alignas(64) float lanes[kLanes];
   for (int r = 0; r < rows; ++r) {
     _mm512_store_ps(lanes, acc[r]);
-    for (int64_t j = i, l = 0; j < k; ++j, ++l) lanes[l] = std::fma(x[r * x_stride + j], scalar_weight<kind>(w, j), lanes[l]);
-    out[r] = reduce_lanes(lanes);
+    out[r] = reduce_with_tail<kind>(lanes, x + r * x_stride, w, i, k);
   }
 }
 
@@ -82,20 +80,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void dot_block_avx
       for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
     }
   }
-  if (i == k) {
-    constexpr int count = rows * cols, first = count < 16 ? count : 16;
-    reduce_lanes_avx512<first>(&acc[0][0], out);
-    if constexpr (count > 16) reduce_lanes_avx512<count - 16>(&acc[0][0] + 16, out + 16);
-    return;
-  }
+  if (i == k) return reduce_lanes_avx512<rows * cols>(&acc[0][0], out);
   alignas(64) float lanes[kLanes];
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) {
       _mm512_store_ps(lanes, acc[r][c]);
-      for (int64_t j = i, l = 0; j < k; ++j, ++l) {
-        lanes[l] = std::fma(x[r * x_stride + j], scalar_weight<kind>(w_rows[c], j), lanes[l]);
-      }
-      out[r * cols + c] = reduce_lanes(lanes);
+      out[r * cols + c] = reduce_with_tail<kind>(lanes, x + r * x_stride, w_rows[c], i, k);
     }
   }
 }
@@ -133,8 +123,7 @@ __attribute__((target("avx2,fma,f16c"))) void dot_rows_avx2(const float* x, int6
   for (int r = 0; r < rows; ++r) {
     _mm256_store_ps(lanes, lo[r]);
     _mm256_store_ps(lanes + 8, hi[r]);
-    for (int64_t j = i, l = 0; j < k; ++j, ++l) lanes[l] = std::fma(x[r * x_stride + j], scalar_weight<kind>(w, j), lanes[l]);
-    out[r] = reduce_lanes(lanes);
+    out[r] = reduce_with_tail<kind>(lanes, x + r * x_stride, w, i, k);
   }
 }
 
@@ -170,10 +159,7 @@ __attribute__((target("avx2,fma,f16c"))) void dot_block_avx2(const float* x, int
     for (int c = 0; c < cols; ++c) {
       _mm256_store_ps(lanes, lo[r * cols + c]);
       _mm256_store_ps(lanes + 8, hi[r * cols + c]);
-      for (int64_t j = i, l = 0; j < k; ++j, ++l) {
-        lanes[l] = std::fma(x[r * x_stride + j], scalar_weight<kind>(w_rows[c], j), lanes[l]);
-      }
-      out[r * cols + c] = reduce_lanes(lanes);
+      out[r * cols + c] = reduce_with_tail<kind>(lanes, x + r * x_stride, w_rows[c], i, k);
     }
   }
 }

@@ -18,7 +18,7 @@ namespace moert::cpu::x86 {
 // out[i] = the canonical tree of acc[i], for i < count (1..16). Each stage pairs registers
 // 2j and 2j + 1 of the previous one; with count known, the stages shrink to what it fills.
 template <int count>
-__attribute__((target("avx512f"), always_inline)) inline void reduce_lanes_avx512(const __m512* acc, float* out) {
+__attribute__((target("avx512f"), always_inline)) inline void reduce_up_to_16_avx512(const __m512* acc, float* out) {
   static_assert(count >= 1 && count <= 16);
   constexpr int n8 = (count + 1) / 2, n4 = (n8 + 1) / 2, n2 = (n4 + 1) / 2;
   const __m512 zero = _mm512_setzero_ps();  // the slots no accumulator fills
@@ -45,6 +45,17 @@ __attribute__((target("avx512f"), always_inline)) inline void reduce_lanes_avx51
   const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xDD));
   const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
   _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << count) - 1u), _mm512_permutexvar_ps(order, sums));
+}
+
+// out[i] = the canonical tree of acc[i], for i < count (any count >= 1, 16 at a time).
+template <int count>
+__attribute__((target("avx512f"), always_inline)) inline void reduce_lanes_avx512(const __m512* acc, float* out) {
+  if constexpr (count > 16) {
+    reduce_up_to_16_avx512<16>(acc, out);
+    reduce_lanes_avx512<count - 16>(acc + 16, out + 16);
+  } else {
+    reduce_up_to_16_avx512<count>(acc, out);
+  }
 }
 
 // out[i] = the canonical tree of the accumulator whose lanes 0-7 are lo[i] and 8-15 hi[i], for
