@@ -25,14 +25,18 @@ constexpr int64_t kChunkScales = kChunkGroups * 4 + 4;
 
 // E8M0 bytes -> floats 2^(e - 127) by placing e in the exponent field: e = 0 is the subnormal
 // 2^-127 and e = 255 the NaN code, as e8m0_decode.
+MOERT_AVX512 inline __m512 e8m0_decode16_avx512(__m128i bytes) {
+  const __m512i e = _mm512_cvtepu8_epi32(bytes);
+  __m512i f = _mm512_slli_epi32(e, 23);
+  f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
+  f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)), _mm512_set1_epi32(0x7FC00000));
+  return _mm512_castsi512_ps(f);
+}
+
 MOERT_AVX512 inline void e8m0_scales_avx512(const uint8_t* bytes, int64_t count, float* out) {
   int64_t b = 0;
   for (; b + 16 <= count; b += 16) {
-    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + b)));
-    __m512i f = _mm512_slli_epi32(e, 23);
-    f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
-    f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)), _mm512_set1_epi32(0x7FC00000));
-    _mm512_storeu_si512(out + b, f);
+    _mm512_storeu_ps(out + b, e8m0_decode16_avx512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + b))));
   }
   for (; b < count; ++b) out[b] = e8m0_decode(bytes[b]);
 }
@@ -122,6 +126,27 @@ MOERT_AVX512 inline __m512i dot_bytes_avx512(__m512i acc, __m512i u, __m512i s) 
 
 // The 16 lane scales of a group from its block scales at p: NVFP4 blocks 0, 2, 1, 3 (4 per
 // group), MXFP4 blocks 0, 1, 0, 1 (2 per group), each over 4 lanes.
+// Full groups are taken four at a time with their block scales decoded in one register (NVFP4:
+// the 16 blocks, MXFP4: the 8 blocks in lanes 0-7; the bits of the codec, as the buffered
+// decoders) and spread to group q's lanes with one vpermps (quad_lane_index<kNvfp4>(q)).
+constexpr int64_t kQuadGroups = 4;
+
+template <bool kNvfp4>
+MOERT_AVX512 inline __m512 quad_scales_avx512(const Int8Col& c, int64_t g, __m512 global_times_256) {
+  if constexpr (kNvfp4) return _mm512_mul_ps(fp8_decode16_avx512(c.scales + 4 * g), global_times_256);
+  return e8m0_decode16_avx512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c.scales + 2 * g)));
+}
+
+// Group q of a quad: its lane l reads quad scale 4q + block (NVFP4 blocks 0, 2, 1, 3 over 4 lanes
+// each) or 2q + block (MXFP4 blocks 0, 1, 0, 1).
+template <bool kNvfp4>
+MOERT_AVX512 inline __m512i quad_lane_index(int q) {
+  if constexpr (kNvfp4) {
+    return _mm512_add_epi32(_mm512_set1_epi32(4 * q), _mm512_set_epi32(3, 3, 3, 3, 1, 1, 1, 1, 2, 2, 2, 2, 0, 0, 0, 0));
+  }
+  return _mm512_add_epi32(_mm512_set1_epi32(2 * q), _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0));
+}
+
 template <bool kNvfp4>
 MOERT_AVX512 inline __m512 weight_lane_scales_avx512(const float* p) {
   if constexpr (kNvfp4) {
@@ -133,6 +158,24 @@ MOERT_AVX512 inline __m512 weight_lane_scales_avx512(const float* p) {
                                _mm512_zextps128_ps512(two));
 }
 
+// Group g of every column against rows t .. t + rows - 1: acc[r][c] += the group's lanes, the
+// weight bytes wu[c] and lane scales ws[c] in hand.
+template <int rows, int cols, bool kVnni>
+MOERT_AVX512 inline void int8_group_avx512(const Int8RowsView& x, int64_t t, int64_t groups, int64_t g,
+                                           const __m512i (&wu)[cols], const __m512 (&ws)[cols],
+                                           __m512 (&acc)[rows][cols]) {
+  for (int r = 0; r < rows; ++r) {
+    const int64_t at = (t + r) * groups + g;
+    const __m512i xq = _mm512_loadu_si512(x.codes + at * kInt8Group);
+    const __m512 xs = _mm512_loadu_ps(x.lane_scales + at * kInt8GroupLanes);
+    const __m512i offset = _mm512_loadu_si512(x.lane_offsets + at * kInt8GroupLanes);
+    for (int c = 0; c < cols; ++c) {
+      const __m512i sum = dot_bytes_avx512<kVnni>(offset, wu[c], xq);
+      acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws[c], xs), acc[r][c]);
+    }
+  }
+}
+
 template <int rows, int cols, bool kVnni, bool kNvfp4, bool kCheckpointOrder>
 MOERT_AVX512 void int8_tile_avx512(const Int8RowsView& x, int64_t t, const Int8Col* w, float* out) {
   const int64_t groups = int8_groups(x.cols), full_groups = x.cols / kInt8Group;
@@ -142,16 +185,37 @@ MOERT_AVX512 void int8_tile_avx512(const Int8RowsView& x, int64_t t, const Int8C
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) acc[r][c] = _mm512_setzero_ps();
   }
+  const __m512 global_times_256 = _mm512_set1_ps(w[0].global_scale * 256.0f);
+  const int64_t quad_end = full_groups / kQuadGroups * kQuadGroups;
+  for (int64_t g0 = 0; g0 < quad_end; g0 += kQuadGroups) {
+    __m512 quad[cols];
+    for (int c = 0; c < cols; ++c) {
+      cpu::prefetch_weight_stream(w[c].scales + g0 * per_group, cols * (w[c].k / (kNvfp4 ? kNvfp4BlockSize : kMxfp4BlockSize)));
+      quad[c] = quad_scales_avx512<kNvfp4>(w[c], g0, global_times_256);
+    }
+    for (int q = 0; q < kQuadGroups; ++q) {
+      const int64_t g = g0 + q;
+      const __m512i index = quad_lane_index<kNvfp4>(q);
+      __m512i wu[cols];
+      __m512 ws[cols];
+      for (int c = 0; c < cols; ++c) {
+        if (q % 2 == 0) cpu::prefetch_weight_stream(w[c].codes + g * 32, cols * (w[c].k / 2));
+        wu[c] = weight_bytes_avx512<kCheckpointOrder>(w[c].codes + g * 32, lut);
+        ws[c] = _mm512_permutexvar_ps(index, quad[c]);
+      }
+      int8_group_avx512<rows, cols, kVnni>(x, t, groups, g, wu, ws, acc);
+    }
+  }
+  // The last groups (fewer than a quad, or a partial one) through the buffered scales.
   alignas(64) float scale[cols][kChunkScales];
   alignas(32) uint8_t tail[32];
-  for (int64_t g0 = 0; g0 < groups; g0 += kChunkGroups) {
+  for (int64_t g0 = quad_end; g0 < groups; g0 += kChunkGroups) {
     const int64_t g1 = std::min(groups, g0 + kChunkGroups);
     for (int c = 0; c < cols; ++c) decode_chunk_scales(w[c], cols, g0, g1, scale[c], nvfp4_scales_avx512, e8m0_scales_avx512);
     for (int64_t g = g0; g < g1; ++g) {
       __m512i wu[cols];
       __m512 ws[cols];
       for (int c = 0; c < cols; ++c) {
-        if (g % 2 == 0) cpu::prefetch_weight_stream(w[c].codes + g * 32, cols * (w[c].k / 2));
         if (g < full_groups) {
           wu[c] = weight_bytes_avx512<kCheckpointOrder>(w[c].codes + g * 32, lut);
         } else {
@@ -160,16 +224,7 @@ MOERT_AVX512 void int8_tile_avx512(const Int8RowsView& x, int64_t t, const Int8C
         }
         ws[c] = weight_lane_scales_avx512<kNvfp4>(scale[c] + (g - g0) * per_group);
       }
-      for (int r = 0; r < rows; ++r) {
-        const int64_t at = (t + r) * groups + g;
-        const __m512i xq = _mm512_loadu_si512(x.codes + at * kInt8Group);
-        const __m512 xs = _mm512_loadu_ps(x.lane_scales + at * kInt8GroupLanes);
-        const __m512i offset = _mm512_loadu_si512(x.lane_offsets + at * kInt8GroupLanes);
-        for (int c = 0; c < cols; ++c) {
-          const __m512i sum = dot_bytes_avx512<kVnni>(offset, wu[c], xq);
-          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws[c], xs), acc[r][c]);
-        }
-      }
+      int8_group_avx512<rows, cols, kVnni>(x, t, groups, g, wu, ws, acc);
     }
   }
   static_assert(rows * cols <= 16 && kInt8GroupLanes == 16);
