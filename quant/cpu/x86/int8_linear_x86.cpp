@@ -98,15 +98,21 @@ inline void with_tile_form(const Int8Col& first, Tile tile) {
 // vpshufb then maps the codes to 12 + 2 * e2m1. Register dword lane l = group lane l, so the
 // float lanes are the canonical lanes.
 // The tile knows the form at compile time (kCheckpointOrder), so the loop has no branch on it.
+// The kCpuChunk32 form needs no cross-lane move: the 32 bytes broadcast to both register halves,
+// the upper half shifted right by 4 (vpsrlvw), then masked.
 template <bool kCheckpointOrder>
 MOERT_AVX512 inline __m512i weight_bytes_avx512(const uint8_t* bytes, __m512i lut) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
-  const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-  const __m512i nibbles =
-      kCheckpointOrder
-          ? _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_unpacklo_epi8(lo, hi)), _mm256_unpackhi_epi8(lo, hi), 1)
-          : _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1);
+  if constexpr (kCheckpointOrder) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
+    const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    const __m512i nibbles =
+        _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_unpacklo_epi8(lo, hi)), _mm256_unpackhi_epi8(lo, hi), 1);
+    return _mm512_shuffle_epi8(lut, nibbles);
+  }
+  const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes)));
+  const __m512i upper_by_4 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+  const __m512i nibbles = _mm512_and_si512(_mm512_srlv_epi16(v, upper_by_4), _mm512_set1_epi8(0x0F));
   return _mm512_shuffle_epi8(lut, nibbles);
 }
 
