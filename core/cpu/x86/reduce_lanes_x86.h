@@ -15,6 +15,48 @@
 
 namespace moert::cpu::x86 {
 
+// out[0, count) = the first count lanes of v, by plain stores of 8, 4, 2 and 1 floats: the
+// caller reads them back at once, and a masked store cannot forward to those loads (a stall
+// after every tile, ~10% of batch-1 int8 FP4 decode on AMD Zen: docs/perf/cpu-roofline.md).
+template <int count>
+__attribute__((target("sse2"), always_inline)) inline void store_first_lanes(float* out, __m128 v) {
+  static_assert(count >= 0 && count <= 4);
+  if constexpr (count == 4) {
+    _mm_storeu_ps(out, v);
+  } else if constexpr (count >= 2) {
+    _mm_storel_pi(reinterpret_cast<__m64*>(out), v);
+    if constexpr (count == 3) _mm_store_ss(out + 2, _mm_movehl_ps(v, v));
+  } else if constexpr (count == 1) {
+    _mm_store_ss(out, v);
+  }
+}
+
+template <int count>
+__attribute__((target("avx"), always_inline)) inline void store_first_lanes(float* out, __m256 v) {
+  static_assert(count >= 0 && count <= 8);
+  if constexpr (count == 8) {
+    _mm256_storeu_ps(out, v);
+  } else if constexpr (count > 4) {
+    _mm_storeu_ps(out, _mm256_castps256_ps128(v));
+    store_first_lanes<count - 4>(out + 4, _mm256_extractf128_ps(v, 1));
+  } else {
+    store_first_lanes<count>(out, _mm256_castps256_ps128(v));
+  }
+}
+
+template <int count>
+__attribute__((target("avx512f"), always_inline)) inline void store_first_lanes(float* out, __m512 v) {
+  static_assert(count >= 1 && count <= 16);
+  if constexpr (count == 16) {
+    _mm512_storeu_ps(out, v);
+  } else if constexpr (count > 8) {
+    _mm256_storeu_ps(out, _mm512_castps512_ps256(v));
+    store_first_lanes<count - 8>(out + 8, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  } else {
+    store_first_lanes<count>(out, _mm512_castps512_ps256(v));
+  }
+}
+
 // out[i] = the canonical tree of acc[i], for i < count (1..16). Each stage pairs registers
 // 2j and 2j + 1 of the previous one; with count known, the stages shrink to what it fills.
 template <int count>
@@ -44,7 +86,7 @@ __attribute__((target("avx512f"), always_inline)) inline void reduce_up_to_16_av
   const __m512 a = s2[0], b = 1 < n2 ? s2[1] : zero;
   const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xDD));
   const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-  _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << count) - 1u), _mm512_permutexvar_ps(order, sums));
+  store_first_lanes<count>(out, _mm512_permutexvar_ps(order, sums));
 }
 
 // out[i] = the canonical tree of acc[i], for i < count (any count >= 1, 16 at a time).
@@ -84,8 +126,7 @@ __attribute__((target("avx2"), always_inline)) inline void reduce_lanes_avx2(con
   const __m256 a = s2[0], b = 1 < n2 ? s2[1] : zero;
   const __m256 sums = _mm256_add_ps(_mm256_shuffle_ps(a, b, 0x88), _mm256_shuffle_ps(a, b, 0xDD));
   const __m256i order = _mm256_set_epi32(7, 3, 6, 2, 5, 1, 4, 0);
-  const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0));
-  _mm256_maskstore_ps(out, keep, _mm256_permutevar8x32_ps(sums, order));
+  store_first_lanes<count>(out, _mm256_permutevar8x32_ps(sums, order));
 }
 
 }  // namespace moert::cpu::x86
