@@ -620,6 +620,42 @@ TEST(Int8Activations, NonFiniteInputPoisonsOnlyItsRow) {
   }
 }
 
+// A NaN scale byte (NVFP4 E4M3 0x7F / 0xFF, MXFP4 E8M0 0xFF) makes its weight row's outputs NaN on
+// every path (the SIMD tiles' quad decode and the buffered one, both code orders); the other rows
+// keep their bits. K = 320: five full groups, so a quad and a last group past it.
+TEST(Int8Activations, NanScaleBytePoisonsOnlyItsFeature) {
+  Rng rng(24);
+  for (WeightFormat format : {WeightFormat::kNvfp4, WeightFormat::kMxfp4}) {
+    const int64_t n = 9, k = 320, t = 2;
+    Owned o = quantize(format, n, k, rng);
+    const std::vector<float> x = normals(t * k, rng);
+    ThreadPool pool(2);
+    const std::vector<float> clean = run_int8(x, t, o.view, nullptr, pool);
+    const int64_t per_row = k / (format == WeightFormat::kNvfp4 ? 16 : 32);
+    const uint8_t nan_code = format == WeightFormat::kNvfp4 ? 0x7F : kE8m0NaN;
+    o.scales[static_cast<size_t>(2 * per_row + 1)] = nan_code;                 // in the quad
+    o.scales[static_cast<size_t>(7 * per_row + per_row - 1)] = nan_code;       // in the last group
+    std::vector<uint8_t> repacked(o.data.size());
+    reorder_fp4_codes(o.data.data(), n, k, Fp4CodeOrder::kCheckpoint, Fp4CodeOrder::kCpuChunk32, repacked.data());
+    QuantizedWeightView chunk32 = o.view;
+    chunk32.data = repacked.data();
+    chunk32.code_order = Fp4CodeOrder::kCpuChunk32;
+    for (const QuantizedWeightView& view : {o.view, chunk32}) {
+      const std::vector<float> y = run_int8(x, t, view, nullptr, pool);
+      for (int64_t r = 0; r < t; ++r) {
+        for (int64_t c = 0; c < n; ++c) {
+          const size_t at = static_cast<size_t>(r * n + c);
+          if (c == 2 || c == 7) {
+            EXPECT_TRUE(std::isnan(y[at])) << weight_format_name(format) << " row " << r << " feature " << c;
+          } else {
+            EXPECT_EQ(bits(y[at]), bits(clean[at])) << weight_format_name(format) << " row " << r << " feature " << c;
+          }
+        }
+      }
+    }
+  }
+}
+
 // apply_linears quantizes a shared x once (gate and up); results equal one call per layer, and
 // int8 jobs mix with F32 ones.
 TEST(Int8Activations, ApplyLinearsMatchesOneCallPerLayer) {
