@@ -57,7 +57,7 @@ void apply_linear(const LinearWeight& weight, const float* x, int64_t num_rows, 
   }
 }
 
-void apply_linears(std::span<const LinearJob> jobs, ThreadPool& pool) {
+void apply_linears(std::span<const LinearJob> jobs, ThreadPool& pool, const FeaturesDone& features_done) {
   // The x of every int8 or FP4 job, converted once here (jobs reading the same x the same way
   // share it: gate and up).
   thread_local std::vector<Int8Rows> quantized;
@@ -114,7 +114,10 @@ void apply_linears(std::span<const LinearJob> jobs, ThreadPool& pool) {
       for (size_t j = 0; j < jobs.size(); ++j) {
         const int64_t n = jobs[j].weight->out_features();
         const int64_t begin = bound(n, part), end = bound(n, part + 1);
-        if (begin < end) job_rows(jobs[j], inputs[j], begin, end);
+        if (begin < end) {
+          job_rows(jobs[j], inputs[j], begin, end);
+          if (features_done) features_done(j, begin, end);
+        }
       }
     }
   });

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "core/thread_pool.h"
@@ -23,10 +24,16 @@ struct LinearJob {
   float* y = nullptr;
 };
 
+// Called on the thread that computed them, once job j's output features [begin, end) (every
+// row) are done, and after every earlier job's features of the same share: work on a slice of
+// the outputs (the GLU of a gate and up pair) without another wake-up of the threads.
+using FeaturesDone = std::function<void(size_t job, int64_t begin, int64_t end)>;
+
 // apply_linear of every job in one parallel_for, each thread taking an equal share of every
 // job's output features: one wake-up of the threads for, e.g., the gate and up projections of
 // every expert a MoE layer runs, instead of one per matrix (docs/perf/cpu-roofline.md). Each
 // output element has the bits apply_linear gives it. Outputs must not alias any job's input.
-void apply_linears(std::span<const LinearJob> jobs, ThreadPool& pool);
+// Jobs with the same number of output features get the same [begin, end) shares.
+void apply_linears(std::span<const LinearJob> jobs, ThreadPool& pool, const FeaturesDone& features_done = {});
 
 }  // namespace moert::quant
