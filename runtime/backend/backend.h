@@ -49,6 +49,17 @@ class Backend {
   // y[R, N] = x[R, K] . W^T (+ bias[N] when not null), any weight format.
   virtual void linear(const quant::LinearWeight& weight, const float* x, int64_t num_rows, const float* bias,
                       float* y) = 0;
+  // linear() of several weights over one x [R, K] (the q, k and v projections): y_i [R, N_i] =
+  // x . W_i^T (+ bias_i), each with the bits linear() gives it; a backend may run them as one
+  // step (the CPU: one wake-up of its threads instead of one per weight).
+  struct LinearOfX {
+    const quant::LinearWeight* weight = nullptr;
+    const float* bias = nullptr;
+    float* y = nullptr;
+  };
+  virtual void linears_of(const float* x, int64_t num_rows, std::span<const LinearOfX> calls) {
+    for (const LinearOfX& call : calls) linear(*call.weight, x, num_rows, call.bias, call.y);
+  }
   // Rotates heads [T, num_heads, Dh] in place, token t at positions[t] (host data, or device
   // memory after prepare_device_positions).
   virtual void rope(const attention::RotaryEmbedding& rope, float* heads, int64_t num_tokens, int num_heads,

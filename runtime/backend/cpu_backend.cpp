@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "attention/cpu/dense_attention.h"
 #include "attention/cpu/paged_attention.h"
@@ -34,6 +35,13 @@ void CpuBackend::rms_norm(float* x, int64_t num_rows, int64_t dim, const float* 
 void CpuBackend::linear(const quant::LinearWeight& weight, const float* x, int64_t num_rows, const float* bias,
                         float* y) {
   quant::apply_linear(weight, x, num_rows, bias, y, pool_);
+}
+
+void CpuBackend::linears_of(const float* x, int64_t num_rows, std::span<const LinearOfX> calls) {
+  std::vector<quant::LinearJob> jobs;
+  jobs.reserve(calls.size());
+  for (const LinearOfX& call : calls) jobs.push_back({call.weight, x, num_rows, call.bias, call.y});
+  quant::apply_linears(jobs, pool_);
 }
 
 void CpuBackend::rope(const attention::RotaryEmbedding& rope, float* heads, int64_t num_tokens, int num_heads,

@@ -22,6 +22,7 @@ class CpuBackend : public Backend {
   void rms_norm(float* x, int64_t num_rows, int64_t dim, const float* weight, float eps) override;
   void linear(const quant::LinearWeight& weight, const float* x, int64_t num_rows, const float* bias,
               float* y) override;
+  void linears_of(const float* x, int64_t num_rows, std::span<const LinearOfX> calls) override;
   void rope(const attention::RotaryEmbedding& rope, float* heads, int64_t num_tokens, int num_heads,
             const int64_t* positions) override;
   void write_kv(const attention::PagedKvLayer& layer, const float* k, const float* v, const int64_t* slots,

@@ -159,9 +159,10 @@ void TransformerForward::attention_block(int layer, const ForwardBatch& batch, A
   const Buffer k = activations(num_tokens * kv_width);  // [T, KVH, Dh]
   const Buffer v = activations(num_tokens * kv_width);  // [T, KVH, Dh]
   auto bias_or_null = [](const Linear& linear) { return linear.bias.empty() ? nullptr : linear.bias.data(); };
-  backend_.linear(a.q.weight, h.data<float>(), num_tokens, bias_or_null(a.q), q.data<float>());
-  backend_.linear(a.k.weight, h.data<float>(), num_tokens, bias_or_null(a.k), k.data<float>());
-  backend_.linear(a.v.weight, h.data<float>(), num_tokens, bias_or_null(a.v), v.data<float>());
+  const backend::Backend::LinearOfX projections[] = {{&a.q.weight, bias_or_null(a.q), q.data<float>()},
+                                                     {&a.k.weight, bias_or_null(a.k), k.data<float>()},
+                                                     {&a.v.weight, bias_or_null(a.v), v.data<float>()}};
+  backend_.linears_of(h.data<float>(), num_tokens, projections);
   if (c.qk_norm) {
     backend_.rms_norm(q.data<float>(), num_tokens * c.num_heads, c.head_dim, a.q_norm.data(), c.rms_norm_eps);
     backend_.rms_norm(k.data<float>(), num_tokens * c.num_kv_heads, c.head_dim, a.k_norm.data(), c.rms_norm_eps);
@@ -196,17 +197,19 @@ void TransformerForward::latent_attention_block(int layer, const ForwardBatch& b
   backend_.copy(h.data<float>(), x, num_tokens * dim);
   backend_.rms_norm(h.data<float>(), num_tokens, dim, l.input_norm.data(), c.rms_norm_eps);
   const Buffer q = activations(num_tokens * heads * q_head);  // [T, H, dn + dr]
+  // latent: [T, R] = [c | k_pe]; the norm applies to c only.
+  const Buffer latent = activations(num_tokens * row);
+  const backend::Backend::LinearOfX kv_a{&a.kv_a.weight, bias_or_null(a.kv_a), latent.data<float>()};
   if (m.q_lora_rank > 0) {
     const Buffer compressed = activations(num_tokens * m.q_lora_rank);  // [T, qr]
-    backend_.linear(a.q_a.weight, h.data<float>(), num_tokens, bias_or_null(a.q_a), compressed.data<float>());
+    const backend::Backend::LinearOfX from_h[] = {{&a.q_a.weight, bias_or_null(a.q_a), compressed.data<float>()}, kv_a};
+    backend_.linears_of(h.data<float>(), num_tokens, from_h);
     backend_.rms_norm(compressed.data<float>(), num_tokens, m.q_lora_rank, a.q_a_norm.data(), c.rms_norm_eps);
     backend_.linear(a.q.weight, compressed.data<float>(), num_tokens, nullptr, q.data<float>());
   } else {
-    backend_.linear(a.q.weight, h.data<float>(), num_tokens, nullptr, q.data<float>());
+    const backend::Backend::LinearOfX from_h[] = {{&a.q.weight, nullptr, q.data<float>()}, kv_a};
+    backend_.linears_of(h.data<float>(), num_tokens, from_h);
   }
-  // latent: [T, R] = [c | k_pe]; the norm applies to c only.
-  const Buffer latent = activations(num_tokens * row);
-  backend_.linear(a.kv_a.weight, h.data<float>(), num_tokens, bias_or_null(a.kv_a), latent.data<float>());
   const Buffer compressed_kv = activations(num_tokens * dc);  // [T, dc]
   backend_.copy_rows(compressed_kv.data<float>(), dc, latent.data<float>(), row, num_tokens, dc);
   backend_.rms_norm(compressed_kv.data<float>(), num_tokens, dc, a.kv_a_norm.data(), c.rms_norm_eps);

@@ -4,6 +4,7 @@
 // are compared by relative L2 error against the float64 result, never on all-zero data;
 // integer outputs (ids, copies) exactly.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -217,6 +218,36 @@ TEST_P(Conformance, LinearMatchesFloat64ForF32AndBf16WeightsWithAndWithoutBias) 
       backend_->linear(quant::LinearWeight::from_dense(TensorView::contiguous(DType::kBF16, {n, k}, w_bf16.data())),
                        x.data(), rows, b, y.data());
       EXPECT_LT(relative_l2_error(y.data(), reference_linear(x, rows, w_rounded, n, k, b).data(), rows * n), kTolerance);
+    }
+  }
+}
+
+// linears_of (the q, k, v projections of one x) gives each weight the bits linear() gives it:
+// F32 and BF16 weights of different widths, with and without bias.
+TEST_P(Conformance, LinearsOfOneXEqualOneLinearEach) {
+  const int64_t rows = 5, k = 96;
+  std::vector<float> x = random_floats(rows * k), w0 = random_floats(40 * k), w1 = random_floats(12 * k),
+                           bias = random_floats(40);
+  std::vector<uint16_t> w2(static_cast<size_t>(28 * k));
+  for (uint16_t& v : w2) v = quant::f32_to_bf16(random_floats(1)[0]);
+  const quant::LinearWeight weights[] = {quant::LinearWeight::from_dense(f32_view(w0, {40, k})),
+                                         quant::LinearWeight::from_dense(f32_view(w1, {12, k})),
+                                         quant::LinearWeight::from_dense(TensorView::contiguous(DType::kBF16, {28, k}, w2.data()))};
+  const float* biases[] = {bias.data(), nullptr, bias.data()};
+  std::vector<std::vector<float>> together(3), alone(3);
+  std::vector<backend::Backend::LinearOfX> calls;
+  for (size_t i = 0; i < 3; ++i) {
+    const int64_t n = weights[i].out_features();
+    together[i].assign(static_cast<size_t>(rows * n), -1.0f);
+    alone[i].assign(static_cast<size_t>(rows * n), -2.0f);
+    calls.push_back({&weights[i], biases[i], together[i].data()});
+    backend_->linear(weights[i], x.data(), rows, biases[i], alone[i].data());
+  }
+  backend_->linears_of(x.data(), rows, calls);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(together[i].size(), alone[i].size());
+    for (size_t e = 0; e < alone[i].size(); ++e) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(together[i][e]), std::bit_cast<uint32_t>(alone[i][e])) << "weight " << i << " at " << e;
     }
   }
 }
