@@ -18,8 +18,10 @@ namespace {
 
 using namespace int8_detail;
 
-// Weight block scales are decoded a chunk of groups at a time into a stack buffer: one float
-// per scale byte (NVFP4: per 16 elements, MXFP4: per 32), zeros past K.
+// Full groups are taken four at a time (a quad, kQuadGroups below), their block scales decoded
+// into registers. The groups past the last quad have theirs decoded a chunk of groups at a time
+// into a stack buffer: one float per scale byte (NVFP4: per 16 elements, MXFP4: per 32), zeros
+// past K.
 constexpr int64_t kChunkGroups = 16;
 constexpr int64_t kChunkScales = kChunkGroups * 4 + 4;
 
@@ -130,8 +132,6 @@ MOERT_AVX512 inline __m512i dot_bytes_avx512(__m512i acc, __m512i u, __m512i s) 
   }
 }
 
-// The 16 lane scales of a group from its block scales at p: NVFP4 blocks 0, 2, 1, 3 (4 per
-// group), MXFP4 blocks 0, 1, 0, 1 (2 per group), each over 4 lanes.
 // Full groups are taken four at a time with their block scales decoded in one register (NVFP4:
 // the 16 blocks, MXFP4: the 8 blocks in lanes 0-7; the bits of the codec, as the buffered
 // decoders) and spread to group q's lanes with one vpermps (quad_lane_index<kNvfp4>(q)).
@@ -153,6 +153,8 @@ MOERT_AVX512 inline __m512i quad_lane_index(int q) {
   return _mm512_add_epi32(_mm512_set1_epi32(2 * q), _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0));
 }
 
+// The 16 lane scales of a group from its block scales at p: NVFP4 blocks 0, 2, 1, 3 (4 per
+// group), MXFP4 blocks 0, 1, 0, 1 (2 per group), each over 4 lanes.
 template <bool kNvfp4>
 MOERT_AVX512 inline __m512 weight_lane_scales_avx512(const float* p) {
   if constexpr (kNvfp4) {
@@ -196,7 +198,9 @@ MOERT_AVX512 void int8_tile_avx512(const Int8RowsView& x, int64_t t, const Int8C
   for (int64_t g0 = 0; g0 < quad_end; g0 += kQuadGroups) {
     __m512 quad[cols];
     for (int c = 0; c < cols; ++c) {
-      cpu::prefetch_weight_stream(w[c].scales + g0 * per_group, cols * (w[c].k / (kNvfp4 ? kNvfp4BlockSize : kMxfp4BlockSize)));
+      if (g0 * per_group % cpu::kCacheLineBytes == 0) {
+        cpu::prefetch_weight_stream(w[c].scales + g0 * per_group, cols * (w[c].k / (kNvfp4 ? kNvfp4BlockSize : kMxfp4BlockSize)));
+      }
       quad[c] = quad_scales_avx512<kNvfp4>(w[c], g0, global_times_256);
     }
     for (int q = 0; q < kQuadGroups; ++q) {
