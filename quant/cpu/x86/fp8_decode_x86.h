@@ -2,6 +2,7 @@
 // floats without a table, and NVFP4 block scales. Include after <immintrin.h>.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "quant/formats/minifloat.h"
@@ -48,11 +49,37 @@ MOERT_AVX2 inline __m256 fp8_decode8_avx2(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7E00))));
 }
 
-// As nvfp4_scales_avx512, 8 at a time.
-MOERT_AVX2 inline void nvfp4_scales_avx2(const uint8_t* bytes, int64_t count, float global_scale, float* out) {
-  const __m256 g = _mm256_set1_ps(global_scale * 256.0f);
+// True when every byte is a non-negative finite E4M3 code (0x00 .. 0x7E): what the loader
+// admits as NVFP4 block scales (it rejects NaN and negative ones).
+MOERT_AVX2 inline bool plain_e4m3_scales(const uint8_t* bytes, int64_t count) {
   int64_t b = 0;
-  for (; b + 8 <= count; b += 8) _mm256_storeu_ps(out + b, _mm256_mul_ps(fp8_decode8_avx2(bytes + b), g));
+  __m256i flagged = _mm256_setzero_si256();  // sign bit of each byte: 0x7F or >= 0x80 seen
+  for (; b + 32 <= count; b += 32) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes + b));
+    flagged = _mm256_or_si256(flagged, _mm256_or_si256(v, _mm256_cmpgt_epi8(v, _mm256_set1_epi8(0x7E))));
+  }
+  bool plain = _mm256_movemask_epi8(flagged) == 0;
+  for (; b < count; ++b) plain = plain && bytes[b] < 0x7F;
+  return plain;
+}
+
+// As nvfp4_scales_avx512, 8 at a time. Plain scales (plain_e4m3_scales) with |global| < 2^8 take
+// a shorter decode: the byte shifted left by 20 is the float e4m3 * 2^-120 exactly (E4M3's
+// exponent and mantissa land in the float's, its subnormals on float subnormals), times
+// global * 2^120 (exact: a power of two, finite for |global| < 2^8) rounds the exact product
+// e4m3 * global once, as the codec does. Relies on subnormal operands being honoured (no DAZ).
+MOERT_AVX2 inline void nvfp4_scales_avx2(const uint8_t* bytes, int64_t count, float global_scale, float* out) {
+  int64_t b = 0;
+  if (std::fabs(global_scale) < 256.0f && plain_e4m3_scales(bytes, count)) {
+    const __m256 g = _mm256_set1_ps(global_scale * 0x1p120f);
+    for (; b + 8 <= count; b += 8) {
+      const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + b)));
+      _mm256_storeu_ps(out + b, _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(e, 20)), g));
+    }
+  } else {
+    const __m256 g = _mm256_set1_ps(global_scale * 256.0f);
+    for (; b + 8 <= count; b += 8) _mm256_storeu_ps(out + b, _mm256_mul_ps(fp8_decode8_avx2(bytes + b), g));
+  }
   for (; b < count; ++b) out[b] = e4m3_decode(bytes[b]) * global_scale;
 }
 
