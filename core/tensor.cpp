@@ -1,5 +1,7 @@
 #include "core/tensor.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -7,6 +9,11 @@
 #include "core/check.h"
 
 namespace moert {
+
+namespace {
+constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
+constexpr uint64_t kHugeBufferBytes = 2 * kHugePageBytes;
+}  // namespace
 
 int64_t shape_numel(const Shape& shape) {
   int64_t numel = 1;
@@ -58,8 +65,16 @@ Buffer::Buffer(DType dtype, Shape shape, bool zero_fill) {
   const auto bytes = dtype_storage_bytes(dtype, static_cast<uint64_t>(shape_numel(shape)));
   MOERT_CHECK(bytes.has_value(), "buffer of shape " << shape_to_string(shape) << " is not whole bytes");
   size_bytes_ = *bytes;
-  const uint64_t rounded = (size_bytes_ + 63) / 64 * 64;
-  void* data = rounded == 0 ? nullptr : std::aligned_alloc(64, rounded);
+  // Large buffers (weights repacked at load, KV pools) start on a huge-page boundary and ask
+  // for transparent huge pages: one page fault per 2 MiB instead of per 4 KiB when first
+  // written (a fault costs microseconds in a VM; docs/perf/cpu-roofline.md).
+  const bool huge = size_bytes_ >= kHugeBufferBytes;
+  const uint64_t align = huge ? kHugePageBytes : 64;
+  const uint64_t rounded = (size_bytes_ + align - 1) / align * align;
+  void* data = rounded == 0 ? nullptr : std::aligned_alloc(align, rounded);
+#if defined(MADV_HUGEPAGE)
+  if (huge && data != nullptr) ::madvise(data, rounded, MADV_HUGEPAGE);  // advice only: THP may be off
+#endif
   MOERT_CHECK(rounded == 0 || data != nullptr, "out of host memory allocating " << rounded << " bytes");
   if (data != nullptr && zero_fill) std::memset(data, 0, rounded);
   view_ = TensorView::contiguous(dtype, std::move(shape), data);

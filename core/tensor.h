@@ -46,8 +46,9 @@ struct TensorView {
   TensorView row(int64_t index) const;
 };
 
-// Owning, contiguous storage with a view over it: 64-byte aligned host memory, or memory a
-// backend allocated on its device and hands over with the function that releases it.
+// Owning, contiguous storage with a view over it: 64-byte aligned host memory (from 4 MiB up,
+// 2 MiB aligned and advised to use transparent huge pages), or memory a backend allocated on
+// its device and hands over with the function that releases it.
 class Buffer {
  public:
   using Release = void (*)(void* data);

@@ -543,23 +543,33 @@ void repack_weights_for_cpu(ModelWeights& weights, const std::function<bool(int,
       }
     }
   }
-  auto repack = [&](quant::LinearWeight& weight) {
+  // Every weight to repack, then one buffer for all of their codes (large enough for huge
+  // pages: far fewer page faults at load and TLB misses when decode streams them).
+  std::vector<quant::QuantizedWeightView*> to_repack;
+  auto collect = [&](quant::LinearWeight& weight) {
     if (!weight.packed.has_value()) return;
     quant::QuantizedWeightView& q = *weight.packed;
     const bool fp4 = q.format == quant::WeightFormat::kNvfp4 || q.format == quant::WeightFormat::kMxfp4;
     if (!fp4 || q.code_order != quant::Fp4CodeOrder::kCheckpoint || q.rows == 0 || q.cols < 32) return;
     if (quant::preferred_fp4_code_order(q.format) != quant::Fp4CodeOrder::kCpuChunk32) return;
-    const int64_t bytes = quant::quantized_weight_sizes(q).data;
-    Buffer& codes = weights.owned.emplace_back(Buffer::uninitialized(DType::kU8, Shape{bytes}));
-    quant::reorder_fp4_codes(q.data, q.rows, q.cols, quant::Fp4CodeOrder::kCheckpoint,
-                             quant::Fp4CodeOrder::kCpuChunk32, codes.data<uint8_t>());
-    q.data = codes.data<uint8_t>();
-    q.code_order = quant::Fp4CodeOrder::kCpuChunk32;
+    to_repack.push_back(&q);
   };
-  repack(weights.lm_head);
+  collect(weights.lm_head);
   for_each_linear(weights, [&](Linear& linear) {
-    if (!elsewhere.contains(&linear)) repack(linear.weight);
+    if (!elsewhere.contains(&linear)) collect(linear.weight);
   });
+  auto padded_bytes = [](const quant::QuantizedWeightView& q) { return (quant::quantized_weight_sizes(q).data + 63) / 64 * 64; };
+  int64_t total = 0;
+  for (const quant::QuantizedWeightView* q : to_repack) total += padded_bytes(*q);
+  if (total == 0) return;
+  uint8_t* codes = weights.owned.emplace_back(Buffer::uninitialized(DType::kU8, Shape{total})).data<uint8_t>();
+  for (quant::QuantizedWeightView* q : to_repack) {
+    quant::reorder_fp4_codes(q->data, q->rows, q->cols, quant::Fp4CodeOrder::kCheckpoint,
+                             quant::Fp4CodeOrder::kCpuChunk32, codes);
+    q->data = codes;
+    q->code_order = quant::Fp4CodeOrder::kCpuChunk32;
+    codes += padded_bytes(*q);
+  }
 }
 
 namespace {

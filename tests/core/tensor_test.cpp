@@ -26,6 +26,18 @@ TEST(Tensor, ShapeText) {
   EXPECT_EQ(shape_numel({3, 0}), 0);
 }
 
+// From 4 MiB up a buffer starts on a 2 MiB boundary (huge pages); below, on 64 bytes. Both
+// zero-filled to their last byte.
+TEST(Tensor, LargeBuffersAlignToHugePages) {
+  const Buffer large(DType::kU8, {(int64_t{4} << 20) + 3});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(large.view().data) % (uintptr_t{2} << 20), 0u);
+  EXPECT_EQ(large.size_bytes(), (uint64_t{4} << 20) + 3);
+  EXPECT_EQ(large.data<uint8_t>()[large.size_bytes() - 1], 0);
+  const Buffer small(DType::kU8, {(int64_t{4} << 20) - 1});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.view().data) % 64, 0u);
+  EXPECT_EQ(small.data<uint8_t>()[small.size_bytes() - 1], 0);
+}
+
 TEST(Tensor, BufferMoves) {
   Buffer a(DType::kBF16, {5});
   void* data = a.view().data;

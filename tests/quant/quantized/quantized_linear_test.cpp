@@ -218,7 +218,9 @@ void check_weight(const Owned& o, int64_t t, bool with_bias, Rng& rng, const std
     reorder_fp4_codes(o.data.data(), n, k, Fp4CodeOrder::kCheckpoint, Fp4CodeOrder::kCpuChunk32, repacked.data());
     reorder_fp4_codes(repacked.data(), n, k, Fp4CodeOrder::kCpuChunk32, Fp4CodeOrder::kCheckpoint, back.data());
     EXPECT_EQ(back, o.data) << what;
-    if (k >= 32) EXPECT_NE(repacked, o.data) << what;
+    if (k >= 32) {
+      EXPECT_NE(repacked, o.data) << what;
+    }
     QuantizedWeightView chunk32 = o.view;
     chunk32.data = repacked.data();
     chunk32.code_order = Fp4CodeOrder::kCpuChunk32;
@@ -295,6 +297,30 @@ TEST(QuantizedLinear, ReportsPathImpliedByCpuAndIsaCap) {
   EXPECT_TRUE(path == "avx512" || path == "avx2" || path == "neon" || path == "portable") << path;
   EXPECT_EQ(path, expected_cpu_path());
   EXPECT_EQ(std::string(cpu::cpu_isa_name()), path);
+}
+
+// The load-time repack against the element-wise definition (fp4_code_at), rows with and
+// without a last 16-element group, and back to the checkpoint's bytes.
+TEST(QuantizedLinear, ReorderFp4CodesMovesEveryElement) {
+  Rng rng(17);
+  for (int64_t k : {16, 32, 48, 96, 1040}) {
+    const int64_t n = 3;
+    std::vector<uint8_t> codes(static_cast<size_t>(n * k / 2));
+    for (auto& b : codes) b = static_cast<uint8_t>(rng.next());
+    std::vector<uint8_t> repacked(codes.size()), back(codes.size());
+    reorder_fp4_codes(codes.data(), n, k, Fp4CodeOrder::kCheckpoint, Fp4CodeOrder::kCpuChunk32, repacked.data());
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < k; ++i) {
+        ASSERT_EQ(fp4_code_at(repacked.data() + r * k / 2, i, k, Fp4CodeOrder::kCpuChunk32),
+                  fp4_code_at(codes.data() + r * k / 2, i, k, Fp4CodeOrder::kCheckpoint))
+            << "K=" << k << " row " << r << " element " << i;
+      }
+    }
+    reorder_fp4_codes(repacked.data(), n, k, Fp4CodeOrder::kCpuChunk32, Fp4CodeOrder::kCheckpoint, back.data());
+    EXPECT_EQ(back, codes) << "K=" << k;
+    reorder_fp4_codes(codes.data(), n, k, Fp4CodeOrder::kCheckpoint, Fp4CodeOrder::kCheckpoint, back.data());
+    EXPECT_EQ(back, codes) << "K=" << k << ", same order";
+  }
 }
 
 TEST(QuantizedLinear, Nvfp4MatchesCodec) { sweep(WeightFormat::kNvfp4, {16, 48, 64, 96, 1024}); }
