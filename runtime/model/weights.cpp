@@ -1,6 +1,7 @@
 #include "runtime/model/weights.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -378,16 +379,33 @@ bool ends_with_text(const std::string& text, const char* suffix) {
 }
 
 // The first element of `view` that `problem` names, as "WHY at element I", or "". `problem`
-// returns a static description, or nullptr for a good value: the scan over every weight of a
-// checkpoint makes no string per element.
-template <typename Element, typename Problem>
-std::string first_problem(const TensorView& view, Problem problem) {
+// returns a static description, or nullptr for a good value; `bad(v)` is true exactly when
+// problem(v) is not null, written without branches so that the scan over every weight of a
+// checkpoint (a load-time pass) runs vectorised, 4096 elements at a time, and only a block
+// with a bad element is looked at again element by element.
+template <typename Element, typename Bad, typename Problem>
+std::string first_problem(const TensorView& view, Bad bad, Problem problem) {
   const auto* data = view.as<const Element>();
   const int64_t count = view.numel();
-  for (int64_t i = 0; i < count; ++i) {
-    if (const char* why = problem(data[i])) return std::string(why) + " at element " + std::to_string(i);
+  constexpr int64_t kBlock = 4096;
+  int64_t begin = 0;
+  auto find_in = [&](int64_t end) -> std::string {
+    for (int64_t i = begin; i < end; ++i) {
+      if (const char* why = problem(data[i])) return std::string(why) + " at element " + std::to_string(i);
+    }
+    return "";
+  };
+  for (; begin + kBlock <= count; begin += kBlock) {
+    unsigned any = 0;  // a fixed trip count and no early exit: vectorised at -O2
+    for (int64_t i = 0; i < kBlock; ++i) any |= bad(data[begin + i]) ? 1u : 0u;
+    if (any != 0) return find_in(begin + kBlock);
   }
-  return "";
+  return find_in(count);
+}
+
+template <typename Element, typename Problem>
+std::string first_problem(const TensorView& view, Problem problem) {
+  return first_problem<Element>(view, [&](Element v) { return problem(v) != nullptr; }, problem);
 }
 
 const char* float_problem(float value, bool scale, bool global_scale) {
@@ -407,22 +425,31 @@ Status check_checkpoint_values(const io::Checkpoint& checkpoint) {
                               (view.dtype == DType::kF32 && ends_with_text(name, ".weight_scale"));
     const bool scale = global_scale || ends_with_text(name, "_scale_inv") || ends_with_text(name, ".weight_scale");
     std::string problem;
+    // Outside scales (small tensors, checked element by element) the only problems are NaN and
+    // Inf (E4M3: NaN), which `not_finite` finds by the exponent bits alone.
+    auto scan = [&](auto element, auto not_finite, auto problem_of) {  // element: a value of the dtype's type
+      using Element = decltype(element);
+      if (scale) return first_problem<Element>(view, problem_of);
+      return first_problem<Element>(view, not_finite, problem_of);
+    };
     switch (view.dtype) {
       case DType::kF32:
-        problem = first_problem<float>(view, [&](float v) { return float_problem(v, scale, global_scale); });
+        problem = scan(uint32_t{}, [](uint32_t v) { return (v & 0x7F800000u) == 0x7F800000u; },
+                       [&](uint32_t v) { return float_problem(std::bit_cast<float>(v), scale, global_scale); });
         break;
       case DType::kBF16:
-        problem = first_problem<uint16_t>(
-            view, [&](uint16_t v) { return float_problem(quant::bf16_to_f32(v), scale, global_scale); });
+        problem = scan(uint16_t{}, [](uint16_t v) { return (v & 0x7F80) == 0x7F80; },
+                       [&](uint16_t v) { return float_problem(quant::bf16_to_f32(v), scale, global_scale); });
         break;
       case DType::kF16:
-        problem = first_problem<uint16_t>(view, [](uint16_t v) -> const char* {
-          if ((v & 0x7C00) != 0x7C00) return nullptr;
-          return (v & 0x3FF) ? "NaN" : "Inf";
-        });
+        problem = first_problem<uint16_t>(view, [](uint16_t v) { return (v & 0x7C00) == 0x7C00; },
+                                          [](uint16_t v) -> const char* {
+                                            if ((v & 0x7C00) != 0x7C00) return nullptr;
+                                            return (v & 0x3FF) ? "NaN" : "Inf";
+                                          });
         break;
       case DType::kF8E4M3:  // e4m3fn: 0x7F / 0xFF are NaN, there is no Inf
-        problem = first_problem<uint8_t>(view, [&](uint8_t v) -> const char* {
+        problem = scan(uint8_t{}, [](uint8_t v) { return (v & 0x7F) == 0x7F; }, [&](uint8_t v) -> const char* {
           if ((v & 0x7F) == 0x7F) return "NaN";
           if (scale && (v & 0x80) && (v & 0x7F)) return "a negative scale";
           return nullptr;
@@ -430,7 +457,7 @@ Status check_checkpoint_values(const io::Checkpoint& checkpoint) {
         break;
       case DType::kU8:  // packed FP4 cannot be NaN; E8M0 scales (MXFP4 `_scales`) can
         if (ends_with_text(name, "_scales")) {
-          problem = first_problem<uint8_t>(view, [](uint8_t v) -> const char* {
+          problem = first_problem<uint8_t>(view, [](uint8_t v) { return v == 0xFF; }, [](uint8_t v) -> const char* {
             return v == 0xFF ? "the E8M0 NaN code" : nullptr;
           });
         }

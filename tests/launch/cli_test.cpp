@@ -214,8 +214,20 @@ TEST_F(CliBadInput, UnusableNumbersAndLayerCounts) {
     }
   });
   expect_one_line_error(score(), "tensor 'model.layers.0.mlp.experts.2.down_proj.weight' holds Inf at element 1");
-  rewrite_checkpoint(dir_, [](const std::string& name, std::string& bytes) {
+  // The last element of a tensor larger than the scan's 4096-element blocks.
+  size_t last = 0;
+  rewrite_checkpoint(dir_, [&](const std::string& name, std::string& bytes) {
     if (name == "model.layers.0.mlp.experts.2.down_proj.weight") bytes[2] = bytes[3] = 0;
+    if (name == "model.embed_tokens.weight") {
+      last = bytes.size() / 2 - 1;
+      bytes[bytes.size() - 2] = static_cast<char>(0x81);  // 0x7F81, a NaN
+      bytes[bytes.size() - 1] = 0x7F;
+    }
+  });
+  ASSERT_GT(last, 4096u);
+  expect_one_line_error(score(), "tensor 'model.embed_tokens.weight' holds NaN at element " + std::to_string(last));
+  rewrite_checkpoint(dir_, [](const std::string& name, std::string& bytes) {
+    if (name == "model.embed_tokens.weight") bytes[bytes.size() - 2] = bytes[bytes.size() - 1] = 0;
   });
   ASSERT_EQ(score().exit_code, 0) << score().err;
 
@@ -226,6 +238,12 @@ TEST_F(CliBadInput, UnusableNumbersAndLayerCounts) {
   });
   expect_one_line_error(run_command(moert() + " score --model " + fp8 + " --tokens 1,2"),
                         "tensor 'model.layers.1.self_attn.o_proj.weight_scale_inv' holds a negative scale");
+  rewrite_checkpoint(fp8, [](const std::string& name, std::string& bytes) {
+    if (name == "model.layers.1.self_attn.o_proj.weight_scale_inv") bytes[3] = static_cast<char>(bytes[3] & 0x7F);
+    if (name == "model.layers.1.self_attn.o_proj.weight") bytes[7] = static_cast<char>(0xFF);  // an E4M3 NaN
+  });
+  expect_one_line_error(run_command(moert() + " score --model " + fp8 + " --tokens 1,2"),
+                        "tensor 'model.layers.1.self_attn.o_proj.weight' holds NaN at element 7");
   ASSERT_EQ(run_command(moert() + " quantize --model " + dir_ + " --format nvfp4 --out " + nvfp4).exit_code, 0);
   rewrite_checkpoint(nvfp4, [](const std::string& name, std::string& bytes) {
     if (name == "model.layers.0.mlp.experts.0.up_proj.weight_scale_2") bytes.assign(4, '\0');
