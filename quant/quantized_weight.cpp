@@ -37,34 +37,35 @@ Result<ActivationPrecision> parse_activation_precision(const std::string& name) 
 }
 
 Status validate_quantized_weight(const QuantizedWeightView& w) {
-  const std::string where = std::string("quantized weight (") + weight_format_name(w.format) + "): ";
-  if (w.rows < 0) return invalid_argument(where + "rows = " + std::to_string(w.rows) + " must be >= 0");
-  if (w.cols < 0) return invalid_argument(where + "cols = " + std::to_string(w.cols) + " must be >= 0");
+  // Every kernel call checks its weight (per thread and share): no string unless it fails.
+  const auto where = [&] { return std::string("quantized weight (") + weight_format_name(w.format) + "): "; };
+  if (w.rows < 0) return invalid_argument(where() + "rows = " + std::to_string(w.rows) + " must be >= 0");
+  if (w.cols < 0) return invalid_argument(where() + "cols = " + std::to_string(w.cols) + " must be >= 0");
   int64_t block = 1;
   if (w.format == WeightFormat::kNvfp4) block = kNvfp4BlockSize;
   if (w.format == WeightFormat::kMxfp4) block = kMxfp4BlockSize;
   if (w.cols % block != 0) {
-    return invalid_argument(where + "cols = " + std::to_string(w.cols) + " must be a multiple of " +
+    return invalid_argument(where() + "cols = " + std::to_string(w.cols) + " must be a multiple of " +
                             std::to_string(block));
   }
   const bool fp4 = w.format == WeightFormat::kNvfp4 || w.format == WeightFormat::kMxfp4;
   if (!fp4 && w.code_order != Fp4CodeOrder::kCheckpoint) {
-    return invalid_argument(where + "the CPU code order applies to NVFP4 / MXFP4 only");
+    return invalid_argument(where() + "the CPU code order applies to NVFP4 / MXFP4 only");
   }
   if (!fp4 && w.activations != ActivationPrecision::kF32) {
-    return invalid_argument(where + activation_precision_name(w.activations) +
+    return invalid_argument(where() + activation_precision_name(w.activations) +
                             " activations apply to NVFP4 / MXFP4 only");
   }
   if (w.rows == 0 || w.cols == 0) return Status::ok();
   if (w.cols > std::numeric_limits<int64_t>::max() / w.rows) {
-    return invalid_argument(where + "rows * cols = " + std::to_string(w.rows) + " * " + std::to_string(w.cols) +
+    return invalid_argument(where() + "rows * cols = " + std::to_string(w.rows) + " * " + std::to_string(w.cols) +
                             " overflows int64");
   }
-  if (w.data == nullptr) return invalid_argument(where + "data is null for a " + std::to_string(w.rows) + " x " +
+  if (w.data == nullptr) return invalid_argument(where() + "data is null for a " + std::to_string(w.rows) + " x " +
                                                  std::to_string(w.cols) + " weight");
-  if (fp4 && w.scales == nullptr) return invalid_argument(where + "scales is null");
+  if (fp4 && w.scales == nullptr) return invalid_argument(where() + "scales is null");
   if (w.format == WeightFormat::kFp8Block && w.block_scale_inv == nullptr) {
-    return invalid_argument(where + "block_scale_inv is null");
+    return invalid_argument(where() + "block_scale_inv is null");
   }
   return Status::ok();
 }

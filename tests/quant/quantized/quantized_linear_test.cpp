@@ -24,6 +24,7 @@
 #include "quant/bf16.h"
 #include "quant/cpu/apply_linear.h"
 #include "quant/cpu/int8_linear.h"
+#include "quant/cpu/int8_linear_tiles.h"
 #include "quant/cpu/linear.h"
 #include "quant/cpu/quantized_linear.h"
 #include "quant/formats/fp4.h"
@@ -601,6 +602,40 @@ void int8_sweep(WeightFormat format, const std::vector<int64_t>& ks) {
 }
 
 // K % 64 = 0, 16, 32 and 48: the last group partial in every way; more than one scale chunk.
+// The quantization of x on this CPU's path against the definition (quantize_rows with the
+// portable block), buffer by buffer: partial groups, a zero block, an Inf and a NaN block,
+// values that round half-way.
+TEST(Int8Activations, QuantizedRowsMatchTheDefinition) {
+  Rng rng(23);
+  for (int64_t cols : {16, 48, 64, 80, 1024, 1040}) {
+    const int64_t rows = 3;
+    std::vector<float> x = normals(rows * cols, rng);
+    for (int64_t i = 0; i < 16; ++i) x[static_cast<size_t>(i)] = 0.0f;  // row 0, block 0: all zero
+    if (cols >= 48) {
+      x[static_cast<size_t>(cols + 20)] = std::numeric_limits<float>::infinity();  // row 1, block 1
+      x[static_cast<size_t>(2 * cols + 47)] = std::numeric_limits<float>::quiet_NaN();  // row 2, block 2
+      for (int64_t i = 0; i < 16; ++i) x[static_cast<size_t>(2 * cols + i)] = static_cast<float>(i - 8) * 0.5f;
+    }
+    Int8Rows quantized;
+    quantized.quantize(x.data(), rows, cols);
+    const Int8RowsView got = quantized.view();
+    const int64_t groups = int8_groups(cols);
+    std::vector<int8_t> codes(static_cast<size_t>(rows * groups * kInt8Group), 0);
+    std::vector<float> scales(static_cast<size_t>(rows * groups * kInt8GroupLanes), 0.0f);
+    std::vector<int32_t> offsets(scales.size(), 0);
+    int8_detail::quantize_rows(x.data(), rows, cols, codes.data(), scales.data(), offsets.data(),
+                               int8_detail::quantize_block_portable);
+    const std::string what = "cols=" + std::to_string(cols);
+    EXPECT_EQ(std::vector<int8_t>(got.codes, got.codes + codes.size()), codes) << what;
+    EXPECT_EQ(std::vector<int32_t>(got.lane_offsets, got.lane_offsets + offsets.size()), offsets) << what;
+    for (size_t i = 0; i < scales.size(); ++i) {
+      EXPECT_EQ(std::isnan(got.lane_scales[i]), std::isnan(scales[i])) << what << " lane " << i;
+      if (!std::isnan(scales[i])) EXPECT_EQ(got.lane_scales[i], scales[i]) << what << " lane " << i;
+    }
+    EXPECT_TRUE(std::any_of(offsets.begin(), offsets.end(), [](int32_t o) { return o != 0; })) << what;
+  }
+}
+
 TEST(Int8Activations, Nvfp4MatchesDefinition) { int8_sweep(WeightFormat::kNvfp4, {16, 48, 64, 96, 1040, 1072, 2112}); }
 TEST(Int8Activations, Mxfp4MatchesDefinition) { int8_sweep(WeightFormat::kMxfp4, {32, 64, 96, 1056, 2112}); }
 
