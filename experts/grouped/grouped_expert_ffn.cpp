@@ -32,18 +32,33 @@ void grouped_expert_ffn(const ExpertDispatchLayout& layout, std::span<const floa
     const auto n = static_cast<size_t>(end - begin);
     float* rows = rows_buffer.get(n * d);
     float* y = y_buffer.get(n * d);
-    for (size_t j = 0; j < n; ++j) {
-      const auto c = static_cast<size_t>(layout.expert_entry_idx[static_cast<size_t>(begin) + j]);
-      const int64_t row = layout.entry_row[c];
-      MOERT_CHECK(row >= 0 && static_cast<size_t>(row) < num_x_rows,
-                  "entry " << c << " reads row " << row << " outside [0, " << num_x_rows << ")");
-      std::copy_n(x.data() + static_cast<size_t>(row) * d, d, rows + j * d);
-    }
     groups.clear();
     for (size_t a = first; a < last; ++a) {
-      const auto offset = static_cast<size_t>(layout.cu_expert_entries[a] - begin) * d;
-      groups.push_back({layout.experts[a], rows + offset, layout.cu_expert_entries[a + 1] - layout.cu_expert_entries[a],
-                        y + offset});
+      const int64_t a_begin = layout.cu_expert_entries[a], a_end = layout.cu_expert_entries[a + 1];
+      const auto offset = static_cast<size_t>(a_begin - begin) * d;
+      if (a_end == a_begin) {
+        groups.push_back({layout.experts[a], rows + offset, 0, y + offset});
+        continue;
+      }
+      auto row_of = [&](int64_t entry) {
+        const auto c = static_cast<size_t>(layout.expert_entry_idx[static_cast<size_t>(entry)]);
+        const int64_t row = layout.entry_row[c];
+        MOERT_CHECK(row >= 0 && static_cast<size_t>(row) < num_x_rows,
+                    "entry " << c << " reads row " << row << " outside [0, " << num_x_rows << ")");
+        return static_cast<size_t>(row);
+      };
+      // An expert whose rows are consecutive rows of x reads them in place (every expert of
+      // a single token: one x for all of them, quantized once by apply_linears); else a copy.
+      bool in_place = true;
+      for (int64_t e = a_begin + 1; e < a_end && in_place; ++e) in_place = row_of(e) == row_of(a_begin) + (e - a_begin);
+      const float* expert_x = x.data() + row_of(a_begin) * d;
+      if (!in_place) {
+        for (int64_t e = a_begin; e < a_end; ++e) {
+          std::copy_n(x.data() + row_of(e) * d, d, rows + offset + static_cast<size_t>(e - a_begin) * d);
+        }
+        expert_x = rows + offset;
+      }
+      groups.push_back({layout.experts[a], expert_x, a_end - a_begin, y + offset});
     }
     batch_fn(groups);
     for (size_t j = 0; j < n; ++j) {
