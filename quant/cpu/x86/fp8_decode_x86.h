@@ -49,6 +49,21 @@ MOERT_AVX2 inline __m256 fp8_decode8_avx2(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7E00))));
 }
 
+// 16 E4M3 bytes -> lanes 0-7 in `a`, 8-15 in `b`, as fp8_decode8_avx2 twice but with one
+// widening, shift and mask for all 16 (two instructions fewer per 16 weights).
+template <bool kCodesFinite = false>
+MOERT_AVX2 inline void fp8_decode16_avx2(const uint8_t* p, __m256& a, __m256& b) {
+  const __m256i sx = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  __m256i h = _mm256_and_si256(_mm256_slli_epi16(sx, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
+  if constexpr (!kCodesFinite) {
+    const __m256i mag = _mm256_set1_epi16(0x3F80);
+    const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, mag), mag);
+    h = _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7E00)));
+  }
+  a = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+  b = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+}
+
 // True when every byte is a non-negative finite E4M3 code (0x00 .. 0x7E): what the loader
 // admits as NVFP4 block scales (it rejects NaN and negative ones).
 MOERT_AVX2 inline bool plain_e4m3_scales(const uint8_t* bytes, int64_t count) {

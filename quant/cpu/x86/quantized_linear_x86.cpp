@@ -495,8 +495,9 @@ MOERT_AVX2 void fp8_tile_avx2(const float* x, int64_t x_stride, int64_t k, const
       __m256 wa[cols], wb[cols];
       for (int c = 0; c < cols; ++c) {
         prefetch_stream_at(w[c].data, i, cols, k);
-        wa[c] = _mm256_mul_ps(fp8_decode8_avx2<kCodesFinite>(w[c].data + i), scale[c]);
-        wb[c] = _mm256_mul_ps(fp8_decode8_avx2<kCodesFinite>(w[c].data + i + 8), scale[c]);
+        fp8_decode16_avx2<kCodesFinite>(w[c].data + i, wa[c], wb[c]);
+        wa[c] = _mm256_mul_ps(wa[c], scale[c]);
+        wb[c] = _mm256_mul_ps(wb[c], scale[c]);
       }
       for (int r = 0; r < rows; ++r) {
         const __m256 xl = _mm256_loadu_ps(x + r * x_stride + i), xh = _mm256_loadu_ps(x + r * x_stride + i + 8);
