@@ -89,28 +89,41 @@ inline float quantize_block_portable(const float* x, int8_t* codes) {
   return 0.5f * (amax / 127.0f);
 }
 
-// Rows of x into an Int8RowsView's buffers (sized for rows x groups, zeroed), each block by
-// quantize_block(x16, codes16) -> lane scale.
-template <typename QuantizeBlock>
-void quantize_rows(const float* x, int64_t rows, int64_t cols, int8_t* codes, float* lane_scales,
-                   int32_t* lane_offsets, QuantizeBlock quantize_block) {
+// Every present 16-element block of x's rows in the group layout (the absent blocks of a last,
+// partial group are skipped: the buffers come zeroed): block(x16, codes16, scales4, offsets4)
+// fills the block's 16 codes and its 4 lanes' scales and offsets. Always inlined, so that an
+// instruction-set path's block (a function of that target) can be inlined into its caller.
+template <typename Block>
+__attribute__((always_inline)) inline void for_each_x_block(const float* x, int64_t rows, int64_t cols, int8_t* codes,
+                                                            float* lane_scales, int32_t* lane_offsets,
+                                                            const Block& block) {
   const int64_t groups = int8_groups(cols);
   for (int64_t t = 0; t < rows; ++t) {
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t at = t * groups + g;
-      int8_t* group_codes = codes + at * kInt8Group;
-      for (int b = 0; b < 4 && g * kInt8Group + 16 * b < cols; ++b) {  // absent blocks stay 0
+      for (int b = 0; b < 4 && g * kInt8Group + 16 * b < cols; ++b) {
         // The block's first group byte (the block order 0, 2, 1, 3 is its own inverse).
         const int64_t byte0 = int8_group_element(16 * b);
-        const float half_d = quantize_block(x + t * cols + g * kInt8Group + 16 * b, group_codes + byte0);
-        std::fill_n(lane_scales + at * kInt8GroupLanes + byte0 / 4, 4, half_d);
-      }
-      for (int l = 0; l < kInt8GroupLanes; ++l) {
-        const int8_t* q = group_codes + 4 * l;
-        lane_offsets[at * kInt8GroupLanes + l] = -kWeightOffset * (q[0] + q[1] + q[2] + q[3]);
+        block(x + t * cols + g * kInt8Group + 16 * b, codes + at * kInt8Group + byte0,
+              lane_scales + at * kInt8GroupLanes + byte0 / 4, lane_offsets + at * kInt8GroupLanes + byte0 / 4);
       }
     }
   }
+}
+
+// Rows of x into an Int8RowsView's buffers (sized for rows x groups, zeroed), each block by
+// quantize_block(x16, codes16) -> lane scale, the lane offsets from the codes it stored.
+template <typename QuantizeBlock>
+void quantize_rows(const float* x, int64_t rows, int64_t cols, int8_t* codes, float* lane_scales,
+                   int32_t* lane_offsets, QuantizeBlock quantize_block) {
+  for_each_x_block(x, rows, cols, codes, lane_scales, lane_offsets,
+                   [&](const float* x16, int8_t* codes16, float* scales4, int32_t* offsets4) {
+                     std::fill_n(scales4, 4, quantize_block(x16, codes16));
+                     for (int l = 0; l < 4; ++l) {
+                       const int8_t* q = codes16 + 4 * l;
+                       offsets4[l] = -kWeightOffset * (q[0] + q[1] + q[2] + q[3]);
+                     }
+                   });
 }
 
 // The 16 lanes' tree is the canonical dot product's (core/cpu/dot_lanes.h).

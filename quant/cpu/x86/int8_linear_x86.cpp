@@ -409,76 +409,60 @@ struct Avx2Int8Kernel {
   }
 };
 
+// One block of quantize_rows with its work inlined: the codes as quantize_block_avx512, the
+// scale by one 4-float store and the lane offsets from the block's int32 codes (each 128-bit
+// lane summed by two in-lane shuffles, the four sums gathered by one permute), instead of a
+// call per block and scalar sums over the stored bytes: a quantization of a 1024-wide x is on
+// the critical path of every batch-1 linear (docs/perf/cpu-roofline.md).
+struct QuantizeBlockAvx512 {
+  MOERT_AVX512 void operator()(const float* x16, int8_t* codes16, float* scales4, int32_t* offsets4) const {
+    const __m512 v = _mm512_loadu_ps(x16);
+    const __m512 magnitude = _mm512_abs_ps(v);
+    if (_mm512_cmp_ps_mask(magnitude, _mm512_set1_ps(std::numeric_limits<float>::infinity()), _CMP_LT_OQ) != 0xFFFF) {
+      _mm_storeu_ps(scales4, _mm_set1_ps(quantize_block_avx512(x16, codes16)));  // NaN; codes and offsets 0
+      return;
+    }
+    const float amax = _mm512_reduce_max_ps(magnitude);
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes16), _mm512_cvtsepi32_epi8(q));
+    _mm_storeu_ps(scales4, _mm_set1_ps(0.5f * (amax / 127.0f)));
+    __m512i sum = _mm512_add_epi32(q, _mm512_shuffle_epi32(q, _MM_PERM_CDAB));
+    sum = _mm512_add_epi32(sum, _mm512_shuffle_epi32(sum, _MM_PERM_BADC));
+    const __m512i lane_sums = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+    const __m128i four = _mm512_castsi512_si128(_mm512_permutexvar_epi32(lane_sums, sum));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(offsets4), _mm_mullo_epi32(four, _mm_set1_epi32(-kWeightOffset)));
+  }
+};
+
+// As QuantizeBlockAvx512: the codes by quantize_block_avx2, the lane offsets from their two
+// int32 halves (lanes 0-1 and 2-3).
+struct QuantizeBlockAvx2 {
+  MOERT_AVX2 void operator()(const float* x16, int8_t* codes16, float* scales4, int32_t* offsets4) const {
+    _mm_storeu_ps(scales4, _mm_set1_ps(quantize_block_avx2(x16, codes16)));
+    // The 16 codes again as int32 (the store above saturated nothing: |code| <= 127).
+    const __m256i q0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes16)));
+    const __m256i q1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes16 + 8)));
+    __m256i s0 = _mm256_add_epi32(q0, _mm256_shuffle_epi32(q0, 0xB1));
+    __m256i s1 = _mm256_add_epi32(q1, _mm256_shuffle_epi32(q1, 0xB1));
+    s0 = _mm256_add_epi32(s0, _mm256_shuffle_epi32(s0, 0x4E));  // element 0: lane 0's sum, 4: lane 1's
+    s1 = _mm256_add_epi32(s1, _mm256_shuffle_epi32(s1, 0x4E));  // element 0: lane 2's sum, 4: lane 3's
+    const __m256i four = _mm256_permutevar8x32_epi32(_mm256_unpacklo_epi32(s0, s1), _mm256_set_epi32(0, 0, 0, 0, 5, 1, 4, 0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(offsets4),
+                     _mm_mullo_epi32(_mm256_castsi256_si128(four), _mm_set1_epi32(-kWeightOffset)));
+  }
+};
+
 }  // namespace
 
-// quantize_rows with each block's work inlined: the codes as quantize_block_avx512, the lane
-// scale stored by one 4-float store and the lane offsets from the block's int32 codes (each
-// 128-bit lane summed by two in-lane shuffles, the four sums gathered by one permute) instead
-// of a call per block and scalar sums over the stored bytes: a quantization of a 1024-wide x
-// is on the critical path of every batch-1 linear (docs/perf/cpu-roofline.md).
 MOERT_AVX512 void quantize_int8_rows_avx512(const float* x, int64_t rows, int64_t cols, int8_t* codes,
                                             float* lane_scales, int32_t* lane_offsets) {
-  const int64_t groups = int8_groups(cols);
-  const __m512 infinity = _mm512_set1_ps(std::numeric_limits<float>::infinity());
-  const __m512i lane_sums = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
-  const __m128i minus_offset = _mm_set1_epi32(-kWeightOffset);
-  for (int64_t t = 0; t < rows; ++t) {
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t at = t * groups + g;
-      for (int b = 0; b < 4 && g * kInt8Group + 16 * b < cols; ++b) {  // absent blocks stay 0
-        const int64_t byte0 = int8_group_element(16 * b);
-        const float* block = x + t * cols + g * kInt8Group + 16 * b;
-        int8_t* block_codes = codes + at * kInt8Group + byte0;
-        float* scales = lane_scales + at * kInt8GroupLanes + byte0 / 4;
-        int32_t* offsets = lane_offsets + at * kInt8GroupLanes + byte0 / 4;
-        const __m512 v = _mm512_loadu_ps(block);
-        const __m512 magnitude = _mm512_abs_ps(v);
-        if (_mm512_cmp_ps_mask(magnitude, infinity, _CMP_LT_OQ) != 0xFFFF) {  // codes and offsets 0
-          _mm_storeu_ps(scales, _mm_set1_ps(quantize_block_avx512(block, block_codes)));
-          continue;
-        }
-        const float amax = _mm512_reduce_max_ps(magnitude);
-        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv)));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(block_codes), _mm512_cvtsepi32_epi8(q));
-        _mm_storeu_ps(scales, _mm_set1_ps(0.5f * (amax / 127.0f)));
-        __m512i sum = _mm512_add_epi32(q, _mm512_shuffle_epi32(q, _MM_PERM_CDAB));
-        sum = _mm512_add_epi32(sum, _mm512_shuffle_epi32(sum, _MM_PERM_BADC));
-        const __m128i four = _mm512_castsi512_si128(_mm512_permutexvar_epi32(lane_sums, sum));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(offsets), _mm_mullo_epi32(four, minus_offset));
-      }
-    }
-  }
+  for_each_x_block(x, rows, cols, codes, lane_scales, lane_offsets, QuantizeBlockAvx512{});
 }
 
-// As quantize_int8_rows_avx512: the block's codes by quantize_block_avx2 (inlined), the lane
-// offsets from its two int32 halves (lanes 0-1 and 2-3).
 MOERT_AVX2 void quantize_int8_rows_avx2(const float* x, int64_t rows, int64_t cols, int8_t* codes, float* lane_scales,
                                         int32_t* lane_offsets) {
-  const int64_t groups = int8_groups(cols);
-  const __m256i lane_order = _mm256_set_epi32(0, 0, 0, 0, 5, 1, 4, 0);
-  const __m128i minus_offset = _mm_set1_epi32(-kWeightOffset);
-  for (int64_t t = 0; t < rows; ++t) {
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t at = t * groups + g;
-      for (int b = 0; b < 4 && g * kInt8Group + 16 * b < cols; ++b) {  // absent blocks stay 0
-        const int64_t byte0 = int8_group_element(16 * b);
-        int8_t* block_codes = codes + at * kInt8Group + byte0;
-        const float half_d = quantize_block_avx2(x + t * cols + g * kInt8Group + 16 * b, block_codes);
-        _mm_storeu_ps(lane_scales + at * kInt8GroupLanes + byte0 / 4, _mm_set1_ps(half_d));
-        // The 16 codes again as int32 (the store above saturated nothing: |code| <= 127).
-        const __m256i q0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block_codes)));
-        const __m256i q1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block_codes + 8)));
-        __m256i s0 = _mm256_add_epi32(q0, _mm256_shuffle_epi32(q0, 0xB1));
-        __m256i s1 = _mm256_add_epi32(q1, _mm256_shuffle_epi32(q1, 0xB1));
-        s0 = _mm256_add_epi32(s0, _mm256_shuffle_epi32(s0, 0x4E));  // element 0: lane 0's sum, 4: lane 1's
-        s1 = _mm256_add_epi32(s1, _mm256_shuffle_epi32(s1, 0x4E));  // element 0: lane 2's sum, 4: lane 3's
-        const __m256i four = _mm256_permutevar8x32_epi32(_mm256_unpacklo_epi32(s0, s1), lane_order);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(lane_offsets + at * kInt8GroupLanes + byte0 / 4),
-                         _mm_mullo_epi32(_mm256_castsi256_si128(four), minus_offset));
-      }
-    }
-  }
+  for_each_x_block(x, rows, cols, codes, lane_scales, lane_offsets, QuantizeBlockAvx2{});
 }
 
 void int8_linear_rows_avx512_vnni(const Int8RowsView& x, const QuantizedWeightView& w, const float* bias, float* y,
