@@ -342,43 +342,51 @@ TEST(QuantizedLinear, RawBytesAllCodes) {
   Rng rng(5);
   for (WeightFormat format :
        {WeightFormat::kNvfp4, WeightFormat::kMxfp4, WeightFormat::kFp8Block, WeightFormat::kFp8Tensor}) {
-    for (bool with_nan : {false, true}) {
-      const int64_t n = 37, k = format == WeightFormat::kMxfp4 ? 160 : 144;
-      Owned o;
-      o.view.format = format;
-      o.view.rows = n;
-      o.view.cols = k;
-      const bool fp4 = format == WeightFormat::kNvfp4 || format == WeightFormat::kMxfp4;
-      o.data.resize(static_cast<size_t>(fp4 ? n * k / 2 : n * k));
-      for (auto& b : o.data) {
-        b = static_cast<uint8_t>(rng.next());
-        if (!fp4 && !with_nan && (b & 0x7F) == 0x7F) b = 0x7E;
-      }
-      if (format == WeightFormat::kNvfp4) {
-        o.scales.resize(static_cast<size_t>(n * k / 16));
-        for (auto& b : o.scales) {
-          b = static_cast<uint8_t>(rng.next() & 0x7F);  // positive E4M3, subnormal through 448
-          if (!with_nan && b == 0x7F) b = 0x01;
+    // NVFP4 also at K = 400: 25 block scales per row, so the SIMD scale decode runs whole
+    // 16-scale steps (on NaN scales too) before its scalar tail.
+    const std::vector<int64_t> ks = format == WeightFormat::kMxfp4   ? std::vector<int64_t>{160}
+                                    : format == WeightFormat::kNvfp4 ? std::vector<int64_t>{144, 400}
+                                                                     : std::vector<int64_t>{144};
+    for (int64_t k : ks) {
+      for (bool with_nan : {false, true}) {
+        const int64_t n = 37;
+        Owned o;
+        o.view.format = format;
+        o.view.rows = n;
+        o.view.cols = k;
+        const bool fp4 = format == WeightFormat::kNvfp4 || format == WeightFormat::kMxfp4;
+        o.data.resize(static_cast<size_t>(fp4 ? n * k / 2 : n * k));
+        for (auto& b : o.data) {
+          b = static_cast<uint8_t>(rng.next());
+          if (!fp4 && !with_nan && (b & 0x7F) == 0x7F) b = 0x7E;
         }
-        o.view.global_scale = 0.75f / 2688.0f;
-      } else if (format == WeightFormat::kMxfp4) {
-        o.scales.resize(static_cast<size_t>(n * k / 32));
-        for (auto& b : o.scales) {
-          b = static_cast<uint8_t>(100 + rng.next() % 40);
-          if (with_nan && rng.next() % 8 == 0) b = kE8m0NaN;
+        if (format == WeightFormat::kNvfp4) {
+          o.scales.resize(static_cast<size_t>(n * k / 16));
+          for (auto& b : o.scales) {
+            b = static_cast<uint8_t>(rng.next() & 0x7F);  // positive E4M3, subnormal through 448
+            if (!with_nan && b == 0x7F) b = 0x01;
+          }
+          o.view.global_scale = 0.75f / 2688.0f;
+        } else if (format == WeightFormat::kMxfp4) {
+          o.scales.resize(static_cast<size_t>(n * k / 32));
+          for (auto& b : o.scales) {
+            b = static_cast<uint8_t>(100 + rng.next() % 40);
+            if (with_nan && rng.next() % 8 == 0) b = kE8m0NaN;
+          }
+        } else if (format == WeightFormat::kFp8Block) {
+          o.block_scale_inv.resize(static_cast<size_t>(((n + 127) / 128) * ((k + 127) / 128)));
+          for (auto& s : o.block_scale_inv) s = static_cast<float>(rng.uniform()) * 1e-3f;
+        } else {
+          o.view.global_scale = -3.0e-4f;  // a negative scale flips every sign; still the codec's value
         }
-      } else if (format == WeightFormat::kFp8Block) {
-        o.block_scale_inv.resize(static_cast<size_t>(((n + 127) / 128) * ((k + 127) / 128)));
-        for (auto& s : o.block_scale_inv) s = static_cast<float>(rng.uniform()) * 1e-3f;
-      } else {
-        o.view.global_scale = -3.0e-4f;  // a negative scale flips every sign; still the codec's value
+        o.view.data = o.data.data();
+        o.view.scales = o.scales.empty() ? nullptr : o.scales.data();
+        o.view.block_scale_inv = o.block_scale_inv.empty() ? nullptr : o.block_scale_inv.data();
+        dequantize_view(o);
+        check_weight(o, 5, true, rng,
+                     std::string("raw ") + weight_format_name(format) + " K=" + std::to_string(k) +
+                         (with_nan ? " with NaN" : ""));
       }
-      o.view.data = o.data.data();
-      o.view.scales = o.scales.empty() ? nullptr : o.scales.data();
-      o.view.block_scale_inv = o.block_scale_inv.empty() ? nullptr : o.block_scale_inv.data();
-      dequantize_view(o);
-      check_weight(o, 5, true, rng,
-                   std::string("raw ") + weight_format_name(format) + (with_nan ? " with NaN" : ""));
     }
   }
 }
