@@ -49,9 +49,12 @@ void grouped_expert_ffn(const ExpertDispatchLayout& layout, std::span<const floa
       };
       // An expert whose rows are consecutive rows of x reads them in place (every expert of
       // a single token: one x for all of them, quantized once by apply_linears); else a copy.
+      const size_t first_row = row_of(a_begin);
       bool in_place = true;
-      for (int64_t e = a_begin + 1; e < a_end && in_place; ++e) in_place = row_of(e) == row_of(a_begin) + (e - a_begin);
-      const float* expert_x = x.data() + row_of(a_begin) * d;
+      for (int64_t e = a_begin + 1; e < a_end && in_place; ++e) {
+        in_place = row_of(e) == first_row + static_cast<size_t>(e - a_begin);
+      }
+      const float* expert_x = x.data() + first_row * d;
       if (!in_place) {
         for (int64_t e = a_begin; e < a_end; ++e) {
           std::copy_n(x.data() + row_of(e) * d, d, rows + offset + static_cast<size_t>(e - a_begin) * d);
