@@ -197,12 +197,12 @@ int run_serve_batch(const std::vector<std::string>& args) {
   int threads = 1;
   std::optional<std::string> setup_error;
   try {
-    const quant::ActivationPrecision fp4_activations =
-        resolve_fp4_activations(engine_options.fp4_activations, engine_options.device);
+    const ActivationModes activations = resolve_activation_modes(
+        engine_options.fp4_activations, engine_options.fp8_activations, engine_options.device);
     device_backend = open_device_backend(engine_options.device);
     // The CPU kernels' FP4 code order only where the CPU backend computes (null backend), and
     // there only for the routed experts this rank computes (lay_out_for_cpu_rank, below).
-    loaded = load_model_for(model_dir, device_backend.get(), /*cpu_layout_later=*/true, fp4_activations);
+    loaded = load_model_for(model_dir, device_backend.get(), /*cpu_layout_later=*/true, activations);
     config = resolve_engine_config(engine_options, loaded->config,
                                    device_backend ? device_backend->preferred_kv_cache_dtype() : DType::kF32);
     config->forward_when_idle = true;
@@ -256,7 +256,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   if (root) {
     MOERT_INFO("model: " << describe_model_config(model.config));
     MOERT_INFO(describe_engine_config(*config, threads) << ", device " << engine_options.device
-                                                        << describe_fp4_activations(engine_options) << ", "
+                                                        << describe_activation_modes(engine_options) << ", "
                                                         << transport->world_size() << " rank(s)");
     MOERT_INFO(spec_setup->describe());
   }

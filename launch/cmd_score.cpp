@@ -32,6 +32,7 @@ int run_score(const std::vector<std::string>& args) {
   int threads = 0;
   std::string device = "cpu";
   std::string fp4_activations = "f32";
+  std::string fp8_activations = "f32";
   options.add_options()
       ("help,h", "show this help")
       ("model", po::value(&model_dir)->required(), "Hugging Face model directory")
@@ -41,16 +42,18 @@ int run_score(const std::vector<std::string>& args) {
       ("threads", po::value(&threads)->default_value(0), "worker threads (0: MOERT_NUM_THREADS or all cores)")
       ("device", po::value(&device)->default_value("cpu"), "where the model computes: cpu or cuda (GPU local_rank % GPUs: GPU 0 outside a launcher)")
       ("fp4-activations", po::value(&fp4_activations)->default_value("f32"),
-       "what the CPU computes NVFP4 / MXFP4 weights with: f32 (exact) or int8 (docs/quant-formats.md)");
+       "what NVFP4 / MXFP4 weights are computed with: f32 (exact), int8 (CPU only) or fp4 (docs/quant-formats.md)")
+      ("fp8-activations", po::value(&fp8_activations)->default_value("f32"),
+       "what FP8 weights are computed with: f32 (exact) or bf16 (CPU only; docs/quant-formats.md)");
   po::variables_map vm;
   if (!parse_command_line(args, options, &vm)) return 0;
   if (num_generate < 0) throw CommandError("--num-tokens = " + std::to_string(num_generate) + " must be >= 0");
   const std::vector<int> parsed = parse_int_list(tokens_text, "tokens");
   const std::vector<int32_t> prompt(parsed.begin(), parsed.end());
 
-  const quant::ActivationPrecision precision = resolve_fp4_activations(fp4_activations, device);
+  const ActivationModes activations = resolve_activation_modes(fp4_activations, fp8_activations, device);
   const std::unique_ptr<backend::Backend> device_backend = open_device_backend(device);
-  std::unique_ptr<LoadedModel> model = load_model_for(model_dir, device_backend.get(), precision);
+  std::unique_ptr<LoadedModel> model = load_model_for(model_dir, device_backend.get(), activations);
   ThreadPool pool(threads > 0 ? threads : default_num_threads());
   ReferenceForward forward(model->config, model->weights, pool, device_backend.get());
   const GreedyOutput output = value_or_throw(greedy_generate(forward, prompt, num_generate));

@@ -1,6 +1,8 @@
 #include "launch/engine_options.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <initializer_list>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -40,6 +42,10 @@ void add_engine_options(po::options_description& options, EngineOptions& v) {
        "what NVFP4 / MXFP4 weights are computed with: f32 (exact), int8 (CPU only: activations quantized per 16 "
        "elements, faster decode, logits off by ~1e-3 relative) or fp4 (W4A4: activations rounded per row to the "
        "weight's FP4 format, what block-scaled FP4 tensor cores compute; docs/quant-formats.md)")
+      ("fp8-activations", po::value(&v.fp8_activations)->default_value("f32"),
+       "what FP8 weights are computed with: f32 (exact) or bf16 (CPU only: activations rounded to BF16, products "
+       "on BF16 pairs with per-block scales, fastest with AVX-512 BF16; logits off by ~1e-3 relative; "
+       "docs/quant-formats.md)")
       ("cuda-graph-max-batch", po::value(&v.cuda_graph_max_batch)->default_value(16),
        "with --device cuda on one rank: decode steps of up to this many sequences (0..16) run as CUDA graphs, "
        "recorded at a batch size's second step (0: none; docs/cuda-backend.md \"Step graphs\")")
@@ -53,26 +59,44 @@ std::unique_ptr<backend::Backend> open_device_backend(const std::string& device)
   return value_or_throw(backend::open_device(value_or_throw(backend::parse_device(device)), comm::local_rank()));
 }
 
-quant::ActivationPrecision resolve_fp4_activations(const std::string& value, const std::string& device) {
+namespace {
+
+// One of `allowed` (a CPU-only value names the device it needs).
+quant::ActivationPrecision resolve_activations(const char* option, const std::string& value,
+                                               std::initializer_list<quant::ActivationPrecision> allowed,
+                                               quant::ActivationPrecision cpu_only, const std::string& device) {
   const Result<quant::ActivationPrecision> parsed = quant::parse_activation_precision(value);
-  if (!parsed.is_ok()) throw CommandError("--fp4-activations " + parsed.status().message());
-  const quant::ActivationPrecision precision = *parsed;
-  if (precision == quant::ActivationPrecision::kInt8 && device != "cpu") {
-    throw CommandError("--fp4-activations " + value + " runs on the CPU only (--device cpu; got --device " + device +
+  std::string names;
+  for (const quant::ActivationPrecision p : allowed) names += std::string(names.empty() ? "" : ", ") + quant::activation_precision_name(p);
+  if (!parsed.is_ok() || std::find(allowed.begin(), allowed.end(), *parsed) == allowed.end()) {
+    throw CommandError(std::string(option) + " '" + value + "' is not one of " + names);
+  }
+  if (*parsed == cpu_only && device != "cpu") {
+    throw CommandError(std::string(option) + " " + value + " runs on the CPU only (--device cpu; got --device " + device +
                        ")");
   }
-  return precision;
+  return *parsed;
+}
+
+}  // namespace
+
+ActivationModes resolve_activation_modes(const std::string& fp4_value, const std::string& fp8_value,
+                                         const std::string& device) {
+  using P = quant::ActivationPrecision;
+  return {resolve_activations("--fp4-activations", fp4_value, {P::kF32, P::kInt8, P::kFp4}, P::kInt8, device),
+          resolve_activations("--fp8-activations", fp8_value, {P::kF32, P::kBf16}, P::kBf16, device)};
 }
 
 std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
-                                            quant::ActivationPrecision fp4_activations) {
-  return load_model_for(model_dir, device_backend, /*cpu_layout_later=*/false, fp4_activations);
+                                            const ActivationModes& activations) {
+  return load_model_for(model_dir, device_backend, /*cpu_layout_later=*/false, activations);
 }
 
 std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
-                                            bool cpu_layout_later, quant::ActivationPrecision fp4_activations) {
+                                            bool cpu_layout_later, const ActivationModes& activations) {
   return value_or_throw(load_model(model_dir, LoadOptions{.repack_for_cpu = device_backend == nullptr && !cpu_layout_later,
-                                                          .fp4_activations = fp4_activations}));
+                                                          .fp4_activations = activations.fp4,
+                                                          .fp8_activations = activations.fp8}));
 }
 
 void lay_out_for_cpu_rank(LoadedModel& model, const backend::Backend* device_backend,
@@ -166,8 +190,9 @@ int resolve_threads(const EngineOptions& v) {
   return threads_for_rank(affinity_cpu_count(), machine, comm::local_rank_count());
 }
 
-std::string describe_fp4_activations(const EngineOptions& v) {
-  return v.fp4_activations == "f32" ? "" : ", fp4 activations " + v.fp4_activations;
+std::string describe_activation_modes(const EngineOptions& v) {
+  return (v.fp4_activations == "f32" ? "" : ", fp4 activations " + v.fp4_activations) +
+         (v.fp8_activations == "f32" ? "" : ", fp8 activations " + v.fp8_activations);
 }
 
 std::string describe_engine_config(const engine::EngineConfig& c, int threads) {

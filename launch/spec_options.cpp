@@ -51,7 +51,9 @@ SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engi
   if (options_.method == "draft" && options.draft_model.empty()) throw CommandError("--spec=draft needs --draft-model DIR");
   const Result<quant::ActivationPrecision> draft_activations =
       quant::parse_activation_precision(options.draft_fp4_activations);
-  if (!draft_activations.is_ok()) throw CommandError("--draft-fp4-activations " + draft_activations.status().message());
+  if (!draft_activations.is_ok() || *draft_activations == quant::ActivationPrecision::kBf16) {
+    throw CommandError("--draft-fp4-activations '" + options.draft_fp4_activations + "' is not one of f32, int8, fp4");
+  }
   if (*draft_activations == quant::ActivationPrecision::kInt8 && device_backend != nullptr) {
     throw CommandError("--draft-fp4-activations " + options.draft_fp4_activations +
                        " runs on the CPU only (the draft computes on the target's device)");

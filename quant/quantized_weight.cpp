@@ -25,6 +25,7 @@ const char* activation_precision_name(ActivationPrecision precision) {
     case ActivationPrecision::kF32: return "f32";
     case ActivationPrecision::kInt8: return "int8";
     case ActivationPrecision::kFp4: return "fp4";
+    case ActivationPrecision::kBf16: return "bf16";
   }
   return "?";
 }
@@ -33,7 +34,8 @@ Result<ActivationPrecision> parse_activation_precision(const std::string& name) 
   if (name == "f32") return ActivationPrecision::kF32;
   if (name == "int8") return ActivationPrecision::kInt8;
   if (name == "fp4") return ActivationPrecision::kFp4;
-  return invalid_argument("'" + name + "' is not one of f32, int8, fp4");
+  if (name == "bf16") return ActivationPrecision::kBf16;
+  return invalid_argument("'" + name + "' is not one of f32, int8, fp4, bf16");
 }
 
 Status validate_quantized_weight(const QuantizedWeightView& w) {
@@ -52,9 +54,13 @@ Status validate_quantized_weight(const QuantizedWeightView& w) {
   if (!fp4 && w.code_order != Fp4CodeOrder::kCheckpoint) {
     return invalid_argument(where() + "the CPU code order applies to NVFP4 / MXFP4 only");
   }
-  if (!fp4 && w.activations != ActivationPrecision::kF32) {
+  const bool fp4_activations = w.activations == ActivationPrecision::kInt8 || w.activations == ActivationPrecision::kFp4;
+  if (!fp4 && fp4_activations) {
     return invalid_argument(where() + activation_precision_name(w.activations) +
                             " activations apply to NVFP4 / MXFP4 only");
+  }
+  if (fp4 && w.activations == ActivationPrecision::kBf16) {
+    return invalid_argument(where() + "bf16 activations apply to FP8 only");
   }
   if (w.rows == 0 || w.cols == 0) return Status::ok();
   if (w.cols > std::numeric_limits<int64_t>::max() / w.rows) {

@@ -40,9 +40,12 @@ enum class ActivationPrecision {
   kFp4,   // x rounded per row to the weight's own FP4 format and back, then the exact product
           // (W4A4: what block-scaled FP4 tensor cores compute; NVFP4 / MXFP4 only; explicit
           // opt-in on every backend, docs/quant-formats.md "FP4 activations")
+  kBf16,  // x rounded to BF16, products on BF16 pairs with per-block partial sums (FP8 only;
+          // explicit opt-in on the CPU, quant/cpu/bf16_linear.h, docs/quant-formats.md
+          // "BF16 activations")
 };
 
-// "f32", "int8" or "fp4" (the values of `--fp4-activations`).
+// "f32", "int8", "fp4" (the values of `--fp4-activations`) or "bf16" (`--fp8-activations`).
 const char* activation_precision_name(ActivationPrecision precision);
 Result<ActivationPrecision> parse_activation_precision(const std::string& name);
 
@@ -68,8 +71,8 @@ struct QuantizedWeightView {
   // checkpoints with one, so it sets this for every FP8 weight it binds. Kernels may then
   // leave out NaN handling; a NaN code in a view marked finite decodes to a wrong finite value.
   bool fp8_codes_finite = false;
-  // What x is computed as with this weight (set by the loader under `--fp4-activations`):
-  // kInt8 on the CPU only; kFp4 on every backend.
+  // What x is computed as with this weight (set by the loader under `--fp4-activations` and
+  // `--fp8-activations`): kInt8 and kBf16 on the CPU only; kFp4 on every backend.
   ActivationPrecision activations = ActivationPrecision::kF32;
 };
 

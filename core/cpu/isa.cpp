@@ -77,6 +77,17 @@ bool cpu_has_avx512_vnni() {
   return vnni;
 }
 
+bool cpu_has_avx512_bf16() {
+  static const bool bf16 = extension_in_use(CpuIsa::kAvx512, "avx512-nobf16", [] {
+#if defined(MOERT_X86_KERNELS)
+    return __builtin_cpu_supports("avx512bf16") != 0;
+#else
+    return false;
+#endif
+  });
+  return bf16;
+}
+
 bool cpu_has_neon_dotprod() {
   static const bool dotprod = extension_in_use(CpuIsa::kNeon, "neon-nodot", [] {
 #if defined(MOERT_ARM_KERNELS)

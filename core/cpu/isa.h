@@ -16,6 +16,10 @@ const char* cpu_isa_label(CpuIsa isa);  // "portable", "avx2", "avx512", "neon"
 // of quant/cpu/int8_linear.h use it (same bits as without; MOERT_CPU_ISA=avx512-novnni turns
 // it off so tests reach the other AVX-512 variant).
 bool cpu_has_avx512_vnni();
+// AVX-512 BF16 (vdpbf16ps) is present and active_cpu_isa() is kAvx512: the bf16-activation mode
+// of the FP8 weights (quant/cpu/bf16_linear.h) uses it; without it that mode computes the same
+// bits by FMA (MOERT_CPU_ISA=avx512-nobf16 turns it off).
+bool cpu_has_avx512_bf16();
 // The Armv8.2 dot-product instructions (sdot) are present and active_cpu_isa() is kNeon; the
 // same use and the same bits as above (MOERT_CPU_ISA=neon-nodot turns it off).
 bool cpu_has_neon_dotprod();

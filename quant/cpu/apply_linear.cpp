@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "quant/cpu/bf16_linear.h"
 #include "quant/cpu/int8_linear.h"
 #include "quant/cpu/linear.h"
 #include "quant/cpu/quantized_linear.h"
@@ -26,16 +27,20 @@ void round_trip_fp4_rows(WeightFormat format, const float* x, int64_t rows, int6
   }
 }
 
-// What one job's rows read: x as given, x rounded through FP4, or x quantized to int8.
+// What one job's rows read: x as given, x rounded through FP4, x quantized to int8 or x
+// rounded to BF16.
 struct JobInput {
   const float* x = nullptr;
   const Int8RowsView* int8 = nullptr;
+  const Bf16RowsView* bf16 = nullptr;
 };
 
 // Output features [begin, end) of one job, on the calling thread.
 void job_rows(const LinearJob& job, const JobInput& input, int64_t begin, int64_t end) {
   if (input.int8 != nullptr) {
     int8_linear_rows(*input.int8, *job.weight->packed, job.bias, job.y, begin, end);
+  } else if (input.bf16 != nullptr) {
+    bf16_linear_rows(*input.bf16, *job.weight->packed, job.bias, job.y, begin, end);
   } else if (job.weight->packed) {
     quantized_linear_rows(input.x, job.num_rows, *job.weight->packed, job.bias, job.y, begin, end);
   } else {
@@ -58,13 +63,16 @@ void apply_linear(const LinearWeight& weight, const float* x, int64_t num_rows, 
 }
 
 void apply_linears(std::span<const LinearJob> jobs, ThreadPool& pool, const FeaturesDone& features_done) {
-  // The x of every int8 or FP4 job, converted once here (jobs reading the same x the same way
-  // share it: gate and up).
+  // The x of every int8, BF16 or FP4 job, converted once here (jobs reading the same x the same
+  // way share it: gate and up).
   thread_local std::vector<Int8Rows> quantized;
+  thread_local std::vector<Bf16Rows> bf16_rounded;
   thread_local std::vector<std::vector<float>> rounded;
   std::vector<JobInput> inputs(jobs.size());
   std::vector<Int8RowsView> views;
   views.reserve(jobs.size());
+  std::vector<Bf16RowsView> bf16_views;
+  bf16_views.reserve(jobs.size());
   size_t num_rounded = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
     const LinearJob& job = jobs[j];
@@ -75,8 +83,8 @@ void apply_linears(std::span<const LinearJob> jobs, ThreadPool& pool, const Feat
     bool shared = false;
     for (size_t i = 0; i < j && !shared; ++i) {
       const LinearJob& other = jobs[i];
-      // int8 codes depend on x only; FP4 rounding also on the weight's format.
-      const bool same_rounding = precision == ActivationPrecision::kInt8 ||
+      // int8 codes and BF16 values depend on x only; FP4 rounding also on the weight's format.
+      const bool same_rounding = precision == ActivationPrecision::kInt8 || precision == ActivationPrecision::kBf16 ||
                                  other.weight->packed->format == job.weight->packed->format;
       if (other.x == job.x && other.num_rows == job.num_rows && other.weight->in_features() == k &&
           activations_of(*other.weight) == precision && same_rounding) {
@@ -90,6 +98,11 @@ void apply_linears(std::span<const LinearJob> jobs, ThreadPool& pool, const Feat
       quantized[views.size()].quantize(job.x, job.num_rows, k);
       views.push_back(quantized[views.size()].view());
       inputs[j].int8 = &views.back();
+    } else if (precision == ActivationPrecision::kBf16) {
+      if (bf16_rounded.size() <= bf16_views.size()) bf16_rounded.resize(bf16_views.size() + 1);
+      bf16_rounded[bf16_views.size()].round(job.x, job.num_rows, k);
+      bf16_views.push_back(bf16_rounded[bf16_views.size()].view());
+      inputs[j].bf16 = &bf16_views.back();
     } else {
       if (rounded.size() <= num_rounded) rounded.resize(num_rounded + 1);
       std::vector<float>& out = rounded[num_rounded++];

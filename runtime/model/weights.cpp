@@ -11,6 +11,7 @@
 
 #include "core/digest.h"
 #include "quant/bf16.h"
+#include "quant/cpu/bf16_linear.h"
 #include "quant/cpu/quantized_linear.h"
 
 namespace moert {
@@ -625,6 +626,12 @@ void set_fp4_activations(ModelWeights& weights, quant::ActivationPrecision preci
   });
 }
 
+void set_fp8_activations(ModelWeights& weights, quant::ActivationPrecision precision) {
+  for_each_packed_weight(weights, [&](quant::QuantizedWeightView& w) {
+    if (quant::bf16_activations_admitted(w)) w.activations = precision;
+  });
+}
+
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, const LoadOptions& options) {
   auto model = std::make_unique<LoadedModel>();
   MOERT_ASSIGN_OR_RETURN(model->config, load_model_config(model_dir));
@@ -636,6 +643,7 @@ Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, co
   model->weights = std::move(weights).value();
   mark_fp8_codes_finite(model->weights);  // check_checkpoint_values rejected every E4M3 NaN code
   set_fp4_activations(model->weights, options.fp4_activations);
+  set_fp8_activations(model->weights, options.fp8_activations);
   if (options.repack_for_cpu) repack_weights_for_cpu(model->weights);
   return model;
 }

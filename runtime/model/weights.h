@@ -125,6 +125,11 @@ Result<ModelWeights> bind_model_weights(const ModelConfig& config, const io::Che
 // `precision` activations by the CPU kernels (kInt8: quant/cpu/int8_linear.h, the explicit
 // `--fp4-activations int8` mode); other formats are left as they are.
 void set_fp4_activations(ModelWeights& weights, quant::ActivationPrecision precision);
+// Marks every FP8 weight the bf16 mode admits (quant::bf16_activations_admitted: FP8 with its
+// codes marked finite) to be computed with `precision` activations by the CPU kernels (kBf16:
+// quant/cpu/bf16_linear.h, the explicit `--fp8-activations bf16` mode); other formats are left
+// as they are.
+void set_fp8_activations(ModelWeights& weights, quant::ActivationPrecision precision);
 
 void repack_weights_for_cpu(ModelWeights& weights,
                             const std::function<bool(int layer, int expert)>& routed_expert_computed_here = {});
@@ -134,6 +139,8 @@ struct LoadOptions {
   bool repack_for_cpu = true;
   // What the CPU kernels compute NVFP4 / MXFP4 weights with (set_fp4_activations).
   quant::ActivationPrecision fp4_activations = quant::ActivationPrecision::kF32;
+  // What the CPU kernels compute FP8 weights with (set_fp8_activations).
+  quant::ActivationPrecision fp8_activations = quant::ActivationPrecision::kF32;
 };
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, const LoadOptions& options = {});
 

@@ -6,7 +6,8 @@
 // same run. The *_cpu rows take the FP4 codes in the CPU order the loader repacks them into;
 // fp8_block_loaded has its codes marked finite, as the loader marks them (no NaN handling).
 // The *_int8 rows are the int8-activation mode (quant/cpu/int8_linear.h, CPU code order,
-// through apply_linear: x's quantization included).
+// through apply_linear: x's quantization included); fp8_block_bf16 is the bf16-activation mode
+// of the FP8 weights (quant/cpu/bf16_linear.h, codes marked finite, x's rounding included).
 //   bench_quantized_linear [experts=16] [min_seconds=0.3]
 #include <chrono>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "core/cpu/isa.h"
 #include "quant/cpu/linear.h"
 #include "quant/cpu/apply_linear.h"
+#include "quant/cpu/bf16_linear.h"
 #include "quant/cpu/int8_linear.h"
 #include "quant/cpu/quantized_linear.h"
 #include "core/tensor.h"
@@ -115,7 +117,9 @@ Weights make_weights(const std::string& name, int64_t matrices, int64_t n, int64
     v.data = w.data.data() + m * data_per;
     if (cpu_order) v.code_order = moert::quant::Fp4CodeOrder::kCpuChunk32;
     if (int8) v.activations = moert::quant::ActivationPrecision::kInt8;
-    v.fp8_codes_finite = name == "fp8_block_loaded";  // the codes above are never 0x7F / 0xFF
+    // the codes above are never 0x7F / 0xFF
+    v.fp8_codes_finite = name == "fp8_block_loaded" || name == "fp8_block_bf16";
+    if (name == "fp8_block_bf16") v.activations = moert::quant::ActivationPrecision::kBf16;
     if (scales_per > 0) v.scales = w.scales.data() + m * scales_per;
     if (block_scales_per > 0) v.block_scale_inv = w.block_scale_inv.data() + m * block_scales_per;
     w.views.push_back(v);
@@ -134,8 +138,9 @@ int main(int argc, char** argv) {
 
   const size_t copy_bytes = 256u << 20;
   const CopyBandwidth copy = measure_copy(copy_bytes);
-  std::printf("cpu path: linear %s, quantized %s, int8 activations %s\n", moert::cpu::cpu_isa_name(),
-              moert::quant::quantized_linear_isa_name(), moert::quant::int8_linear_isa_name());
+  std::printf("cpu path: linear %s, quantized %s, int8 activations %s, bf16 activations %s\n",
+              moert::cpu::cpu_isa_name(), moert::quant::quantized_linear_isa_name(),
+              moert::quant::int8_linear_isa_name(), moert::quant::bf16_linear_isa_name());
   std::printf("memcpy 256 MiB, 1 thread: read %.1f GB/s (bytes/time), read+write %.1f GB/s; read-only sum %.1f GB/s\n",
               copy.read_gbs, copy.read_write_gbs, copy.read_only_gbs);
   std::printf("weights: %lld experts x %lld matrices [%lld, %lld]\n\n", static_cast<long long>(experts),
@@ -144,7 +149,7 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1234);
   std::vector<Weights> all;
   for (const char* name : {"bf16", "nvfp4", "nvfp4_cpu", "nvfp4_int8", "mxfp4", "mxfp4_cpu", "mxfp4_int8", "fp8_block",
-                           "fp8_block_loaded"}) {
+                           "fp8_block_loaded", "fp8_block_bf16"}) {
     all.push_back(make_weights(name, matrices, n, k, rng));
   }
 

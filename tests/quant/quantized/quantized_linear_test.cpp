@@ -5,8 +5,11 @@
 //     equal every output bit for bit, on whichever path this CPU (and MOERT_CPU_ISA) selects;
 //   * the explicit portable path, each row alone, other thread counts: bit-identical again.
 // The int8-activation mode (quant/cpu/int8_linear.h) has its own checks at the end: its
-// definition in float64, the same bits on every path, and its error against F32.
-// CTest also runs this binary with MOERT_CPU_ISA=avx2 and =portable.
+// definition in float64, the same bits on every path, and its error against F32. So has the
+// bf16-activation mode of FP8 weights (quant/cpu/bf16_linear.h): its definition written out
+// here, the same bits on every path, every code.
+// CTest also runs this binary with MOERT_CPU_ISA=avx2 and =portable (and the BF16 tests with
+// avx512-nobf16).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,6 +26,7 @@
 #include "core/cpu/isa.h"
 #include "quant/bf16.h"
 #include "quant/cpu/apply_linear.h"
+#include "quant/cpu/bf16_linear.h"
 #include "quant/cpu/int8_linear.h"
 #include "quant/cpu/int8_linear_tiles.h"
 #include "quant/cpu/linear.h"
@@ -772,6 +776,231 @@ TEST(Int8Activations, ReportsPathAndRejectsOtherFormats) {
   const Status s = validate_quantized_weight(fp8);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("int8 activations apply to NVFP4 / MXFP4 only"), std::string::npos) << s.message();
+}
+
+// ---- The bf16-activation mode of FP8 weights (quant/cpu/bf16_linear.h) ---------------------------
+
+float bf16_float(uint16_t b) { return bf16_to_f32(b); }
+
+// x_i as the mode reads it: rounded to BF16, below 2^-100 a zero of its sign.
+float bf16_x(float x) {
+  const float v = bf16_float(f32_to_bf16(x));
+  return std::fabs(v) < 0x1p-100f ? std::copysign(0.0f, v) : v;
+}
+
+// The header's definition written out element by element: x rounded to BF16 (below 2^-100 a
+// zero), w = e4m3 * 2^8, per 128-column block 16 lanes over 32-element groups taking the odd
+// element of each pair first, then lane = fma(partial, s * 2^-8, lane) and the tree.
+std::vector<float> bf16_by_definition(const std::vector<float>& x, int64_t t, const Owned& o, const float* bias) {
+  const int64_t n = o.view.rows, k = o.view.cols;
+  auto xb = [&](int64_t r, int64_t i) -> float {
+    return i < k ? bf16_x(x[static_cast<size_t>(r * k + i)]) : 0.0f;
+  };
+  auto scale = [&](int64_t c, int64_t b) {
+    if (o.view.format == WeightFormat::kFp8Tensor) return o.view.global_scale;
+    return o.view.block_scale_inv[static_cast<size_t>((c / 128) * ((k + 127) / 128) + b)];
+  };
+  std::vector<float> y(static_cast<size_t>(t * n));
+  for (int64_t r = 0; r < t; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      auto w = [&](int64_t i) { return i < k ? e4m3_decode(o.data[static_cast<size_t>(c * k + i)]) * 256.0f : 0.0f; };
+      float lanes[16] = {};
+      for (int64_t b = 0; b * 128 < k; ++b) {
+        float partial[16] = {};
+        for (int64_t g = 128 * b; g < std::min(128 * b + 128, k); g += 32) {
+          for (int l = 0; l < 16; ++l) {
+            partial[l] = std::fma(xb(r, g + 2 * l + 1), w(g + 2 * l + 1), partial[l]);
+            partial[l] = std::fma(xb(r, g + 2 * l), w(g + 2 * l), partial[l]);
+          }
+        }
+        for (int l = 0; l < 16; ++l) lanes[l] = std::fma(partial[l], scale(c, b) * 0x1p-8f, lanes[l]);
+      }
+      for (int width = 8; width >= 1; width /= 2) {
+        for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+      }
+      y[static_cast<size_t>(r * n + c)] = lanes[0] + (bias != nullptr ? bias[c] : 0.0f);
+    }
+  }
+  return y;
+}
+
+std::vector<float> run_bf16(const std::vector<float>& x, int64_t t, QuantizedWeightView w, const float* bias,
+                            ThreadPool& pool) {
+  w.activations = ActivationPrecision::kBf16;
+  w.fp8_codes_finite = true;
+  std::vector<float> y(static_cast<size_t>(t * w.rows), std::numeric_limits<float>::quiet_NaN());
+  apply_linear(LinearWeight::from_packed(w), x.data(), t, bias, y.data(), pool);
+  return y;
+}
+
+void check_bf16_weight(const Owned& o, int64_t t, bool with_bias, Rng& rng, const std::string& what) {
+  const int64_t n = o.view.rows, k = o.view.cols;
+  std::vector<float> x = normals(t * k, rng);
+  for (int64_t i = 0; i < t * k; i += 37) x[static_cast<size_t>(i)] *= 20.0f;       // outliers
+  for (int64_t i = 5; i < t * k; i += 41) x[static_cast<size_t>(i)] = 0.0f;         // zeros
+  for (int64_t i = 11; i < t * k; i += 43) x[static_cast<size_t>(i)] *= 0x1p-101f;  // flushed
+  for (int64_t i = 17; i < t * k; i += 47) x[static_cast<size_t>(i)] *= 0x1p-99f;   // kept, tiny
+  // Row 1 all around 2^-100: about half its elements flushed, the sums made of the others.
+  for (int64_t i = k; i < std::min(t, int64_t{2}) * k; ++i) x[static_cast<size_t>(i)] *= 0x1p-100f;
+  const std::vector<float> bias_v = normals(n, rng);
+  const float* bias = with_bias ? bias_v.data() : nullptr;
+  ThreadPool pool2(2), pool1(1);
+
+  const std::vector<float> y = run_bf16(x, t, o.view, bias, pool2);
+  expect_same(y, bf16_by_definition(x, t, o, bias), what + " vs the definition");
+  // Against the float64 product with x unrounded: within what rounding (and flushing) x to BF16
+  // allows, sum_i |x_i - xb_i| |w_i|, plus F32 slack.
+  const std::vector<float> rounded_x = [&] {
+    std::vector<float> r(x.size());
+    for (size_t i = 0; i < x.size(); ++i) r[i] = bf16_x(x[i]);
+    return r;
+  }();
+  int64_t outside = 0;
+  for (int64_t r = 0; r < t; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      double exact = bias != nullptr ? bias[c] : 0.0, bound = 0.0, magnitude = std::fabs(exact);
+      for (int64_t i = 0; i < k; ++i) {
+        const size_t at = static_cast<size_t>(r * k + i);
+        const double w = o.dequant[static_cast<size_t>(c * k + i)];
+        exact += static_cast<double>(x[at]) * w;
+        bound += std::fabs((static_cast<double>(x[at]) - rounded_x[at]) * w);
+        magnitude += std::fabs(x[at] * w);
+      }
+      if (std::fabs(y[static_cast<size_t>(r * n + c)] - exact) > bound + 1e-5 * magnitude) ++outside;
+    }
+  }
+  EXPECT_EQ(outside, 0) << what << " vs F32 activations";
+  EXPECT_GT(relative_l2_vs_f64(y, x, t, o, bias), 1e-6) << what << ": bf16 activations must round x";
+  expect_same(run_bf16(x, t, o.view, bias, pool1), y, what + " 1 thread");
+  Bf16Rows rows;
+  rows.round(x.data(), t, k);
+  QuantizedWeightView marked = o.view;
+  marked.fp8_codes_finite = true;
+  std::vector<float> portable(y.size());
+  bf16_linear_rows_portable(rows.view(), marked, bias, portable.data(), 0, n);
+  expect_same(portable, y, what + " portable");
+  for (int64_t r = 0; r < t; r += std::max<int64_t>(1, t / 2)) {
+    const std::vector<float> x_row(x.begin() + r * k, x.begin() + (r + 1) * k);
+    const std::vector<float> want(y.begin() + r * n, y.begin() + (r + 1) * n);
+    expect_same(run_bf16(x_row, 1, o.view, bias, pool2), want, what + " row " + std::to_string(r) + " alone");
+  }
+}
+
+// K: one partial group, whole groups, a partial block, several blocks with a partial last group.
+void bf16_sweep(WeightFormat format) {
+  Rng rng(static_cast<uint64_t>(format) * 1000 + 29);
+  for (int64_t t : {1, 3, 6}) {
+    for (int64_t n : {1, 7, 130}) {
+      for (int64_t k : {1, 31, 64, 100, 129, 300, 1024}) {
+        const std::string what = std::string(weight_format_name(format)) + " bf16 T=" + std::to_string(t) +
+                                 " N=" + std::to_string(n) + " K=" + std::to_string(k);
+        check_bf16_weight(quantize(format, n, k, rng), t, (n + t) % 2 == 1, rng, what);
+      }
+    }
+  }
+}
+
+TEST(Bf16Activations, Fp8BlockMatchesDefinition) { bf16_sweep(WeightFormat::kFp8Block); }
+TEST(Bf16Activations, Fp8TensorMatchesDefinition) { bf16_sweep(WeightFormat::kFp8Tensor); }
+
+// Every finite E4M3 code (subnormals, zeros of both signs, the largest) read alone: a one-hot x
+// gives code * s exactly, on four rows at once (the SIMD tiles' columns), at each position of a
+// 32-element group.
+TEST(Bf16Activations, EveryFiniteCodeDecodesExactly) {
+  std::vector<uint8_t> codes;
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7F) != 0x7F) codes.push_back(static_cast<uint8_t>(c));
+  }
+  const int64_t k = 64, n = static_cast<int64_t>(codes.size());  // 254 rows, each holding one code per position
+  Owned o;
+  o.view.format = WeightFormat::kFp8Tensor;
+  o.view.rows = n;
+  o.view.cols = k;
+  o.view.global_scale = 0.25f;
+  o.data.resize(static_cast<size_t>(n * k));
+  for (int64_t c = 0; c < n; ++c) {
+    for (int64_t i = 0; i < k; ++i) o.data[static_cast<size_t>(c * k + i)] = codes[static_cast<size_t>((c + 3 * i) % n)];
+  }
+  o.view.data = o.data.data();
+  ThreadPool pool(2);
+  for (int64_t i = 0; i < k; ++i) {
+    std::vector<float> x(static_cast<size_t>(k), 0.0f);
+    x[static_cast<size_t>(i)] = 1.0f;
+    const std::vector<float> y = run_bf16(x, 1, o.view, nullptr, pool);
+    for (int64_t c = 0; c < n; ++c) {
+      const float want = e4m3_decode(o.data[static_cast<size_t>(c * k + i)]) * 0.25f;
+      ASSERT_EQ(y[static_cast<size_t>(c)], want) << "row " << c << " position " << i << " code 0x" << std::hex
+                                                 << int{o.data[static_cast<size_t>(c * k + i)]};
+    }
+  }
+}
+
+TEST(Bf16Activations, NonFiniteInputPoisonsOnlyItsRow) {
+  Rng rng(71);
+  const Owned o = quantize(WeightFormat::kFp8Block, 9, 256, rng);
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    std::vector<float> x = normals(3 * 256, rng);
+    x[256 + 77] = bad;
+    ThreadPool pool(2);
+    const std::vector<float> y = run_bf16(x, 3, o.view, nullptr, pool);
+    for (int64_t c = 0; c < 9; ++c) {
+      EXPECT_TRUE(std::isfinite(y[static_cast<size_t>(c)])) << c;
+      EXPECT_FALSE(std::isfinite(y[static_cast<size_t>(9 + c)])) << c;
+      EXPECT_TRUE(std::isfinite(y[static_cast<size_t>(18 + c)])) << c;
+    }
+  }
+}
+
+// Gate and up reading one x share its rounding; an F32 FP8 job beside them keeps the exact bits.
+TEST(Bf16Activations, ApplyLinearsMatchesOneCallPerLayer) {
+  Rng rng(73);
+  const Owned gate = quantize(WeightFormat::kFp8Block, 40, 192, rng), up = quantize(WeightFormat::kFp8Block, 24, 192, rng);
+  const Owned exact = quantize(WeightFormat::kFp8Tensor, 12, 192, rng);
+  const std::vector<float> x = normals(5 * 192, rng);
+  ThreadPool pool(2), one(1);
+  QuantizedWeightView g = gate.view, u = up.view;
+  for (QuantizedWeightView* v : {&g, &u}) {
+    v->activations = ActivationPrecision::kBf16;
+    v->fp8_codes_finite = true;
+  }
+  const LinearWeight lw[] = {LinearWeight::from_packed(g), LinearWeight::from_packed(u), LinearWeight::from_packed(exact.view)};
+  std::vector<std::vector<float>> batched(3), single(3);
+  std::vector<LinearJob> jobs;
+  for (int j = 0; j < 3; ++j) {
+    batched[static_cast<size_t>(j)].assign(static_cast<size_t>(5 * lw[j].out_features()), 0.0f);
+    jobs.push_back({&lw[j], x.data(), 5, nullptr, batched[static_cast<size_t>(j)].data()});
+  }
+  apply_linears(jobs, pool);
+  single[0] = run_bf16(x, 5, gate.view, nullptr, one);
+  single[1] = run_bf16(x, 5, up.view, nullptr, one);
+  single[2] = run(x, 5, exact.view, nullptr, one);
+  for (int j = 0; j < 3; ++j) expect_same(batched[static_cast<size_t>(j)], single[static_cast<size_t>(j)], "job " + std::to_string(j));
+}
+
+TEST(Bf16Activations, ReportsPathAndRejectsOtherWeights) {
+  const std::string path = bf16_linear_isa_name();
+  std::printf("bf16_linear path: %s\n", path.c_str());
+  const std::string isa = expected_cpu_path();
+  const char* cap = std::getenv("MOERT_CPU_ISA");
+  const bool bf16_off = cap != nullptr && std::string(cap) == "avx512-nobf16";
+  if (isa == "avx512") {
+    EXPECT_TRUE(path == "avx2" || (!bf16_off && path == "avx512-bf16")) << path;
+  } else {
+    EXPECT_EQ(path, isa == "avx2" ? "avx2" : "portable");
+  }
+  Rng rng(79);
+  const Owned nv = quantize(WeightFormat::kNvfp4, 4, 64, rng), fp8 = quantize(WeightFormat::kFp8Block, 4, 64, rng);
+  Bf16Rows rows;
+  const std::vector<float> x = normals(64, rng);
+  rows.round(x.data(), 1, 64);
+  std::vector<float> y(4);
+  EXPECT_DEATH(bf16_linear_rows(rows.view(), nv.view, nullptr, y.data(), 0, 4), "bf16 activations with a nvfp4 weight");
+  EXPECT_DEATH(bf16_linear_rows(rows.view(), fp8.view, nullptr, y.data(), 0, 4),
+               "bf16 activations with a fp8_block weight");  // codes not marked finite
+  QuantizedWeightView nv_bf16 = nv.view;
+  nv_bf16.activations = ActivationPrecision::kBf16;
+  const Status s = validate_quantized_weight(nv_bf16);
+  EXPECT_NE(s.message().find("bf16 activations apply to FP8 only"), std::string::npos) << s.message();
 }
 
 }  // namespace

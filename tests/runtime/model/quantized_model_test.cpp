@@ -164,6 +164,22 @@ TEST_F(QuantizedModel, EveryFormatLoadsAndMatchesItsDequantizedTwin) {
     } else {
       EXPECT_EQ(rounding.mean_kl(), 0.0) << format;
     }
+    // --fp8-activations bf16 likewise marks the FP8 weights only (quant/cpu/bf16_linear.h).
+    const std::unique_ptr<LoadedModel> bf16x =
+        load_model(out, LoadOptions{.fp8_activations = quant::ActivationPrecision::kBf16}).value();
+    const bool fp8 = std::string(format).starts_with("fp8");
+    EXPECT_EQ(bf16x->weights.layers[1].moe.experts[0].up.weight.packed->activations,
+              fp8 ? quant::ActivationPrecision::kBf16 : quant::ActivationPrecision::kF32) << format;
+    ReferenceForward bf16x_forward(bf16x->config, bf16x->weights, pool);
+    const DistributionComparison bf16_rounding = compare_models(packed_forward, bf16x_forward, eval_sequences()).value();
+    if (fp8) {
+      EXPECT_GT(bf16_rounding.mean_kl(), 0.0) << format;
+      EXPECT_LT(bf16_rounding.mean_kl(), 1e-3) << format;
+      std::printf("%s bf16 activations vs f32: mean KL %.2e, top-1 %.3f\n", format, bf16_rounding.mean_kl(),
+                  bf16_rounding.top1_agreement());
+    } else {
+      EXPECT_EQ(bf16_rounding.mean_kl(), 0.0) << format;
+    }
 
     const DistributionComparison drift = compare_models(bf16_forward, packed_forward, eval_sequences()).value();
     EXPECT_GT(drift.mean_kl(), 0.0) << format;

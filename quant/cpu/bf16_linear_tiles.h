@@ -1,0 +1,80 @@
+// Internal to quant/cpu/bf16_linear.cpp and its x86/ tiles: the pieces of the definition
+// (quant/cpu/bf16_linear.h) every path shares, and the row driver it runs its tiles under.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/cpu/dot_lanes.h"
+#include "quant/cpu/bf16_linear.h"
+#include "quant/cpu/quantized_linear_tiles.h"
+#include "quant/cpu/row_driver.h"
+#include "quant/formats/minifloat.h"
+
+namespace moert::quant::bf16_detail {
+
+using qlinear_detail::kFp8ScaleCols;
+using qlinear_detail::RowRef;
+
+constexpr int64_t kGroupLanes = kBf16Group / 2;  // float lanes per group: two products each
+static_assert(kGroupLanes == cpu::dot_detail::kLanes);
+static_assert(kFp8ScaleCols % kBf16Group == 0);
+using cpu::dot_detail::reduce_lanes;
+
+inline float bf16_value(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, sizeof(f));
+  return f;
+}
+
+// w_i of the definition: e4m3 * 2^8 (exact).
+inline float weight_value(uint8_t code) { return e4m3_decode(code) * 256.0f; }
+
+// s_b * 2^-8 of 128-column block b of row r.
+inline float block_factor(const RowRef& r, int64_t b) { return r.fp8_scales[b * r.fp8_scale_stride] * 0x1p-8f; }
+
+// Kernel: kRows, kCols and tile<rows, cols>(x, t, w, out): out[r * cols + c] = the lane tree
+// of x row t + r against weight row w[c] (bias not added).
+template <typename Kernel, int cols>
+void run_bf16_tile(int rows, const Bf16RowsView& x, int64_t t, const RowRef* w, float* out) {
+  static_assert(Kernel::kRows >= 1 && Kernel::kRows <= 4);
+  switch (rows) {
+    case 1: return Kernel::template tile<1, cols>(x, t, w, out);
+    case 2:
+      if constexpr (Kernel::kRows >= 2) return Kernel::template tile<2, cols>(x, t, w, out);
+      break;
+    case 3:
+      if constexpr (Kernel::kRows >= 3) return Kernel::template tile<3, cols>(x, t, w, out);
+      break;
+    case 4:
+      if constexpr (Kernel::kRows >= 4) return Kernel::template tile<4, cols>(x, t, w, out);
+      break;
+    default: break;
+  }
+  MOERT_CHECK(false, "tile rows = " << rows << " (at most " << Kernel::kRows << ")");
+}
+
+template <typename Kernel, WeightFormat f>
+void bf16_forward_rows(const Bf16RowsView& x, const QuantizedWeightView& w, const float* bias, float* y,
+                       int64_t begin, int64_t end) {
+  drive_rows<Kernel::kRows, Kernel::kCols>(
+      x.rows, w.rows, begin, end, bias, y, qlinear_detail::shared_row_ref<f>(w),
+      [&](RowRef& r, int64_t n) { qlinear_detail::point_at<f>(r, w, n); },
+      [&](int rows, int64_t t, const RowRef* refs, float* dots, auto cols) {
+        run_bf16_tile<Kernel, decltype(cols)::value>(rows, x, t, refs, dots);
+      });
+}
+
+template <typename Kernel>
+void bf16_forward(const Bf16RowsView& x, const QuantizedWeightView& w, const float* bias, float* y, int64_t begin,
+                  int64_t end) {
+  if (w.format == WeightFormat::kFp8Block) {
+    return bf16_forward_rows<Kernel, WeightFormat::kFp8Block>(x, w, bias, y, begin, end);
+  }
+  bf16_forward_rows<Kernel, WeightFormat::kFp8Tensor>(x, w, bias, y, begin, end);
+}
+
+}  // namespace moert::quant::bf16_detail

@@ -1,0 +1,188 @@
+#include "quant/cpu/x86/bf16_linear_x86.h"
+
+// GCC 12 reports _mm512_undefined_epi32() inside its own intrinsics as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "core/cpu/x86/reduce_lanes_x86.h"
+#include "quant/cpu/bf16_linear_tiles.h"
+#include "quant/cpu/x86/fp8_decode_x86.h"
+
+namespace moert::quant::x86 {
+namespace {
+
+using namespace bf16_detail;
+using qlinear_detail::prefetch_stream_at;
+
+#define MOERT_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+
+// ---- AVX-512 BF16 --------------------------------------------------------------------------------
+// w_i = e4m3 * 2^8 as BF16 for 32 codes. The sign-extended byte shifted left by 4 holds the
+// mantissa in bits 4-6, the exponent e in bits 7-10 and the sign in bit 15; with bits 11-14
+// set to 1000 the BF16 exponent field is e + 128: 2^(e + 1) * (1 + m / 8) = e4m3 * 2^8 for
+// every code with e > 0. The codes with e = 0 (zero and the subnormals m * 2^-9, i.e. m * 2^-1
+// here) come from a table by m, their sign put back after.
+MOERT_AVX512_BF16 inline __m512i fp8_to_bf16_avx512(__m256i codes) {
+  // BF16 of m * 2^-1 for m = 0..7 (index = the code's low 5 bits; e = 0 leaves bits 3-4 clear).
+  const __m512i small_values = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                0, 0x4060, 0x4040, 0x4020, 0x4000, 0x3FC0, 0x3F80, 0x3F00, 0);
+  const __m512i sx = _mm512_cvtepi8_epi16(codes);
+  const __m512i shifted = _mm512_slli_epi16(sx, 4);
+  // (shifted & 0x87F0) | 0x4000
+  __m512i w = _mm512_ternarylogic_epi32(shifted, _mm512_set1_epi16(static_cast<short>(0x87F0)),
+                                        _mm512_set1_epi16(0x4000), 0xEA);
+  const __mmask32 exponent_zero = _mm512_testn_epi16_mask(sx, _mm512_set1_epi16(0x78));
+  w = _mm512_mask_permutexvar_epi16(w, exponent_zero, sx, small_values);
+  // w | (shifted & 0x8000): the sign again (a no-op where it is already there).
+  return _mm512_ternarylogic_epi32(w, shifted, _mm512_set1_epi16(static_cast<short>(0x8000)), 0xF8);
+}
+
+// The 32 codes of the group at element g of one weight row of k codes: a masked load for a
+// last partial group (nothing past the row is read; the absent codes are 0, i.e. +0 weights).
+MOERT_AVX512_BF16 inline __m256i group_codes_avx512(const uint8_t* row, int64_t g, int64_t k) {
+  if (g + kBf16Group <= k) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + g));
+  return _mm256_maskz_loadu_epi8(static_cast<__mmask32>((uint64_t{1} << (k - g)) - 1), row + g);
+}
+
+template <int rows, int cols>
+MOERT_AVX512_BF16 void bf16_tile_avx512(const Bf16RowsView& x, int64_t t, const RowRef* w, float* out) {
+  const int64_t k = x.cols, padded = bf16_padded_cols(k);
+  const uint16_t* xb = x.values + t * padded;
+  __m512 lanes[rows][cols];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) lanes[r][c] = _mm512_setzero_ps();
+  }
+  for (int64_t b0 = 0; b0 < k; b0 += kFp8ScaleCols) {
+    const int64_t b1 = std::min(padded, b0 + kFp8ScaleCols);
+    __m512 partial[rows][cols];
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < cols; ++c) partial[r][c] = _mm512_setzero_ps();
+    }
+    for (int64_t g = b0; g < b1; g += kBf16Group) {
+      __m512i wv[cols];
+      for (int c = 0; c < cols; ++c) {
+        prefetch_stream_at(w[c].data, g, cols, k);
+        wv[c] = fp8_to_bf16_avx512(group_codes_avx512(w[c].data, g, k));
+      }
+      for (int r = 0; r < rows; ++r) {
+        const __m512i xv = _mm512_loadu_si512(xb + r * padded + g);
+        for (int c = 0; c < cols; ++c) {
+          partial[r][c] = _mm512_dpbf16_ps(partial[r][c], reinterpret_cast<const __m512bh&>(xv),
+                                           reinterpret_cast<const __m512bh&>(wv[c]));
+        }
+      }
+    }
+    for (int c = 0; c < cols; ++c) {
+      const __m512 factor = _mm512_set1_ps(block_factor(w[c], b0 / kFp8ScaleCols));
+      for (int r = 0; r < rows; ++r) lanes[r][c] = _mm512_fmadd_ps(partial[r][c], factor, lanes[r][c]);
+    }
+  }
+  cpu::x86::reduce_lanes_avx512<rows * cols>(&lanes[0][0], out);
+}
+
+struct Avx512Bf16Kernel {
+  static constexpr int kRows = 4;  // 4 x 4 partial registers (the lanes wait in memory)
+  static constexpr int kCols = 4;
+  template <int rows, int cols>
+  static void tile(const Bf16RowsView& x, int64_t t, const RowRef* w, float* out) {
+    bf16_tile_avx512<rows, cols>(x, t, w, out);
+  }
+};
+
+// ---- AVX2 + FMA ----------------------------------------------------------------------------------
+// The same sums by FMA (no subnormal ever arises, so FMA and vdpbf16ps agree): the 16 lanes in
+// two registers, lane l of half h taking elements 16 h + 2 l' (even) and 16 h + 2 l' + 1 (odd),
+// l' = l - 8 h. x's BF16 pairs widen by a shift (even) and a mask (odd); the codes of a half
+// are split into even and odd bytes, then widened as fp8_decode16_avx2 does (e4m3 * 2^-8,
+// exact) and multiplied by 2^16 (exact) into w.
+MOERT_AVX2 inline void fp8_pairs_avx2(__m128i codes16, __m256& even, __m256& odd) {
+  const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m256i sx = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(codes16, split));
+  // F16 bits of e4m3 * 2^-8 (fp8_decode16_avx2; NaN codes are not admitted here).
+  const __m256i h = _mm256_and_si256(_mm256_slli_epi16(sx, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
+  const __m256 to_w = _mm256_set1_ps(0x1p16f);
+  even = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), to_w);
+  odd = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), to_w);
+}
+
+// The 16 codes of half h of the group at element g of a row of k codes (zeros past k).
+MOERT_AVX2 inline __m128i half_codes_avx2(const uint8_t* row, int64_t g, int h, int64_t k) {
+  const int64_t at = g + 16 * h;
+  if (at + 16 <= k) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + at));
+  alignas(16) uint8_t tail[16] = {};
+  if (at < k) std::copy(row + at, row + k, tail);
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(tail));
+}
+
+template <int rows, int cols>
+MOERT_AVX2 void bf16_tile_avx2(const Bf16RowsView& x, int64_t t, const RowRef* w, float* out) {
+  const int64_t k = x.cols, padded = bf16_padded_cols(k);
+  const uint16_t* xb = x.values + t * padded;
+  const __m256i high_words = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m256 lanes[2][rows * cols];
+  for (int h = 0; h < 2; ++h) {
+    for (int i = 0; i < rows * cols; ++i) lanes[h][i] = _mm256_setzero_ps();
+  }
+  for (int64_t b0 = 0; b0 < k; b0 += kFp8ScaleCols) {
+    const int64_t b1 = std::min(padded, b0 + kFp8ScaleCols);
+    __m256 partial[2][rows][cols];
+    for (int h = 0; h < 2; ++h) {
+      for (int r = 0; r < rows; ++r) {
+        for (int c = 0; c < cols; ++c) partial[h][r][c] = _mm256_setzero_ps();
+      }
+    }
+    for (int64_t g = b0; g < b1; g += kBf16Group) {
+      for (int h = 0; h < 2; ++h) {
+        __m256 x_even[rows], x_odd[rows];
+        for (int r = 0; r < rows; ++r) {
+          const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + r * padded + g + 16 * h));
+          x_even[r] = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
+          x_odd[r] = _mm256_castsi256_ps(_mm256_and_si256(pairs, high_words));
+        }
+        for (int c = 0; c < cols; ++c) {
+          if (h == 0) prefetch_stream_at(w[c].data, g, cols, k);
+          __m256 w_even, w_odd;
+          fp8_pairs_avx2(half_codes_avx2(w[c].data, g, h, k), w_even, w_odd);
+          for (int r = 0; r < rows; ++r) {
+            partial[h][r][c] = _mm256_fmadd_ps(x_odd[r], w_odd, partial[h][r][c]);
+            partial[h][r][c] = _mm256_fmadd_ps(x_even[r], w_even, partial[h][r][c]);
+          }
+        }
+      }
+    }
+    for (int c = 0; c < cols; ++c) {
+      const __m256 factor = _mm256_set1_ps(block_factor(w[c], b0 / kFp8ScaleCols));
+      for (int h = 0; h < 2; ++h) {
+        for (int r = 0; r < rows; ++r) {
+          lanes[h][r * cols + c] = _mm256_fmadd_ps(partial[h][r][c], factor, lanes[h][r * cols + c]);
+        }
+      }
+    }
+  }
+  cpu::x86::reduce_lanes_avx2<rows * cols>(lanes[0], lanes[1], out);
+}
+
+struct Avx2Bf16Kernel {
+  static constexpr int kRows = 2;  // 2 x 2 x 2 partial registers of the 16 (the lanes wait in memory)
+  static constexpr int kCols = 2;
+  template <int rows, int cols>
+  static void tile(const Bf16RowsView& x, int64_t t, const RowRef* w, float* out) {
+    bf16_tile_avx2<rows, cols>(x, t, w, out);
+  }
+};
+
+}  // namespace
+
+void bf16_linear_rows_avx512_bf16(const Bf16RowsView& x, const QuantizedWeightView& w, const float* bias, float* y,
+                                  int64_t begin, int64_t end) {
+  bf16_forward<Avx512Bf16Kernel>(x, w, bias, y, begin, end);
+}
+
+void bf16_linear_rows_avx2(const Bf16RowsView& x, const QuantizedWeightView& w, const float* bias, float* y,
+                           int64_t begin, int64_t end) {
+  bf16_forward<Avx2Bf16Kernel>(x, w, bias, y, begin, end);
+}
+
+}  // namespace moert::quant::x86
