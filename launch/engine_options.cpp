@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "launch/commands.h"
+#include "quant/cpu/bf16_linear.h"
 #include "core/host_memory.h"
 #include "core/thread_pool.h"
 #include "runtime/backend/backend_factory.h"
@@ -191,8 +192,10 @@ int resolve_threads(const EngineOptions& v) {
 }
 
 std::string describe_activation_modes(const EngineOptions& v) {
+  // The bf16 mode's path shows: without AVX-512 BF16 it is slower than f32 (same bits).
   return (v.fp4_activations == "f32" ? "" : ", fp4 activations " + v.fp4_activations) +
-         (v.fp8_activations == "f32" ? "" : ", fp8 activations " + v.fp8_activations);
+         (v.fp8_activations == "f32" ? ""
+                                     : ", fp8 activations " + v.fp8_activations + " (" + quant::bf16_linear_isa_name() + ")");
 }
 
 std::string describe_engine_config(const engine::EngineConfig& c, int threads) {

@@ -76,8 +76,8 @@ std::unique_ptr<comm::Transport> open_row_transport(const std::string& ep_transp
 // / ranks on this node. Throws CommandError when the fraction is outside (0, 1] or the
 // available memory cannot be read.
 double kv_pool_bytes_from_fraction(double fraction);
-// ", fp4 activations int8" under --fp4-activations int8 (likewise --fp8-activations), else
-// nothing (for the start-up line).
+// ", fp4 activations int8" under --fp4-activations int8 (likewise --fp8-activations, with the
+// bf16 mode's CPU path), else nothing (for the start-up line).
 std::string describe_activation_modes(const EngineOptions& values);
 // One line with the effective configuration (printed at start-up).
 std::string describe_engine_config(const engine::EngineConfig& config, int threads);

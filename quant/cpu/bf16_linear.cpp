@@ -44,12 +44,9 @@ struct PortableBf16Kernel {
 };
 
 void check_call(const Bf16RowsView& x, const QuantizedWeightView& w, int64_t begin, int64_t end) {
-  const Status status = validate_quantized_weight(w);
-  MOERT_CHECK(status.is_ok(), "" << status.to_string());
+  qlinear_detail::check_rows_call(x.cols, w, begin, end);
   MOERT_CHECK(bf16_activations_admitted(w), "bf16 activations with a " << weight_format_name(w.format)
                                                                        << " weight (FP8 with its codes marked finite only)");
-  MOERT_CHECK(x.cols == w.cols, "x has " << x.cols << " columns, the weight " << w.cols);
-  MOERT_CHECK(0 <= begin && begin <= end && end <= w.rows, "rows [" << begin << ", " << end << ") of " << w.rows);
 }
 
 enum class Bf16Path { kPortable, kAvx2, kAvx512Bf16 };

@@ -47,12 +47,9 @@ struct PortableInt8Kernel {
 };
 
 void check_call(const Int8RowsView& x, const QuantizedWeightView& w, int64_t begin, int64_t end) {
-  const Status status = validate_quantized_weight(w);
-  MOERT_CHECK(status.is_ok(), "" << status.to_string());
+  qlinear_detail::check_rows_call(x.cols, w, begin, end);
   MOERT_CHECK(w.format == WeightFormat::kNvfp4 || w.format == WeightFormat::kMxfp4,
               "int8 activations with " << weight_format_name(w.format) << " weights (NVFP4 / MXFP4 only)");
-  MOERT_CHECK(x.cols == w.cols, "x has " << x.cols << " columns, the weight " << w.cols);
-  MOERT_CHECK(0 <= begin && begin <= end && end <= w.rows, "rows [" << begin << ", " << end << ") of " << w.rows);
 }
 
 enum class Int8Path { kPortable, kAvx2, kAvx512, kAvx512Vnni, kNeon, kNeonDotprod };

@@ -118,6 +118,15 @@ constexpr float kFp8FoldLimit = 0x1p100f;
 // portable path would; a finite one must stay below kFp8FoldLimit.
 inline bool scale_foldable(float s) { return !(std::isfinite(s) && std::fabs(s) > kFp8FoldLimit); }
 
+// The checks of every rows call on a quantized weight (the int8 and bf16 modes add their own):
+// the weight is valid, x has its columns, [begin, end) lies within its features.
+inline void check_rows_call(int64_t x_cols, const QuantizedWeightView& w, int64_t begin, int64_t end) {
+  const Status status = validate_quantized_weight(w);
+  MOERT_CHECK(status.is_ok(), "" << status.to_string());
+  MOERT_CHECK(x_cols == w.cols, "x has " << x_cols << " columns, the weight " << w.cols);
+  MOERT_CHECK(0 <= begin && begin <= end && end <= w.rows, "rows [" << begin << ", " << end << ") of " << w.rows);
+}
+
 // Prefetches a weight stream (packed codes or scale bytes) one tile ahead, once per cache
 // line: `offset` is the byte the loop reads now, the tile `cols` rows of `row_bytes` of this
 // stream (core/cpu/prefetch.h).

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "quant/cpu/bf16_linear.h"
 #include "runtime/io/checkpoint.h"
 #include "runtime/io/npy.h"
 #include "tests/support/test_support.h"
@@ -444,7 +445,10 @@ TEST(CliQuantize, QuantizeScoreAndEval) {
   const testing::CommandResult bench_bf16 = run_command(moert() + " bench --model " + fp8 +
                                                         " --num-requests 2 --input-len 8 --output-len 2 --fp8-activations bf16");
   ASSERT_EQ(bench_bf16.exit_code, 0) << bench_bf16.err;
-  EXPECT_NE(bench_bf16.out.find(", device cpu, fp8 activations bf16, 1 rank(s)"), std::string::npos) << bench_bf16.out;
+  EXPECT_NE(bench_bf16.out.find(", device cpu, fp8 activations bf16 (" + std::string(quant::bf16_linear_isa_name()) +
+                                "), 1 rank(s)"),
+            std::string::npos)
+      << bench_bf16.out;
   expect_one_line_error(run_command(moert() + " score --model " + nvfp4 + " --tokens 1,2 --fp4-activations int4"),
                         "--fp4-activations 'int4' is not one of f32, int8, fp4");
   expect_one_line_error(run_command(moert() + " score --model " + nvfp4 + " --tokens 1,2 --fp4-activations bf16"),
