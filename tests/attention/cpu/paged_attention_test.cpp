@@ -162,7 +162,10 @@ struct Layout {
 // Every (block size, head layout): a mixed batch of decode rows, whole prefills and
 // chunks starting mid-sequence, context lengths on and off block boundaries.
 TEST(PagedAttention, MatchesFloat64ReferenceAndDenseBitForBit) {
-  const std::vector<Layout> layouts{{4, 2, 64}, {8, 1, 16}, {2, 2, 128}, {4, 2, 16}, {16, 4, 64}};
+  // The last three reach every register blocking of the AVX-512 value accumulation: 8 heads of 64
+  // (two head blocks), head_dim 96 (a 64-float block, then 32), 48 (three chunks).
+  const std::vector<Layout> layouts{{4, 2, 64}, {8, 1, 16}, {2, 2, 128}, {4, 2, 16}, {16, 4, 64},
+                                    {16, 2, 64}, {6, 2, 96}, {4, 1, 48}};
   // (kv_len, q_len)
   const std::vector<std::pair<int, int>> shapes{{1, 1},   {15, 15}, {16, 1},  {17, 17}, {17, 5},  {100, 1},
                                                 {100, 37}, {100, 100}, {15, 1}, {16, 16}, {33, 16}, {64, 3}};

@@ -34,6 +34,7 @@
 #include "quant/formats/fp4.h"
 #include "quant/formats/fp8.h"
 #include "quant/formats/minifloat.h"
+#include "tests/support/death_test.h"
 
 namespace moert::quant {
 namespace {
@@ -994,13 +995,14 @@ TEST(Bf16Activations, ReportsPathAndRejectsOtherWeights) {
   const std::vector<float> x = normals(64, rng);
   rows.round(x.data(), 1, 64);
   std::vector<float> y(4);
-  EXPECT_DEATH(bf16_linear_rows(rows.view(), nv.view, nullptr, y.data(), 0, 4), "bf16 activations with a nvfp4 weight");
-  EXPECT_DEATH(bf16_linear_rows(rows.view(), fp8.view, nullptr, y.data(), 0, 4),
-               "bf16 activations with a fp8_block weight");  // codes not marked finite
   QuantizedWeightView nv_bf16 = nv.view;
   nv_bf16.activations = ActivationPrecision::kBf16;
   const Status s = validate_quantized_weight(nv_bf16);
   EXPECT_NE(s.message().find("bf16 activations apply to FP8 only"), std::string::npos) << s.message();
+  MOERT_EXPECT_DEATH(bf16_linear_rows(rows.view(), nv.view, nullptr, y.data(), 0, 4),
+                     "bf16 activations with a nvfp4 weight");
+  MOERT_EXPECT_DEATH(bf16_linear_rows(rows.view(), fp8.view, nullptr, y.data(), 0, 4),
+                     "bf16 activations with a fp8_block weight");  // codes not marked finite
 }
 
 }  // namespace
