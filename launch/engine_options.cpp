@@ -68,13 +68,15 @@ quant::ActivationPrecision resolve_activations(const char* option, const std::st
                                                quant::ActivationPrecision cpu_only, const std::string& device) {
   const Result<quant::ActivationPrecision> parsed = quant::parse_activation_precision(value);
   std::string names;
-  for (const quant::ActivationPrecision p : allowed) names += std::string(names.empty() ? "" : ", ") + quant::activation_precision_name(p);
+  for (const quant::ActivationPrecision p : allowed) {
+    names += std::string(names.empty() ? "" : ", ") + quant::activation_precision_name(p);
+  }
   if (!parsed.is_ok() || std::find(allowed.begin(), allowed.end(), *parsed) == allowed.end()) {
     throw CommandError(std::string(option) + " '" + value + "' is not one of " + names);
   }
   if (*parsed == cpu_only && device != "cpu") {
-    throw CommandError(std::string(option) + " " + value + " runs on the CPU only (--device cpu; got --device " + device +
-                       ")");
+    throw CommandError(std::string(option) + " " + value + " runs on the CPU only (--device cpu; got --device " +
+                       device + ")");
   }
   return *parsed;
 }
@@ -193,9 +195,9 @@ int resolve_threads(const EngineOptions& v) {
 
 std::string describe_activation_modes(const EngineOptions& v) {
   // The bf16 mode's path shows: without AVX-512 BF16 it is slower than f32 (same bits).
+  const std::string fp8_path = std::string(" (") + quant::bf16_linear_isa_name() + ")";
   return (v.fp4_activations == "f32" ? "" : ", fp4 activations " + v.fp4_activations) +
-         (v.fp8_activations == "f32" ? ""
-                                     : ", fp8 activations " + v.fp8_activations + " (" + quant::bf16_linear_isa_name() + ")");
+         (v.fp8_activations == "f32" ? "" : ", fp8 activations " + v.fp8_activations + fp8_path);
 }
 
 std::string describe_engine_config(const engine::EngineConfig& c, int threads) {

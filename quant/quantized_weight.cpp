@@ -54,7 +54,8 @@ Status validate_quantized_weight(const QuantizedWeightView& w) {
   if (!fp4 && w.code_order != Fp4CodeOrder::kCheckpoint) {
     return invalid_argument(where() + "the CPU code order applies to NVFP4 / MXFP4 only");
   }
-  const bool fp4_activations = w.activations == ActivationPrecision::kInt8 || w.activations == ActivationPrecision::kFp4;
+  const bool fp4_activations =
+      w.activations == ActivationPrecision::kInt8 || w.activations == ActivationPrecision::kFp4;
   if (!fp4 && fp4_activations) {
     return invalid_argument(where() + activation_precision_name(w.activations) +
                             " activations apply to NVFP4 / MXFP4 only");

@@ -46,7 +46,7 @@ struct PortableBf16Kernel {
 void check_call(const Bf16RowsView& x, const QuantizedWeightView& w, int64_t begin, int64_t end) {
   qlinear_detail::check_rows_call(x.cols, w, begin, end);
   MOERT_CHECK(bf16_activations_admitted(w), "bf16 activations with a " << weight_format_name(w.format)
-                                                                       << " weight (FP8 with its codes marked finite only)");
+                                                << " weight (FP8 with its codes marked finite only)");
 }
 
 enum class Bf16Path { kPortable, kAvx2, kAvx512Bf16 };

@@ -442,8 +442,8 @@ TEST(CliQuantize, QuantizeScoreAndEval) {
   EXPECT_GT(fp8_moved[1], 0.0) << "bf16 activations must change the FP8 model's logits";
   EXPECT_LT(fp8_moved[1], 0.02) << "bf16 activations moved the FP8 model's logits too far";
   std::cout << "fp8 bf16 activations: logits moved by " << fp8_moved[1] << " of the largest\n";
-  const testing::CommandResult bench_bf16 = run_command(moert() + " bench --model " + fp8 +
-                                                        " --num-requests 2 --input-len 8 --output-len 2 --fp8-activations bf16");
+  const testing::CommandResult bench_bf16 =
+      run_command(moert() + " bench --model " + fp8 + " --num-requests 2 --input-len 8 --output-len 2 --fp8-activations bf16");
   ASSERT_EQ(bench_bf16.exit_code, 0) << bench_bf16.err;
   EXPECT_NE(bench_bf16.out.find(", device cpu, fp8 activations bf16 (" + std::string(quant::bf16_linear_isa_name()) +
                                 "), 1 rank(s)"),

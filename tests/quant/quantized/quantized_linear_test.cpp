@@ -920,7 +920,9 @@ TEST(Bf16Activations, EveryFiniteCodeDecodesExactly) {
   o.view.global_scale = 0.25f;
   o.data.resize(static_cast<size_t>(n * k));
   for (int64_t c = 0; c < n; ++c) {
-    for (int64_t i = 0; i < k; ++i) o.data[static_cast<size_t>(c * k + i)] = codes[static_cast<size_t>((c + 3 * i) % n)];
+    for (int64_t i = 0; i < k; ++i) {
+      o.data[static_cast<size_t>(c * k + i)] = codes[static_cast<size_t>((c + 3 * i) % n)];
+    }
   }
   o.view.data = o.data.data();
   ThreadPool pool(2);
@@ -955,7 +957,8 @@ TEST(Bf16Activations, NonFiniteInputPoisonsOnlyItsRow) {
 // Gate and up reading one x share its rounding; an F32 FP8 job beside them keeps the exact bits.
 TEST(Bf16Activations, ApplyLinearsMatchesOneCallPerLayer) {
   Rng rng(73);
-  const Owned gate = quantize(WeightFormat::kFp8Block, 40, 192, rng), up = quantize(WeightFormat::kFp8Block, 24, 192, rng);
+  const Owned gate = quantize(WeightFormat::kFp8Block, 40, 192, rng);
+  const Owned up = quantize(WeightFormat::kFp8Block, 24, 192, rng);
   const Owned exact = quantize(WeightFormat::kFp8Tensor, 12, 192, rng);
   const std::vector<float> x = normals(5 * 192, rng);
   ThreadPool pool(2), one(1);
@@ -964,7 +967,8 @@ TEST(Bf16Activations, ApplyLinearsMatchesOneCallPerLayer) {
     v->activations = ActivationPrecision::kBf16;
     v->fp8_codes_finite = true;
   }
-  const LinearWeight lw[] = {LinearWeight::from_packed(g), LinearWeight::from_packed(u), LinearWeight::from_packed(exact.view)};
+  const LinearWeight lw[] = {LinearWeight::from_packed(g), LinearWeight::from_packed(u),
+                             LinearWeight::from_packed(exact.view)};
   std::vector<std::vector<float>> batched(3), single(3);
   std::vector<LinearJob> jobs;
   for (int j = 0; j < 3; ++j) {
@@ -975,7 +979,7 @@ TEST(Bf16Activations, ApplyLinearsMatchesOneCallPerLayer) {
   single[0] = run_bf16(x, 5, gate.view, nullptr, one);
   single[1] = run_bf16(x, 5, up.view, nullptr, one);
   single[2] = run(x, 5, exact.view, nullptr, one);
-  for (int j = 0; j < 3; ++j) expect_same(batched[static_cast<size_t>(j)], single[static_cast<size_t>(j)], "job " + std::to_string(j));
+  for (size_t j = 0; j < 3; ++j) expect_same(batched[j], single[j], "job " + std::to_string(j));
 }
 
 TEST(Bf16Activations, ReportsPathAndRejectsOtherWeights) {
