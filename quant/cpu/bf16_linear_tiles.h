@@ -2,11 +2,9 @@
 // (quant/cpu/bf16_linear.h) every path shares, and the row driver it runs its tiles under.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 
-#include "core/check.h"
 #include "core/cpu/dot_lanes.h"
 #include "quant/cpu/bf16_linear.h"
 #include "quant/cpu/quantized_linear_tiles.h"
@@ -38,25 +36,6 @@ inline float block_factor(const RowRef& r, int64_t b) { return r.fp8_scales[b * 
 
 // Kernel: kRows, kCols and tile<rows, cols>(x, t, w, out): out[r * cols + c] = the lane tree
 // of x row t + r against weight row w[c] (bias not added).
-template <typename Kernel, int cols>
-void run_bf16_tile(int rows, const Bf16RowsView& x, int64_t t, const RowRef* w, float* out) {
-  static_assert(Kernel::kRows >= 1 && Kernel::kRows <= 4);
-  switch (rows) {
-    case 1: return Kernel::template tile<1, cols>(x, t, w, out);
-    case 2:
-      if constexpr (Kernel::kRows >= 2) return Kernel::template tile<2, cols>(x, t, w, out);
-      break;
-    case 3:
-      if constexpr (Kernel::kRows >= 3) return Kernel::template tile<3, cols>(x, t, w, out);
-      break;
-    case 4:
-      if constexpr (Kernel::kRows >= 4) return Kernel::template tile<4, cols>(x, t, w, out);
-      break;
-    default: break;
-  }
-  MOERT_CHECK(false, "tile rows = " << rows << " (at most " << Kernel::kRows << ")");
-}
-
 template <typename Kernel, WeightFormat f>
 void bf16_forward_rows(const Bf16RowsView& x, const QuantizedWeightView& w, const float* bias, float* y,
                        int64_t begin, int64_t end) {
@@ -64,7 +43,9 @@ void bf16_forward_rows(const Bf16RowsView& x, const QuantizedWeightView& w, cons
       x.rows, w.rows, begin, end, bias, y, qlinear_detail::shared_row_ref<f>(w),
       [&](RowRef& r, int64_t n) { qlinear_detail::point_at<f>(r, w, n); },
       [&](int rows, int64_t t, const RowRef* refs, float* dots, auto cols) {
-        run_bf16_tile<Kernel, decltype(cols)::value>(rows, x, t, refs, dots);
+        with_tile_rows<Kernel::kRows>(rows, [&](auto r) {
+          Kernel::template tile<decltype(r)::value, decltype(cols)::value>(x, t, refs, dots);
+        });
       });
 }
 

@@ -132,20 +132,6 @@ using cpu::dot_detail::reduce_lanes;
 
 // Kernel: kRows, kCols and tile<rows, cols>(x, t, cols, out): out[r * cols + c] = the lane
 // tree of x row t + r against weight row cols[c] (bias not added).
-template <typename Kernel, int cols>
-void run_int8_tile(int rows, const Int8RowsView& x, int64_t t, const Int8Col* w, float* out) {
-  switch (rows) {
-    case 1: return Kernel::template tile<1, cols>(x, t, w, out);
-    case 2: return Kernel::template tile<2, cols>(x, t, w, out);
-    case 3:
-      if constexpr (Kernel::kRows >= 3) return Kernel::template tile<3, cols>(x, t, w, out);
-      [[fallthrough]];
-    default:
-      if constexpr (Kernel::kRows >= 4) return Kernel::template tile<4, cols>(x, t, w, out);
-      MOERT_CHECK(false, "tile rows = " << rows);
-  }
-}
-
 template <typename Kernel>
 void int8_forward_rows(const Int8RowsView& x, const QuantizedWeightView& w, const float* bias, float* y, int64_t begin,
                        int64_t end) {
@@ -153,7 +139,9 @@ void int8_forward_rows(const Int8RowsView& x, const QuantizedWeightView& w, cons
       x.rows, w.rows, begin, end, bias, y, shared_int8_col(w),
       [&](Int8Col& c, int64_t n) { point_int8_col(c, w, n); },
       [&](int rows, int64_t t, const Int8Col* refs, float* dots, auto cols) {
-        run_int8_tile<Kernel, decltype(cols)::value>(rows, x, t, refs, dots);
+        with_tile_rows<Kernel::kRows>(rows, [&](auto r) {
+          Kernel::template tile<decltype(r)::value, decltype(cols)::value>(x, t, refs, dots);
+        });
       });
 }
 

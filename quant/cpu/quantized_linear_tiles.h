@@ -140,16 +140,7 @@ inline void prefetch_stream_at(const uint8_t* stream, int64_t offset, int cols, 
 template <typename Kernel, WeightFormat f, int cols>
 void run_tile(int rows, const float* x, int64_t k, const RowRef* w, float* out) {
   static_assert(Kernel::kRows == 2 || Kernel::kRows == 4);
-  switch (rows) {
-    case 1: return Kernel::template tile<f, 1, cols>(x, k, w, out);
-    case 2: return Kernel::template tile<f, 2, cols>(x, k, w, out);
-    default:
-      if constexpr (Kernel::kRows == 4) {
-        if (rows == 3) return Kernel::template tile<f, 3, cols>(x, k, w, out);
-        return Kernel::template tile<f, 4, cols>(x, k, w, out);
-      }
-      MOERT_CHECK(false, "tile rows = " << rows);
-  }
+  with_tile_rows<Kernel::kRows>(rows, [&](auto r) { Kernel::template tile<f, decltype(r)::value, cols>(x, k, w, out); });
 }
 
 // Output features [begin, end) of y = x . W^T (+ bias), on the calling thread.

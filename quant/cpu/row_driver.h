@@ -13,9 +13,31 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/check.h"
 #include "core/cpu/dot_lanes.h"
 
 namespace moert::quant {
+
+// tile(std::integral_constant<int, rows>{}) for 1 <= rows <= kMaxRows: the kernels' tiles take
+// their x row count as a template argument, the driver hands them a count known at run time.
+template <int kMaxRows, typename Tile>
+void with_tile_rows(int rows, Tile tile) {
+  static_assert(kMaxRows >= 1 && kMaxRows <= 4);
+  switch (rows) {
+    case 1: return tile(std::integral_constant<int, 1>{});
+    case 2:
+      if constexpr (kMaxRows >= 2) return tile(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      if constexpr (kMaxRows >= 3) return tile(std::integral_constant<int, 3>{});
+      break;
+    case 4:
+      if constexpr (kMaxRows >= 4) return tile(std::integral_constant<int, 4>{});
+      break;
+    default: break;
+  }
+  MOERT_CHECK(false, "tile rows = " << rows << " (at most " << kMaxRows << ")");
+}
 
 // run_tile(rows, t, refs, dots, std::integral_constant<int, cols>): dots[r * cols + c] = the
 // dot product of x row t + r with weight row refs[c], for r < rows, c < cols.

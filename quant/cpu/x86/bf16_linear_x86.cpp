@@ -95,16 +95,14 @@ struct Avx512Bf16Kernel {
 // The same sums by FMA (no subnormal ever arises, so FMA and vdpbf16ps agree): the 16 lanes in
 // two registers, lane l of half h taking elements 16 h + 2 l' (even) and 16 h + 2 l' + 1 (odd),
 // l' = l - 8 h. x's BF16 pairs widen by a shift (even) and a mask (odd); the codes of a half
-// are split into even and odd bytes, then widened as fp8_decode16_avx2 does (e4m3 * 2^-8,
-// exact) and multiplied by 2^16 (exact) into w.
+// are split into even and odd bytes, decoded by fp8_decode16_avx2 (e4m3 * 2^-8, exact; NaN
+// codes are not admitted here) and multiplied by 2^16 (exact) into w.
 MOERT_AVX2 inline void fp8_pairs_avx2(__m128i codes16, __m256& even, __m256& odd) {
   const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-  const __m256i sx = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(codes16, split));
-  // F16 bits of e4m3 * 2^-8 (fp8_decode16_avx2; NaN codes are not admitted here).
-  const __m256i h = _mm256_and_si256(_mm256_slli_epi16(sx, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
+  fp8_decode16_avx2<true>(_mm_shuffle_epi8(codes16, split), even, odd);
   const __m256 to_w = _mm256_set1_ps(0x1p16f);
-  even = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), to_w);
-  odd = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), to_w);
+  even = _mm256_mul_ps(even, to_w);
+  odd = _mm256_mul_ps(odd, to_w);
 }
 
 // The 16 codes of half h of the group at element g of a row of k codes (zeros past k).

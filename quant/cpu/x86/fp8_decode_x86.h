@@ -37,11 +37,12 @@ MOERT_AVX512 inline void nvfp4_scales_avx512(const uint8_t* bytes, int64_t count
   for (; b < count; ++b) out[b] = e4m3_decode(bytes[b]) * global_scale;
 }
 
-// 16 E4M3 bytes -> 16 floats times 2^-8, lanes 0-7 in `a`, 8-15 in `b`, as fp8_decode16_avx512
-// (kCodesFinite likewise): one widening, shift and mask for all 16, then two conversions.
+// 16 E4M3 bytes (in a register) -> 16 floats times 2^-8, lanes 0-7 in `a`, 8-15 in `b`, as
+// fp8_decode16_avx512 (kCodesFinite likewise): one widening, shift and mask for all 16, then two
+// conversions.
 template <bool kCodesFinite = false>
-MOERT_AVX2 inline void fp8_decode16_avx2(const uint8_t* p, __m256& a, __m256& b) {
-  const __m256i sx = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+MOERT_AVX2 inline void fp8_decode16_avx2(__m128i codes, __m256& a, __m256& b) {
+  const __m256i sx = _mm256_cvtepi8_epi16(codes);
   __m256i h = _mm256_and_si256(_mm256_slli_epi16(sx, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
   if constexpr (!kCodesFinite) {
     const __m256i mag = _mm256_set1_epi16(0x3F80);
@@ -84,7 +85,7 @@ MOERT_AVX2 inline void nvfp4_scales_avx2(const uint8_t* bytes, int64_t count, fl
     const __m256 g = _mm256_set1_ps(global_scale * 256.0f);
     for (; b + 16 <= count; b += 16) {
       __m256 lo, hi;
-      fp8_decode16_avx2(bytes + b, lo, hi);
+      fp8_decode16_avx2(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + b)), lo, hi);
       _mm256_storeu_ps(out + b, _mm256_mul_ps(lo, g));
       _mm256_storeu_ps(out + b + 8, _mm256_mul_ps(hi, g));
     }

@@ -495,7 +495,7 @@ MOERT_AVX2 void fp8_tile_avx2(const float* x, int64_t x_stride, int64_t k, const
       __m256 wa[cols], wb[cols];
       for (int c = 0; c < cols; ++c) {
         prefetch_stream_at(w[c].data, i, cols, k);
-        fp8_decode16_avx2<kCodesFinite>(w[c].data + i, wa[c], wb[c]);
+        fp8_decode16_avx2<kCodesFinite>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[c].data + i)), wa[c], wb[c]);
         wa[c] = _mm256_mul_ps(wa[c], scale[c]);
         wb[c] = _mm256_mul_ps(wb[c], scale[c]);
       }
