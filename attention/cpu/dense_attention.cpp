@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/cpu/dot.h"
+#include "core/cpu/exp.h"
 
 namespace moert::attention {
 
@@ -30,11 +31,11 @@ void causal_attention_one_token(const float* q, const float* keys, const float* 
     if (sink != nullptr) max_score = std::max(max_score, *sink);
     double denominator = 0.0;
     for (int64_t j = first; j <= position; ++j) {
-      const float p = std::exp(scores[static_cast<size_t>(j)] - max_score);
+      const float p = cpu::exp_f32(scores[static_cast<size_t>(j)] - max_score);
       scores[static_cast<size_t>(j)] = p;
       denominator += p;
     }
-    if (sink != nullptr) denominator += std::exp(*sink - max_score);
+    if (sink != nullptr) denominator += cpu::exp_f32(*sink - max_score);
     const float inv_denominator = static_cast<float>(1.0 / denominator);
     float* out_head = out + static_cast<int64_t>(h) * head_dim;
     for (int d = 0; d < head_dim; ++d) out_head[d] = 0.0f;

@@ -9,6 +9,7 @@
 
 #include "quant/bf16.h"
 #include "core/cpu/dot.h"
+#include "core/cpu/exp.h"
 #include "core/cpu/isa.h"
 #include "quant/formats/minifloat.h"
 #if defined(MOERT_X86_KERNELS)
@@ -168,6 +169,49 @@ bool use_avx512() {
 // Query heads per kv head that one work item handles (GQA group size).
 constexpr int kMaxGroup = 128;
 
+// dots[g * dots_stride + r] = cpu::dot_f32(q head g, key row r) for g < group, r < count:
+// register tiles of heads x keys (cpu::dot_block, the canonical dot) where the CPU has them,
+// else one key at a time against all heads. A tile's spare key columns repeat the last key.
+void key_dots(const float* q_heads, int group, int head_dim, const float* keys, int64_t key_stride, int64_t count,
+              float* dots, int64_t dots_stride) {
+  const cpu::DotTile tile = cpu::dot_block_tile(group);
+  if (tile == cpu::kNoDotTile) {
+    float column[kMaxGroup];
+    for (int64_t r = 0; r < count; ++r) {
+      cpu::dot_f32_rows(q_heads, head_dim, group, keys + r * key_stride, head_dim, column);
+      for (int g = 0; g < group; ++g) dots[g * dots_stride + r] = column[g];
+    }
+    return;
+  }
+  constexpr int kMaxTileCells = 32;
+  MOERT_CHECK(tile.rows * tile.cols <= kMaxTileCells, "dot tile " << tile.rows << "x" << tile.cols << " too large");
+  float tile_out[kMaxTileCells];
+  const void* key_rows[kMaxTileCells];
+  for (int64_t r0 = 0; r0 < count; r0 += tile.cols) {
+    const int cols = static_cast<int>(std::min<int64_t>(tile.cols, count - r0));
+    for (int c = 0; c < tile.cols; ++c) key_rows[c] = keys + (r0 + std::min(c, cols - 1)) * key_stride;
+    for (int g0 = 0; g0 < group; g0 += tile.rows) {
+      const int rows = std::min(tile.rows, group - g0);
+      cpu::dot_block(tile, cpu::WeightKind::kF32, q_heads + static_cast<int64_t>(g0) * head_dim, head_dim, rows,
+                     head_dim, key_rows, tile_out);
+      for (int g = 0; g < rows; ++g) {
+        for (int c = 0; c < cols; ++c) dots[(g0 + g) * dots_stride + r0 + c] = tile_out[g * tile.cols + c];
+      }
+    }
+  }
+}
+
+// sums[h] = the sum over j in [first, n) of double(rows[h][j]), ascending j from 0.0, for
+// h < count (1..4): up to four independent chains in one loop, so their adds overlap.
+template <int count>
+void ordered_sums(const float* const* rows, int64_t first, int64_t n, double* sums) {
+  double acc[count] = {};
+  for (int64_t j = first; j < n; ++j) {
+    for (int h = 0; h < count; ++h) acc[h] += rows[h][j];
+  }
+  for (int h = 0; h < count; ++h) sums[h] = acc[h];
+}
+
 // Attention of the `group` query heads sharing kv head item.kv_head for one query row.
 // Each head's arithmetic is exactly that of causal_attention_one_token: the group only
 // shares the loads of K/V rows; per-head values never mix.
@@ -194,31 +238,43 @@ void attend(const float* q, const PagedKvLayer& layer, const PagedAttentionPlan&
     const int64_t count = std::min<int64_t>(block_size - offset, n - j);
     const PageRows k_page =
         page_rows(layer, layer.k_cache, layer.k_scales, item.pages[page], item.kv_head, offset, count, scratch.k_rows);
-    for (int64_t r = 0; r < count; ++r, ++j) {
-      float dots[kMaxGroup];
-      cpu::dot_f32_rows(q_row, head_dim, group, k_page.rows + r * k_page.stride, head_dim, dots);
-      for (int g = 0; g < group; ++g) {
-        float score = dots[g] * scale;
+    key_dots(q_row, group, head_dim, k_page.rows, k_page.stride, count, scores + j, n);
+    for (int g = 0; g < group; ++g) {
+      float* s = scores + g * n + j;
+      for (int64_t r = 0; r < count; ++r) {
+        float score = s[r] * scale;
         if (soft_cap > 0.0f) score = soft_cap * std::tanh(score / soft_cap);
-        scores[g * n + j] = score;
+        s[r] = score;
         max_score[g] = std::max(max_score[g], score);
       }
     }
+    j += count;
   }
   // Pass 2: probabilities; the denominator is summed in double in ascending j, then the
   // head's sink (if any) joins it.
-  for (int g = 0; g < group; ++g) {
-    float* s = scores + g * n;
-    const float* sink = plan.variant.sinks != nullptr ? plan.variant.sinks + first_head + g : nullptr;
-    const float m = sink != nullptr ? std::max(max_score[g], *sink) : max_score[g];
-    double denominator = 0.0;
-    for (int64_t j = first_key; j < n; ++j) {
-      const float p = std::exp(s[j] - m);
-      s[j] = p;
-      denominator += p;
+  for (int g0 = 0; g0 < group; g0 += 4) {
+    const int heads = std::min(4, group - g0);
+    const float* rows[4];
+    double denominators[4];
+    for (int h = 0; h < heads; ++h) {
+      const int g = g0 + h;
+      const float* sink = plan.variant.sinks != nullptr ? plan.variant.sinks + first_head + g : nullptr;
+      if (sink != nullptr) max_score[g] = std::max(max_score[g], *sink);
+      cpu::exp_shifted(scores + g * n + first_key, n - first_key, max_score[g]);
+      rows[h] = scores + g * n;
     }
-    if (sink != nullptr) denominator += std::exp(*sink - m);
-    inv_denominator[g] = static_cast<float>(1.0 / denominator);
+    switch (heads) {
+      case 1: ordered_sums<1>(rows, first_key, n, denominators); break;
+      case 2: ordered_sums<2>(rows, first_key, n, denominators); break;
+      case 3: ordered_sums<3>(rows, first_key, n, denominators); break;
+      default: ordered_sums<4>(rows, first_key, n, denominators); break;
+    }
+    for (int h = 0; h < heads; ++h) {
+      const int g = g0 + h;
+      const float* sink = plan.variant.sinks != nullptr ? plan.variant.sinks + first_head + g : nullptr;
+      if (sink != nullptr) denominators[h] += cpu::exp_f32(*sink - max_score[g]);
+      inv_denominator[g] = static_cast<float>(1.0 / denominators[h]);
+    }
   }
   // Pass 3: out[d] = sum_j (p_j * inv) * v_j[d], ascending j, from 0.0f. Lanes are d.
   for (int g = 0; g < group; ++g) {
