@@ -96,19 +96,21 @@ int64_t check_plan(const PagedKvLayer& layer, const PagedAttentionPlan& plan, in
   return max_kv_len;
 }
 
-// Where one (row, kv head) work item reads and writes.
+// Where one (row, kv heads) work item reads and writes: kv heads [first_kv_head,
+// first_kv_head + num_kv_heads) and their query heads.
 struct WorkItem {
   const int32_t* pages;  // the sequence's block ids, logical order
   int64_t num_keys;      // kv positions attended: position + 1
   int64_t row;           // row of q / out
-  int kv_head;
+  int first_kv_head;
+  int num_kv_heads;
 };
 
 // Per-thread scratch, allocated once per chunk and reused by all its items.
 struct Scratch {
-  std::vector<float> scores;  // [group, max_kv_len]: scores, then probabilities
-  std::vector<float> acc;     // [group, Dh]
-  std::vector<float> max_score, inv_denominator;  // [group]
+  std::vector<float> scores;  // [item heads, max_kv_len]: scores, then probabilities
+  std::vector<float> acc;     // [item heads, Dh]
+  std::vector<float> max_score, inv_denominator;  // [item heads]
   std::vector<float> k_rows, v_rows;  // [BS, Dh]: one page of one kv head widened to F32 (BF16 / FP8 caches)
 };
 
@@ -169,17 +171,23 @@ bool use_avx512() {
 // Query heads per kv head that one work item handles (GQA group size).
 constexpr int kMaxGroup = 128;
 
-// dots[g * dots_stride + r] = cpu::dot_f32(q head g, key row r) for g < group, r < count:
-// register tiles of heads x keys (cpu::dot_block, the canonical dot) where the CPU has them,
-// else one key at a time against all heads. A tile's spare key columns repeat the last key.
-void key_dots(const float* q_heads, int group, int head_dim, const float* keys, int64_t key_stride, int64_t count,
-              float* dots, int64_t dots_stride) {
+// dots[(h * group + g) * dots_stride + r] = cpu::dot_f32(q head h * group + g, row r of kv
+// head h) for h < kv_heads, g < group, r < count, where kv head h's rows start at
+// keys + h * head_stride, key_stride apart: register tiles of heads x keys (cpu::dot_block, the
+// canonical dot) where the CPU has them, a tile of keys for every kv head before the next keys
+// (one run through memory), else one key at a time against all heads. A tile's spare key
+// columns repeat the last key.
+void key_dots(const float* q_heads, int kv_heads, int group, int head_dim, const float* keys, int64_t key_stride,
+              int64_t head_stride, int64_t count, float* dots, int64_t dots_stride) {
   const cpu::DotTile tile = cpu::dot_block_tile(group);
   if (tile == cpu::kNoDotTile) {
     float column[kMaxGroup];
     for (int64_t r = 0; r < count; ++r) {
-      cpu::dot_f32_rows(q_heads, head_dim, group, keys + r * key_stride, head_dim, column);
-      for (int g = 0; g < group; ++g) dots[g * dots_stride + r] = column[g];
+      for (int h = 0; h < kv_heads; ++h) {
+        cpu::dot_f32_rows(q_heads + static_cast<int64_t>(h) * group * head_dim, head_dim, group,
+                          keys + h * head_stride + r * key_stride, head_dim, column);
+        for (int g = 0; g < group; ++g) dots[(h * group + g) * dots_stride + r] = column[g];
+      }
     }
     return;
   }
@@ -189,13 +197,16 @@ void key_dots(const float* q_heads, int group, int head_dim, const float* keys, 
   const void* key_rows[kMaxTileCells];
   for (int64_t r0 = 0; r0 < count; r0 += tile.cols) {
     const int cols = static_cast<int>(std::min<int64_t>(tile.cols, count - r0));
-    for (int c = 0; c < tile.cols; ++c) key_rows[c] = keys + (r0 + std::min(c, cols - 1)) * key_stride;
-    for (int g0 = 0; g0 < group; g0 += tile.rows) {
-      const int rows = std::min(tile.rows, group - g0);
-      cpu::dot_block(tile, cpu::WeightKind::kF32, q_heads + static_cast<int64_t>(g0) * head_dim, head_dim, rows,
-                     head_dim, key_rows, tile_out);
-      for (int g = 0; g < rows; ++g) {
-        for (int c = 0; c < cols; ++c) dots[(g0 + g) * dots_stride + r0 + c] = tile_out[g * tile.cols + c];
+    for (int h = 0; h < kv_heads; ++h) {
+      for (int c = 0; c < tile.cols; ++c) key_rows[c] = keys + h * head_stride + (r0 + std::min(c, cols - 1)) * key_stride;
+      for (int g0 = 0; g0 < group; g0 += tile.rows) {
+        const int rows = std::min(tile.rows, group - g0);
+        const int64_t first_row = static_cast<int64_t>(h) * group + g0;  // of q_heads and dots
+        cpu::dot_block(tile, cpu::WeightKind::kF32, q_heads + first_row * head_dim, head_dim, rows, head_dim, key_rows,
+                       tile_out);
+        for (int g = 0; g < rows; ++g) {
+          for (int c = 0; c < cols; ++c) dots[(first_row + g) * dots_stride + r0 + c] = tile_out[g * tile.cols + c];
+        }
       }
     }
   }
@@ -212,34 +223,48 @@ void ordered_sums(const float* const* rows, int64_t first, int64_t n, double* su
   for (int h = 0; h < count; ++h) sums[h] = acc[h];
 }
 
-// Attention of the `group` query heads sharing kv head item.kv_head for one query row.
-// Each head's arithmetic is exactly that of causal_attention_one_token: the group only
-// shares the loads of K/V rows; per-head values never mix.
+// Attention of the query heads of kv heads [item.first_kv_head, + item.num_kv_heads) for one
+// query row, page by page for all of them: a slot holds the rows of all kv heads side by side
+// ([KVH, Dh]), so an item of several kv heads reads each page's bytes as one contiguous run
+// (a single head's rows, Dh elements out of every KVH * Dh, streamed at 10 against 26 GB/s
+// contiguous from memory here: docs/perf/cpu-roofline.md). Each head's arithmetic is exactly
+// that of causal_attention_one_token: heads only share the loads of K/V rows; their values
+// never mix.
 void attend(const float* q, const PagedKvLayer& layer, const PagedAttentionPlan& plan, int num_heads,
             const WorkItem& item, Scratch& scratch, float* out) {
   const int head_dim = layer.head_dim;
   const int block_size = layer.block_size;
   const int group = num_heads / layer.num_kv_heads;
+  const int item_heads = item.num_kv_heads * group;  // query heads of the item, rows of scores
   const int64_t n = item.num_keys;
   const int64_t first_key = first_visible_key(plan, n);
   const float scale = plan.variant.softmax_scale > 0.0f ? plan.variant.softmax_scale
                                                        : 1.0f / std::sqrt(static_cast<float>(head_dim));
   const float soft_cap = plan.variant.soft_cap;
-  const int first_head = item.kv_head * group;
+  const int first_head = item.first_kv_head * group;
   const float* q_row = q + (item.row * num_heads + first_head) * static_cast<int64_t>(head_dim);
   float* scores = scratch.scores.data();
   float* max_score = scratch.max_score.data();
   float* inv_denominator = scratch.inv_denominator.data();
 
   // Pass 1: scores and running max, in ascending j over the visible keys [first_key, n).
-  for (int g = 0; g < group; ++g) max_score[g] = -INFINITY;
+  for (int g = 0; g < item_heads; ++g) max_score[g] = -INFINITY;
   for (int64_t j = first_key; j < n;) {
     const int64_t page = j / block_size, offset = j % block_size;
     const int64_t count = std::min<int64_t>(block_size - offset, n - j);
-    const PageRows k_page =
-        page_rows(layer, layer.k_cache, layer.k_scales, item.pages[page], item.kv_head, offset, count, scratch.k_rows);
-    key_dots(q_row, group, head_dim, k_page.rows, k_page.stride, count, scores + j, n);
-    for (int g = 0; g < group; ++g) {
+    if (layer.dtype == DType::kF32) {  // all the item's kv heads straight from the cache, slot by slot
+      const PageRows k_page = page_rows(layer, layer.k_cache, layer.k_scales, item.pages[page], item.first_kv_head,
+                                        offset, count, scratch.k_rows);
+      key_dots(q_row, item.num_kv_heads, group, head_dim, k_page.rows, k_page.stride, head_dim, count, scores + j, n);
+    } else {  // each head's rows widened to F32 in turn
+      for (int h = 0; h < item.num_kv_heads; ++h) {
+        const PageRows k_page = page_rows(layer, layer.k_cache, layer.k_scales, item.pages[page],
+                                          item.first_kv_head + h, offset, count, scratch.k_rows);
+        key_dots(q_row + static_cast<int64_t>(h) * group * head_dim, 1, group, head_dim, k_page.rows, k_page.stride, 0,
+                 count, scores + h * group * n + j, n);
+      }
+    }
+    for (int g = 0; g < item_heads; ++g) {
       float* s = scores + g * n + j;
       for (int64_t r = 0; r < count; ++r) {
         float score = s[r] * scale;
@@ -252,8 +277,8 @@ void attend(const float* q, const PagedKvLayer& layer, const PagedAttentionPlan&
   }
   // Pass 2: probabilities; the denominator is summed in double in ascending j, then the
   // head's sink (if any) joins it.
-  for (int g0 = 0; g0 < group; g0 += 4) {
-    const int heads = std::min(4, group - g0);
+  for (int g0 = 0; g0 < item_heads; g0 += 4) {
+    const int heads = std::min(4, item_heads - g0);
     const float* rows[4];
     double denominators[4];
     for (int h = 0; h < heads; ++h) {
@@ -277,30 +302,34 @@ void attend(const float* q, const PagedKvLayer& layer, const PagedAttentionPlan&
     }
   }
   // Pass 3: out[d] = sum_j (p_j * inv) * v_j[d], ascending j, from 0.0f. Lanes are d.
-  for (int g = 0; g < group; ++g) {
+  for (int g = 0; g < item_heads; ++g) {
     float* s = scores + g * n;
     const float inv = inv_denominator[g];
     for (int64_t j = first_key; j < n; ++j) s[j] *= inv;
   }
   float* acc = scratch.acc.data();
-  std::fill(acc, acc + static_cast<int64_t>(group) * head_dim, 0.0f);
+  std::fill(acc, acc + static_cast<int64_t>(item_heads) * head_dim, 0.0f);
   const bool wide = use_avx512() && head_dim % 16 == 0;
   for (int64_t j = first_key; j < n;) {
     const int64_t page = j / block_size, offset = j % block_size;
     const int64_t count = std::min<int64_t>(block_size - offset, n - j);
-    const PageRows v_page =
-        page_rows(layer, layer.v_cache, layer.v_scales, item.pages[page], item.kv_head, offset, count, scratch.v_rows);
-    if (wide) {
+    for (int h = 0; h < item.num_kv_heads; ++h) {
+      const PageRows v_page = page_rows(layer, layer.v_cache, layer.v_scales, item.pages[page], item.first_kv_head + h,
+                                        offset, count, scratch.v_rows);
+      const float* weights = scores + h * group * n + j;
+      float* head_acc = acc + static_cast<int64_t>(h) * group * head_dim;
+      if (wide) {
 #if defined(MOERT_X86_KERNELS)
-      x86::accumulate_values_avx512(v_page.rows, v_page.stride, count, scores + j, n, group, head_dim, acc);
+        x86::accumulate_values_avx512(v_page.rows, v_page.stride, count, weights, n, group, head_dim, head_acc);
 #endif
-    } else {
-      accumulate_values(v_page.rows, v_page.stride, count, scores + j, n, group, head_dim, acc);
+      } else {
+        accumulate_values(v_page.rows, v_page.stride, count, weights, n, group, head_dim, head_acc);
+      }
     }
     j += count;
   }
   std::memcpy(out + (item.row * num_heads + first_head) * static_cast<int64_t>(head_dim), acc,
-              sizeof(float) * static_cast<size_t>(group) * head_dim);
+              sizeof(float) * static_cast<size_t>(item_heads) * head_dim);
 }
 
 // E4M3 encoding of one K or V row [KVH, Dh] into `slot`, each head under its (block, head)
@@ -399,6 +428,22 @@ void copy_kv_blocks(const PagedKvLayer& layer, const int32_t* src, const int32_t
   }
 }
 
+namespace {
+
+// KV heads per work item: all of them when there are enough items anyway (at least four per
+// thread, or a multiple of the threads: equal shares), else the largest divisor of kv_heads
+// that still gives that, down to one (batch-1 decode on two threads with 4 kv heads: 2).
+int kv_heads_per_item(int kv_heads, int64_t num_rows, int num_threads) {
+  for (int per_item = kv_heads; per_item > 1; --per_item) {
+    if (kv_heads % per_item != 0) continue;
+    const int64_t items = num_rows * (kv_heads / per_item);
+    if (items >= 4 * static_cast<int64_t>(num_threads) || items % num_threads == 0) return per_item;
+  }
+  return 1;
+}
+
+}  // namespace
+
 void paged_attention_forward(const float* q, const PagedKvLayer& layer, const PagedAttentionPlan& plan,
                              int num_heads, float* out, ThreadPool& pool) {
   check_layer(layer);
@@ -407,9 +452,12 @@ void paged_attention_forward(const float* q, const PagedKvLayer& layer, const Pa
   const int group = num_heads / kv_heads;
   MOERT_CHECK(group <= kMaxGroup, "num_heads / num_kv_heads = " << group << " exceeds " << kMaxGroup);
 
-  // Items are (sequence, row, kv head) in that order. Split them into contiguous ranges of
-  // about equal cost (keys attended), one per thread: causal rows and mixed context
-  // lengths make per-item cost uneven. The split never affects results.
+  // Items are (sequence, row, kv heads) in that order, each covering `item_kv_heads` kv heads.
+  // Split them into contiguous ranges of about equal cost (keys attended), one per thread:
+  // causal rows and mixed context lengths make per-item cost uneven. Neither the split nor
+  // the item size affects results.
+  const int item_kv_heads = kv_heads_per_item(kv_heads, plan.qo_indptr[plan.num_seqs] - plan.qo_indptr[0],
+                                              pool.num_threads());
   int64_t total_cost = 0;
   for (int b = 0; b < plan.num_seqs; ++b) {
     const int64_t num_pages = plan.kv_page_indptr[b + 1] - plan.kv_page_indptr[b];
@@ -439,12 +487,12 @@ void paged_attention_forward(const float* q, const PagedKvLayer& layer, const Pa
       const int64_t kv_len = (num_pages - 1) * layer.block_size + plan.kv_last_page_len[b];
       const int64_t q_len = plan.qo_indptr[b + 1] - plan.qo_indptr[b];
       for (int64_t i = 0; i < q_len && chunk < num_chunks; ++i) {
-        for (int kv_head = 0; kv_head < kv_heads; ++kv_head) {
+        for (int kv_head = 0; kv_head < kv_heads; kv_head += item_kv_heads) {
           while (chunk < num_chunks && cost >= total_cost * chunk / num_chunks) {
             chunk_begin[static_cast<size_t>(chunk)] = Cursor{b, plan.qo_indptr[b] + i, kv_head};
             ++chunk;
           }
-          cost += kv_len - q_len + i + 1;
+          cost += item_kv_heads * (kv_len - q_len + i + 1);
         }
       }
     }
@@ -453,10 +501,11 @@ void paged_attention_forward(const float* q, const PagedKvLayer& layer, const Pa
 
   pool.parallel_for(num_chunks, 1, [&](int64_t chunk_lo, int64_t chunk_hi) {
     Scratch scratch;
-    scratch.scores.resize(static_cast<size_t>(group * max_kv_len));
-    scratch.acc.resize(static_cast<size_t>(group) * layer.head_dim);
-    scratch.max_score.resize(static_cast<size_t>(group));
-    scratch.inv_denominator.resize(static_cast<size_t>(group));
+    const int64_t item_heads = static_cast<int64_t>(item_kv_heads) * group;
+    scratch.scores.resize(static_cast<size_t>(item_heads * max_kv_len));
+    scratch.acc.resize(static_cast<size_t>(item_heads * layer.head_dim));
+    scratch.max_score.resize(static_cast<size_t>(item_heads));
+    scratch.inv_denominator.resize(static_cast<size_t>(item_heads));
     if (layer.dtype != DType::kF32) {
       scratch.k_rows.resize(static_cast<size_t>(layer.block_size) * layer.head_dim);
       scratch.v_rows.resize(scratch.k_rows.size());
@@ -479,9 +528,10 @@ void paged_attention_forward(const float* q, const PagedKvLayer& layer, const Pa
         item.pages = plan.kv_page_indices + plan.kv_page_indptr[b];
         item.num_keys = kv_len - q_len + (at.row - plan.qo_indptr[b]) + 1;
         item.row = at.row;
-        item.kv_head = at.kv_head;
+        item.first_kv_head = at.kv_head;
+        item.num_kv_heads = item_kv_heads;
         attend(q, layer, plan, num_heads, item, scratch, out);
-        if (++at.kv_head == kv_heads) {
+        if ((at.kv_head += item_kv_heads) == kv_heads) {
           at.kv_head = 0;
           ++at.row;
         }
