@@ -111,35 +111,42 @@ struct Scratch {
   std::vector<float> scores;  // [item heads, max_kv_len]: scores, then probabilities
   std::vector<float> acc;     // [item heads, Dh]
   std::vector<float> max_score, inv_denominator;  // [item heads]
-  std::vector<float> k_rows, v_rows;  // [BS, Dh]: one page of one kv head widened to F32 (BF16 / FP8 caches)
+  std::vector<float> k_rows, v_rows;  // [BS, item kv heads * Dh]: one page widened to F32 (BF16 / FP8 caches)
 };
 
-// Rows [first, first + count) of one page for one kv head, as F32 rows `stride` apart: the
-// cache itself for F32, else widened into `scratch` (stride Dh).
+// Rows [first, first + count) of one page for kv heads [first_head, first_head + heads), as F32
+// rows `stride` apart, head h's elements at + h * Dh: the cache itself for F32, else widened
+// into `scratch` (stride heads * Dh). Either way the page's slots are read as one run each.
 struct PageRows {
   const float* rows;
   int64_t stride;
 };
-PageRows page_rows(const PagedKvLayer& layer, const void* cache, const float* scales, int32_t block, int kv_head,
-                   int64_t first, int64_t count, std::vector<float>& scratch) {
+PageRows page_rows(const PagedKvLayer& layer, const void* cache, const float* scales, int32_t block, int first_head,
+                   int heads, int64_t first, int64_t count, std::vector<float>& scratch) {
   const int64_t stride = slot_stride(layer);
   const int64_t head_dim = layer.head_dim;
-  const int64_t base = (static_cast<int64_t>(block) * layer.block_size + first) * stride + kv_head * head_dim;
+  const int64_t base = (static_cast<int64_t>(block) * layer.block_size + first) * stride + first_head * head_dim;
   if (layer.dtype == DType::kF32) return {static_cast<const float*>(cache) + base, stride};
+  const int64_t width = heads * head_dim;  // elements of a slot read
   float* out = scratch.data();
   if (layer.dtype == DType::kBF16) {
     const uint16_t* in = static_cast<const uint16_t*>(cache) + base;
     for (int64_t r = 0; r < count; ++r) {
-      for (int64_t d = 0; d < head_dim; ++d) out[r * head_dim + d] = quant::bf16_to_f32(in[r * stride + d]);
+      for (int64_t e = 0; e < width; ++e) out[r * width + e] = quant::bf16_to_f32(in[r * stride + e]);
     }
   } else {
     const uint8_t* in = static_cast<const uint8_t*>(cache) + base;
-    const float scale = scales[static_cast<int64_t>(block) * layer.num_kv_heads + kv_head];
+    const float* head_scales = scales + static_cast<int64_t>(block) * layer.num_kv_heads + first_head;
     for (int64_t r = 0; r < count; ++r) {
-      for (int64_t d = 0; d < head_dim; ++d) out[r * head_dim + d] = quant::e4m3_decode(in[r * stride + d]) * scale;
+      for (int h = 0; h < heads; ++h) {
+        const int64_t at = h * head_dim;
+        for (int64_t d = 0; d < head_dim; ++d) {
+          out[r * width + at + d] = quant::e4m3_decode(in[r * stride + at + d]) * head_scales[h];
+        }
+      }
     }
   }
-  return {out, head_dim};
+  return {out, width};
 }
 
 // acc[g, d] += weights[g * weight_stride + r] * v[r * v_stride + d] for r = 0..count-1 in
@@ -252,18 +259,9 @@ void attend(const float* q, const PagedKvLayer& layer, const PagedAttentionPlan&
   for (int64_t j = first_key; j < n;) {
     const int64_t page = j / block_size, offset = j % block_size;
     const int64_t count = std::min<int64_t>(block_size - offset, n - j);
-    if (layer.dtype == DType::kF32) {  // all the item's kv heads straight from the cache, slot by slot
-      const PageRows k_page = page_rows(layer, layer.k_cache, layer.k_scales, item.pages[page], item.first_kv_head,
-                                        offset, count, scratch.k_rows);
-      key_dots(q_row, item.num_kv_heads, group, head_dim, k_page.rows, k_page.stride, head_dim, count, scores + j, n);
-    } else {  // each head's rows widened to F32 in turn
-      for (int h = 0; h < item.num_kv_heads; ++h) {
-        const PageRows k_page = page_rows(layer, layer.k_cache, layer.k_scales, item.pages[page],
-                                          item.first_kv_head + h, offset, count, scratch.k_rows);
-        key_dots(q_row + static_cast<int64_t>(h) * group * head_dim, 1, group, head_dim, k_page.rows, k_page.stride, 0,
-                 count, scores + h * group * n + j, n);
-      }
-    }
+    const PageRows k_page = page_rows(layer, layer.k_cache, layer.k_scales, item.pages[page], item.first_kv_head,
+                                      item.num_kv_heads, offset, count, scratch.k_rows);
+    key_dots(q_row, item.num_kv_heads, group, head_dim, k_page.rows, k_page.stride, head_dim, count, scores + j, n);
     for (int g = 0; g < item_heads; ++g) {
       float* s = scores + g * n + j;
       for (int64_t r = 0; r < count; ++r) {
@@ -313,17 +311,18 @@ void attend(const float* q, const PagedKvLayer& layer, const PagedAttentionPlan&
   for (int64_t j = first_key; j < n;) {
     const int64_t page = j / block_size, offset = j % block_size;
     const int64_t count = std::min<int64_t>(block_size - offset, n - j);
+    const PageRows v_page = page_rows(layer, layer.v_cache, layer.v_scales, item.pages[page], item.first_kv_head,
+                                      item.num_kv_heads, offset, count, scratch.v_rows);
     for (int h = 0; h < item.num_kv_heads; ++h) {
-      const PageRows v_page = page_rows(layer, layer.v_cache, layer.v_scales, item.pages[page], item.first_kv_head + h,
-                                        offset, count, scratch.v_rows);
+      const float* values = v_page.rows + static_cast<int64_t>(h) * head_dim;
       const float* weights = scores + h * group * n + j;
       float* head_acc = acc + static_cast<int64_t>(h) * group * head_dim;
       if (wide) {
 #if defined(MOERT_X86_KERNELS)
-        x86::accumulate_values_avx512(v_page.rows, v_page.stride, count, weights, n, group, head_dim, head_acc);
+        x86::accumulate_values_avx512(values, v_page.stride, count, weights, n, group, head_dim, head_acc);
 #endif
       } else {
-        accumulate_values(v_page.rows, v_page.stride, count, weights, n, group, head_dim, head_acc);
+        accumulate_values(values, v_page.stride, count, weights, n, group, head_dim, head_acc);
       }
     }
     j += count;
@@ -507,7 +506,7 @@ void paged_attention_forward(const float* q, const PagedKvLayer& layer, const Pa
     scratch.max_score.resize(static_cast<size_t>(item_heads));
     scratch.inv_denominator.resize(static_cast<size_t>(item_heads));
     if (layer.dtype != DType::kF32) {
-      scratch.k_rows.resize(static_cast<size_t>(layer.block_size) * layer.head_dim);
+      scratch.k_rows.resize(static_cast<size_t>(layer.block_size) * item_kv_heads * layer.head_dim);
       scratch.v_rows.resize(scratch.k_rows.size());
     }
     for (int64_t chunk = chunk_lo; chunk < chunk_hi; ++chunk) {

@@ -2,7 +2,7 @@
 // Reports the K/V bytes read per second (each (sequence, kv head) reads its K and V rows once
 // per step: kv_len * KVH * Dh * 4 bytes * 2) and ns per (key, query head).
 //   bench_paged_attention [--benchmark_filter=...]
-// Args: {seqs, context, threads}. Shapes: 16 q / 4 kv heads, head_dim 64, block 16. One sequence
+// Args: {seqs, context, threads, bf16 cache (0: F32, 1: BF16)}. Shapes: 16 q / 4 kv heads, head_dim 64, block 16. One sequence
 // is batch-1 decode at a long context (its K/V stay in the last-level cache between steps), 32
 // sequences a batched step whose K/V come from memory.
 #include <benchmark/benchmark.h>
@@ -14,6 +14,7 @@
 
 #include "attention/cpu/paged_attention.h"
 #include "core/tensor.h"
+#include "quant/bf16.h"
 
 namespace {
 
@@ -29,16 +30,24 @@ void BM_PagedDecode(benchmark::State& state) {
   const int num_seqs = static_cast<int>(state.range(0));
   const int context = static_cast<int>(state.range(1));
   const int threads = static_cast<int>(state.range(2));
+  const DType dtype = state.range(3) != 0 ? DType::kBF16 : DType::kF32;
   const int pages_per_seq = (context + kBlockSize - 1) / kBlockSize;
   const int num_blocks = num_seqs * pages_per_seq + 1;  // + the null block 0
   // Allocated as the engine allocates its KV pool (core/tensor.h: huge pages advised).
   const Shape cache_shape{num_blocks, kBlockSize, kNumKvHeads, kHeadDim};
-  Buffer k_cache(DType::kF32, cache_shape), v_cache(DType::kF32, cache_shape);
+  Buffer k_cache(dtype, cache_shape), v_cache(dtype, cache_shape);
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
-  for (int64_t i = 0; i < shape_numel(cache_shape); ++i) k_cache.data<float>()[i] = normal(rng);
-  for (int64_t i = 0; i < shape_numel(cache_shape); ++i) v_cache.data<float>()[i] = normal(rng);
-  PagedKvLayer layer{k_cache.data<float>(), v_cache.data<float>(), num_blocks, kBlockSize, kNumKvHeads, kHeadDim};
+  for (Buffer* cache : {&k_cache, &v_cache}) {
+    for (int64_t i = 0; i < shape_numel(cache_shape); ++i) {
+      if (dtype == DType::kF32) {
+        cache->data<float>()[i] = normal(rng);
+      } else {
+        cache->data<uint16_t>()[i] = quant::f32_to_bf16(normal(rng));
+      }
+    }
+  }
+  PagedKvLayer layer{k_cache.view().data, v_cache.view().data, num_blocks, kBlockSize, kNumKvHeads, kHeadDim, dtype};
 
   // Pages in shuffled physical order, as after a while of serving.
   std::vector<int32_t> pages(static_cast<size_t>(num_blocks - 1));
@@ -60,7 +69,7 @@ void BM_PagedDecode(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
-  const int64_t kv_bytes = int64_t{num_seqs} * context * kNumKvHeads * kHeadDim * 4 * 2;
+  const int64_t kv_bytes = int64_t{num_seqs} * context * kNumKvHeads * kHeadDim * kv_element_bytes(dtype) * 2;
   state.SetBytesProcessed(state.iterations() * kv_bytes);
   state.counters["kv_MiB"] = static_cast<double>(kv_bytes) / (1 << 20);
   const double key_heads = static_cast<double>(state.iterations()) * num_seqs * context * kNumHeads;
@@ -69,14 +78,17 @@ void BM_PagedDecode(benchmark::State& state) {
 }
 
 BENCHMARK(BM_PagedDecode)
-    ->ArgNames({"seqs", "context", "threads"})
-    ->Args({1, 2048, 1})
-    ->Args({1, 2048, 2})
-    ->Args({1, 8192, 2})
-    ->Args({32, 512, 1})
-    ->Args({32, 512, 2})
-    ->Args({32, 2048, 1})
-    ->Args({32, 2048, 2})
+    ->ArgNames({"seqs", "context", "threads", "bf16"})
+    ->Args({1, 2048, 1, 0})
+    ->Args({1, 2048, 2, 0})
+    ->Args({1, 8192, 2, 0})
+    ->Args({32, 512, 1, 0})
+    ->Args({32, 512, 2, 0})
+    ->Args({32, 2048, 1, 0})
+    ->Args({32, 2048, 2, 0})
+    ->Args({1, 8192, 2, 1})
+    ->Args({32, 2048, 1, 1})
+    ->Args({32, 2048, 2, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
