@@ -14,6 +14,9 @@ namespace moert::quant {
 struct LinearWeight {
   TensorView dense;                           // valid when !packed
   std::optional<QuantizedWeightView> packed;  // set for quantized weights
+  // What x is computed as with a dense weight: kF32, or kBf16 for an admitted BF16 weight under
+  // `--bf16-activations bf16` (quant/cpu/bf16_linear.h enable_bf16_activations; CPU only).
+  ActivationPrecision dense_activations = ActivationPrecision::kF32;
 
   static LinearWeight from_dense(const TensorView& view);
   static LinearWeight from_packed(const QuantizedWeightView& view);

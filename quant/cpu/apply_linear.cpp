@@ -13,7 +13,7 @@ namespace moert::quant {
 namespace {
 
 ActivationPrecision activations_of(const LinearWeight& weight) {
-  return weight.packed ? weight.packed->activations : ActivationPrecision::kF32;
+  return weight.packed ? weight.packed->activations : weight.dense_activations;
 }
 
 // x [rows, cols] rounded row by row through the weight's FP4 format (ActivationPrecision::kFp4).
@@ -39,8 +39,10 @@ struct JobInput {
 void job_rows(const LinearJob& job, const JobInput& input, int64_t begin, int64_t end) {
   if (input.int8 != nullptr) {
     int8_linear_rows(*input.int8, *job.weight->packed, job.bias, job.y, begin, end);
-  } else if (input.bf16 != nullptr) {
+  } else if (input.bf16 != nullptr && job.weight->packed) {
     bf16_linear_rows(*input.bf16, *job.weight->packed, job.bias, job.y, begin, end);
+  } else if (input.bf16 != nullptr) {
+    bf16_dense_linear_rows(*input.bf16, *job.weight, job.bias, job.y, begin, end);
   } else if (job.weight->packed) {
     quantized_linear_rows(input.x, job.num_rows, *job.weight->packed, job.bias, job.y, begin, end);
   } else {

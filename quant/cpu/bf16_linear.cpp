@@ -20,6 +20,7 @@ using namespace bf16_detail;
 struct PortableBf16Kernel {
   static constexpr int kRows = 1;
   static constexpr int kCols = 1;
+  static constexpr int kDenseCols = 1;
   template <int rows, int cols>
   static void tile(const Bf16RowsView& x, int64_t t, const RowRef* w, float* out) {
     const int64_t k = x.cols, padded = bf16_padded_cols(k);
@@ -38,6 +39,21 @@ struct PortableBf16Kernel {
       }
       const float factor = block_factor(w[0], b0 / kFp8ScaleCols);
       for (int l = 0; l < kGroupLanes; ++l) lanes[l] = std::fma(partial[l], factor, lanes[l]);
+    }
+    out[0] = reduce_lanes(lanes);
+  }
+  template <int rows, int cols>
+  static void dense_tile(const Bf16RowsView& x, int64_t t, const DenseRowRef* w, float* out) {
+    const int64_t k = x.cols, padded = bf16_padded_cols(k);
+    const uint16_t* xb = x.values + t * padded;
+    float lanes[kGroupLanes] = {};
+    for (int64_t g = 0; g < padded; g += kBf16Group) {
+      for (int l = 0; l < kGroupLanes; ++l) {
+        for (const int64_t i : {g + 2 * l + 1, g + 2 * l}) {  // the odd element first
+          const float wi = i < k ? bf16_value(w[0].data[i]) : 0.0f;
+          lanes[l] = std::fma(bf16_value(xb[i]), wi, lanes[l]);
+        }
+      }
     }
     out[0] = reduce_lanes(lanes);
   }
@@ -62,8 +78,8 @@ Bf16Path bf16_path() {
 
 uint16_t bf16_activation(float x) {
   const uint16_t bits = f32_to_bf16(x);
-  // Exponent field below 127 - 100: magnitude below 2^-100 (NaN and inf have field 255).
-  return ((bits >> 7) & 0xFFu) < 127 - 100 ? static_cast<uint16_t>(bits & 0x8000u) : bits;
+  // Exponent field below 127 - 55: magnitude below 2^-55 (NaN and inf have field 255).
+  return ((bits >> 7) & 0xFFu) < 127 - 55 ? static_cast<uint16_t>(bits & 0x8000u) : bits;
 }
 
 void Bf16Rows::round(const float* x, int64_t rows, int64_t cols) {
@@ -100,6 +116,65 @@ void bf16_linear_rows(const Bf16RowsView& x, const QuantizedWeightView& w, const
     case Bf16Path::kAvx2:  // never selected without the x86 kernels (core/cpu/isa.cpp)
 #endif
     case Bf16Path::kPortable: return bf16_forward<PortableBf16Kernel>(x, w, bias, y, begin, end);
+  }
+}
+
+bool enable_bf16_activations(LinearWeight& w) {
+  if (w.packed.has_value() || w.dense.dtype != DType::kBF16 || w.dense.shape.size() != 2 || !w.dense.is_contiguous()) {
+    return false;
+  }
+  // Exponent field (bits 7-14): 0 (zero or subnormal), below 127 - 56 (under 2^-56) or 255
+  // (inf, NaN) disqualify a weight unless it is a zero. Branch-free per block, so it vectorises.
+  const uint16_t* values = static_cast<const uint16_t*>(w.dense.data);
+  const int64_t count = w.dense.numel();
+  constexpr int64_t kBlock = 4096;
+  for (int64_t b0 = 0; b0 < count; b0 += kBlock) {
+    const int64_t b1 = std::min(count, b0 + kBlock);
+    int bad = 0;
+    for (int64_t i = b0; i < b1; ++i) {
+      const unsigned exponent = (values[i] >> 7) & 0xFFu;
+      bad |= static_cast<int>((values[i] & 0x7FFFu) != 0 && (exponent < 127 - 56 || exponent == 0xFFu));
+    }
+    if (bad != 0) return false;
+  }
+  w.dense_activations = ActivationPrecision::kBf16;
+  return true;
+}
+
+namespace {
+
+void check_dense_call(const Bf16RowsView& x, const LinearWeight& w, int64_t begin, int64_t end) {
+  MOERT_CHECK(!w.packed.has_value() && w.dense_activations == ActivationPrecision::kBf16,
+              "bf16 activations with a " << w.format_name() << " weight not enabled for them");
+  const int64_t n = w.out_features();
+  MOERT_CHECK(x.cols == w.in_features(), "bf16 linear: x has " << x.cols << " columns, the weight " << w.in_features());
+  MOERT_CHECK(begin >= 0 && begin <= end && end <= n, "bf16 linear: features [" << begin << ", " << end << ") of " << n);
+}
+
+}  // namespace
+
+void bf16_dense_linear_rows_portable(const Bf16RowsView& x, const LinearWeight& w, const float* bias, float* y,
+                                     int64_t begin, int64_t end) {
+  check_dense_call(x, w, begin, end);
+  bf16_dense_forward<PortableBf16Kernel>(x, static_cast<const uint16_t*>(w.dense.data), w.out_features(), bias, y,
+                                         begin, end);
+}
+
+void bf16_dense_linear_rows(const Bf16RowsView& x, const LinearWeight& w, const float* bias, float* y, int64_t begin,
+                            int64_t end) {
+  check_dense_call(x, w, begin, end);
+  if (x.rows == 0 || begin == end) return;
+  const uint16_t* values = static_cast<const uint16_t*>(w.dense.data);
+  const int64_t n = w.out_features();
+  switch (bf16_path()) {
+#if defined(MOERT_X86_KERNELS)
+    case Bf16Path::kAvx512Bf16: return x86::bf16_dense_linear_rows_avx512_bf16(x, values, n, bias, y, begin, end);
+    case Bf16Path::kAvx2: return x86::bf16_dense_linear_rows_avx2(x, values, n, bias, y, begin, end);
+#else
+    case Bf16Path::kAvx512Bf16:
+    case Bf16Path::kAvx2:  // never selected without the x86 kernels (core/cpu/isa.cpp)
+#endif
+    case Bf16Path::kPortable: return bf16_dense_forward<PortableBf16Kernel>(x, values, n, bias, y, begin, end);
   }
 }
 

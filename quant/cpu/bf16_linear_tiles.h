@@ -49,6 +49,25 @@ void bf16_forward_rows(const Bf16RowsView& x, const QuantizedWeightView& w, cons
       });
 }
 
+// A dense BF16 weight row for the driver: re-pointed per output feature.
+struct DenseRowRef {
+  const uint16_t* data = nullptr;  // the row's K weights
+};
+
+// Kernel: kRows, kDenseCols and dense_tile<rows, cols>(x, t, w, out) as above, over dense rows.
+template <typename Kernel>
+void bf16_dense_forward(const Bf16RowsView& x, const uint16_t* w, int64_t n, const float* bias, float* y,
+                        int64_t begin, int64_t end) {
+  const int64_t k = x.cols;
+  drive_rows<Kernel::kRows, Kernel::kDenseCols>(
+      x.rows, n, begin, end, bias, y, DenseRowRef{w}, [&](DenseRowRef& r, int64_t row) { r.data = w + row * k; },
+      [&](int rows, int64_t t, const DenseRowRef* refs, float* dots, auto cols) {
+        with_tile_rows<Kernel::kRows>(rows, [&](auto r) {
+          Kernel::template dense_tile<decltype(r)::value, decltype(cols)::value>(x, t, refs, dots);
+        });
+      });
+}
+
 template <typename Kernel>
 void bf16_forward(const Bf16RowsView& x, const QuantizedWeightView& w, const float* bias, float* y, int64_t begin,
                   int64_t end) {

@@ -79,7 +79,7 @@ Weights make_weights(const std::string& name, int64_t matrices, int64_t n, int64
   Weights w;
   w.name = name;
   std::uniform_int_distribution<int> byte(0, 255);
-  if (name == "bf16") {
+  if (name == "bf16" || name == "bf16_bf16") {
     w.bf16.resize(static_cast<size_t>(matrices * n * k));
     std::normal_distribution<float> normal(0.0f, 0.02f);
     for (auto& v : w.bf16) v = moert::quant::f32_to_bf16(normal(rng));
@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
 
   std::mt19937 rng(1234);
   std::vector<Weights> all;
-  for (const char* name : {"bf16", "nvfp4", "nvfp4_cpu", "nvfp4_int8", "mxfp4", "mxfp4_cpu", "mxfp4_int8", "fp8_block",
+  for (const char* name : {"bf16", "bf16_bf16", "nvfp4", "nvfp4_cpu", "nvfp4_int8", "mxfp4", "mxfp4_cpu", "mxfp4_int8", "fp8_block",
                            "fp8_block_loaded", "fp8_block_bf16"}) {
     all.push_back(make_weights(name, matrices, n, k, rng));
   }
@@ -160,13 +160,16 @@ int main(int argc, char** argv) {
       for (int64_t rows : {1, 4, 8, 32}) {
         std::vector<float> x(static_cast<size_t>(rows * k)), y(static_cast<size_t>(rows * n));
         for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
+        std::vector<moert::quant::LinearWeight> dense;  // the BF16 rows' matrices
+        for (int64_t m = 0; w.views.empty() && m < matrices; ++m) {
+          dense.push_back(moert::quant::LinearWeight::from_dense(moert::TensorView::contiguous(
+              moert::DType::kBF16, {n, k}, const_cast<uint16_t*>(w.bf16.data()) + m * n * k)));
+          if (w.name == "bf16_bf16") moert::quant::enable_bf16_activations(dense.back());
+        }
         auto pass = [&] {
           for (int64_t m = 0; m < matrices; ++m) {
             if (w.views.empty()) {
-              const moert::TensorView tv =
-                  moert::TensorView::contiguous(moert::DType::kBF16, {n, k},
-                                                const_cast<uint16_t*>(w.bf16.data()) + m * n * k);
-              moert::quant::linear_forward(x.data(), rows, tv, nullptr, y.data(), pool);
+              moert::quant::apply_linear(dense[static_cast<size_t>(m)], x.data(), rows, nullptr, y.data(), pool);
             } else {
               moert::quant::apply_linear(moert::quant::LinearWeight::from_packed(w.views[static_cast<size_t>(m)]),
                                          x.data(), rows, nullptr, y.data(), pool);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "core/cpu/prefetch.h"
 #include "core/cpu/x86/reduce_lanes_x86.h"
 #include "quant/cpu/bf16_linear_tiles.h"
 #include "quant/cpu/x86/fp8_decode_x86.h"
@@ -82,12 +83,53 @@ MOERT_AVX512_BF16 void bf16_tile_avx512(const Bf16RowsView& x, int64_t t, const 
   cpu::x86::reduce_lanes_avx512<rows * cols>(&lanes[0][0], out);
 }
 
+// Dense BF16 weight rows: 32 weights per load straight into the lanes, which stay in registers
+// for the whole row; the last partial group's weights under a mask (nothing past the row is
+// read, the absent weights are +0). The tail is written out after the loop rather than folded
+// into it: GCC 12 otherwise kept the lanes in memory, a store per vdpbf16ps.
+template <int rows, int cols>
+MOERT_AVX512_BF16 void bf16_dense_tile_avx512(const Bf16RowsView& x, int64_t t, const DenseRowRef* w, float* out) {
+  const int64_t k = x.cols, padded = bf16_padded_cols(k);
+  const uint16_t* xb = x.values + t * padded;
+  __m512 lanes[rows][cols];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) lanes[r][c] = _mm512_setzero_ps();
+  }
+  int64_t g = 0;
+  for (; g + kBf16Group <= k; g += kBf16Group) {
+    __m512i wv[cols];
+    for (int c = 0; c < cols; ++c) {
+      cpu::prefetch_weight_stream(w[c].data + g, cols * k * 2);
+      wv[c] = _mm512_loadu_si512(w[c].data + g);
+    }
+    for (int r = 0; r < rows; ++r) {
+      const __m512i xv = _mm512_loadu_si512(xb + r * padded + g);
+      for (int c = 0; c < cols; ++c) lanes[r][c] = _mm512_dpbf16_ps(lanes[r][c], (__m512bh)xv, (__m512bh)wv[c]);
+    }
+  }
+  if (g < k) {
+    const __mmask32 present = static_cast<__mmask32>((uint64_t{1} << (k - g)) - 1);
+    __m512i wv[cols];
+    for (int c = 0; c < cols; ++c) wv[c] = _mm512_maskz_loadu_epi16(present, w[c].data + g);
+    for (int r = 0; r < rows; ++r) {
+      const __m512i xv = _mm512_loadu_si512(xb + r * padded + g);
+      for (int c = 0; c < cols; ++c) lanes[r][c] = _mm512_dpbf16_ps(lanes[r][c], (__m512bh)xv, (__m512bh)wv[c]);
+    }
+  }
+  cpu::x86::reduce_lanes_avx512<rows * cols>(&lanes[0][0], out);
+}
+
 struct Avx512Bf16Kernel {
   static constexpr int kRows = 4;  // 4 x 4 partial registers (the lanes wait in memory)
   static constexpr int kCols = 4;
+  static constexpr int kDenseCols = 4;
   template <int rows, int cols>
   static void tile(const Bf16RowsView& x, int64_t t, const RowRef* w, float* out) {
     bf16_tile_avx512<rows, cols>(x, t, w, out);
+  }
+  template <int rows, int cols>
+  static void dense_tile(const Bf16RowsView& x, int64_t t, const DenseRowRef* w, float* out) {
+    bf16_dense_tile_avx512<rows, cols>(x, t, w, out);
   }
 };
 
@@ -162,12 +204,58 @@ MOERT_AVX2 void bf16_tile_avx2(const Bf16RowsView& x, int64_t t, const RowRef* w
   cpu::x86::reduce_lanes_avx2<rows * cols>(lanes[0], lanes[1], out);
 }
 
+// Dense BF16 weight rows by FMA: a weight half's pairs widen like x's (shift: even, mask: odd).
+template <int rows, int cols>
+MOERT_AVX2 void bf16_dense_tile_avx2(const Bf16RowsView& x, int64_t t, const DenseRowRef* w, float* out) {
+  const int64_t k = x.cols, padded = bf16_padded_cols(k);
+  const uint16_t* xb = x.values + t * padded;
+  const __m256i high_words = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m256 lanes[2][rows * cols];
+  for (int h = 0; h < 2; ++h) {
+    for (int i = 0; i < rows * cols; ++i) lanes[h][i] = _mm256_setzero_ps();
+  }
+  for (int64_t g = 0; g < k; g += kBf16Group) {
+    for (int h = 0; h < 2; ++h) {
+      __m256 x_even[rows], x_odd[rows];
+      for (int r = 0; r < rows; ++r) {
+        const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + r * padded + g + 16 * h));
+        x_even[r] = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
+        x_odd[r] = _mm256_castsi256_ps(_mm256_and_si256(pairs, high_words));
+      }
+      const int64_t at = g + 16 * h;
+      for (int c = 0; c < cols; ++c) {
+        if (h == 0) cpu::prefetch_weight_stream(w[c].data + g, cols * k * 2);
+        __m256i pairs;
+        if (at + 16 <= k) {
+          pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[c].data + at));
+        } else {  // a last partial half: +0 past the row
+          alignas(32) uint16_t tail[16] = {};
+          if (at < k) std::copy(w[c].data + at, w[c].data + k, tail);
+          pairs = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail));
+        }
+        const __m256 w_even = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
+        const __m256 w_odd = _mm256_castsi256_ps(_mm256_and_si256(pairs, high_words));
+        for (int r = 0; r < rows; ++r) {
+          lanes[h][r * cols + c] = _mm256_fmadd_ps(x_odd[r], w_odd, lanes[h][r * cols + c]);
+          lanes[h][r * cols + c] = _mm256_fmadd_ps(x_even[r], w_even, lanes[h][r * cols + c]);
+        }
+      }
+    }
+  }
+  cpu::x86::reduce_lanes_avx2<rows * cols>(lanes[0], lanes[1], out);
+}
+
 struct Avx2Bf16Kernel {
   static constexpr int kRows = 2;  // 2 x 2 x 2 partial registers of the 16 (the lanes wait in memory)
   static constexpr int kCols = 2;
+  static constexpr int kDenseCols = 2;
   template <int rows, int cols>
   static void tile(const Bf16RowsView& x, int64_t t, const RowRef* w, float* out) {
     bf16_tile_avx2<rows, cols>(x, t, w, out);
+  }
+  template <int rows, int cols>
+  static void dense_tile(const Bf16RowsView& x, int64_t t, const DenseRowRef* w, float* out) {
+    bf16_dense_tile_avx2<rows, cols>(x, t, w, out);
   }
 };
 
@@ -181,6 +269,16 @@ void bf16_linear_rows_avx512_bf16(const Bf16RowsView& x, const QuantizedWeightVi
 void bf16_linear_rows_avx2(const Bf16RowsView& x, const QuantizedWeightView& w, const float* bias, float* y,
                            int64_t begin, int64_t end) {
   bf16_forward<Avx2Bf16Kernel>(x, w, bias, y, begin, end);
+}
+
+void bf16_dense_linear_rows_avx512_bf16(const Bf16RowsView& x, const uint16_t* w, int64_t n, const float* bias,
+                                        float* y, int64_t begin, int64_t end) {
+  bf16_dense_forward<Avx512Bf16Kernel>(x, w, n, bias, y, begin, end);
+}
+
+void bf16_dense_linear_rows_avx2(const Bf16RowsView& x, const uint16_t* w, int64_t n, const float* bias, float* y,
+                                 int64_t begin, int64_t end) {
+  bf16_dense_forward<Avx2Bf16Kernel>(x, w, n, bias, y, begin, end);
 }
 
 }  // namespace moert::quant::x86

@@ -13,5 +13,10 @@ void bf16_linear_rows_avx512_bf16(const Bf16RowsView& x, const QuantizedWeightVi
                                   int64_t begin, int64_t end);
 void bf16_linear_rows_avx2(const Bf16RowsView& x, const QuantizedWeightView& w, const float* bias, float* y,
                            int64_t begin, int64_t end);
+// Dense BF16 weights w [n, x.cols] (bf16_dense_linear_rows; admitted by the caller).
+void bf16_dense_linear_rows_avx512_bf16(const Bf16RowsView& x, const uint16_t* w, int64_t n, const float* bias,
+                                        float* y, int64_t begin, int64_t end);
+void bf16_dense_linear_rows_avx2(const Bf16RowsView& x, const uint16_t* w, int64_t n, const float* bias, float* y,
+                                 int64_t begin, int64_t end);
 
 }  // namespace moert::quant::x86

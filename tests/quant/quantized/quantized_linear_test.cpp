@@ -783,13 +783,13 @@ TEST(Int8Activations, ReportsPathAndRejectsOtherFormats) {
 
 float bf16_float(uint16_t b) { return bf16_to_f32(b); }
 
-// x_i as the mode reads it: rounded to BF16, below 2^-100 a zero of its sign.
+// x_i as the mode reads it: rounded to BF16, below 2^-55 a zero of its sign.
 float bf16_x(float x) {
   const float v = bf16_float(f32_to_bf16(x));
-  return std::fabs(v) < 0x1p-100f ? std::copysign(0.0f, v) : v;
+  return std::fabs(v) < 0x1p-55f ? std::copysign(0.0f, v) : v;
 }
 
-// The header's definition written out element by element: x rounded to BF16 (below 2^-100 a
+// The header's definition written out element by element: x rounded to BF16 (below 2^-55 a
 // zero), w = e4m3 * 2^8, per 128-column block 16 lanes over 32-element groups taking the odd
 // element of each pair first, then lane = fma(partial, s * 2^-8, lane) and the tree.
 std::vector<float> bf16_by_definition(const std::vector<float>& x, int64_t t, const Owned& o, const float* bias) {
@@ -839,10 +839,10 @@ void check_bf16_weight(const Owned& o, int64_t t, bool with_bias, Rng& rng, cons
   std::vector<float> x = normals(t * k, rng);
   for (int64_t i = 0; i < t * k; i += 37) x[static_cast<size_t>(i)] *= 20.0f;       // outliers
   for (int64_t i = 5; i < t * k; i += 41) x[static_cast<size_t>(i)] = 0.0f;         // zeros
-  for (int64_t i = 11; i < t * k; i += 43) x[static_cast<size_t>(i)] *= 0x1p-101f;  // flushed
-  for (int64_t i = 17; i < t * k; i += 47) x[static_cast<size_t>(i)] *= 0x1p-99f;   // kept, tiny
-  // Row 1 all around 2^-100: about half its elements flushed, the sums made of the others.
-  for (int64_t i = k; i < std::min(t, int64_t{2}) * k; ++i) x[static_cast<size_t>(i)] *= 0x1p-100f;
+  for (int64_t i = 11; i < t * k; i += 43) x[static_cast<size_t>(i)] *= 0x1p-56f;  // flushed
+  for (int64_t i = 17; i < t * k; i += 47) x[static_cast<size_t>(i)] *= 0x1p-54f;  // kept, tiny
+  // Row 1 all around 2^-55: about half its elements flushed, the sums made of the others.
+  for (int64_t i = k; i < std::min(t, int64_t{2}) * k; ++i) x[static_cast<size_t>(i)] *= 0x1p-55f;
   const std::vector<float> bias_v = normals(n, rng);
   const float* bias = with_bias ? bias_v.data() : nullptr;
   ThreadPool pool2(2), pool1(1);
@@ -980,6 +980,167 @@ TEST(Bf16Activations, ApplyLinearsMatchesOneCallPerLayer) {
   single[1] = run_bf16(x, 5, up.view, nullptr, one);
   single[2] = run(x, 5, exact.view, nullptr, one);
   for (size_t j = 0; j < 3; ++j) expect_same(batched[j], single[j], "job " + std::to_string(j));
+}
+
+// ---- The bf16-activation mode of dense BF16 weights ---------------------------------------------
+
+// A dense BF16 weight [n, k] of normals (some zeros, some at the 2^-56 floor of admitted weights).
+struct DenseBf16 {
+  std::vector<uint16_t> bits;
+  int64_t n = 0, k = 0;
+  LinearWeight weight() const {
+    return LinearWeight::from_dense(
+        TensorView::contiguous(DType::kBF16, Shape{n, k}, const_cast<uint16_t*>(bits.data())));
+  }
+};
+
+DenseBf16 dense_bf16(int64_t n, int64_t k, Rng& rng) {
+  DenseBf16 d{{}, n, k};
+  for (const float v : normals(n * k, rng)) d.bits.push_back(f32_to_bf16(v * 0.05f));
+  for (int64_t i = 3; i < n * k; i += 29) d.bits[static_cast<size_t>(i)] = 0x8000;                   // -0
+  for (int64_t i = 7; i < n * k; i += 31) d.bits[static_cast<size_t>(i)] = f32_to_bf16(0x1.4p-56f);  // the floor
+  return d;
+}
+
+// The header's dense definition element by element: 16 lanes over 32-element groups (the odd
+// element of each pair first), no blocks, then the tree and the bias.
+std::vector<float> bf16_dense_by_definition(const std::vector<float>& x, int64_t t, const DenseBf16& d,
+                                            const float* bias) {
+  std::vector<float> y(static_cast<size_t>(t * d.n));
+  for (int64_t r = 0; r < t; ++r) {
+    for (int64_t c = 0; c < d.n; ++c) {
+      auto xb = [&](int64_t i) { return i < d.k ? bf16_x(x[static_cast<size_t>(r * d.k + i)]) : 0.0f; };
+      auto w = [&](int64_t i) { return i < d.k ? bf16_float(d.bits[static_cast<size_t>(c * d.k + i)]) : 0.0f; };
+      float lanes[16] = {};
+      for (int64_t g = 0; g < d.k; g += 32) {
+        for (int l = 0; l < 16; ++l) {
+          lanes[l] = std::fma(xb(g + 2 * l + 1), w(g + 2 * l + 1), lanes[l]);
+          lanes[l] = std::fma(xb(g + 2 * l), w(g + 2 * l), lanes[l]);
+        }
+      }
+      for (int width = 8; width >= 1; width /= 2) {
+        for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+      }
+      y[static_cast<size_t>(r * d.n + c)] = lanes[0] + (bias != nullptr ? bias[c] : 0.0f);
+    }
+  }
+  return y;
+}
+
+std::vector<float> run_bf16_dense(const std::vector<float>& x, int64_t t, const DenseBf16& d, const float* bias,
+                                  ThreadPool& pool) {
+  LinearWeight w = d.weight();
+  EXPECT_TRUE(enable_bf16_activations(w));
+  std::vector<float> y(static_cast<size_t>(t * d.n), std::numeric_limits<float>::quiet_NaN());
+  apply_linear(w, x.data(), t, bias, y.data(), pool);
+  return y;
+}
+
+// Every path (this binary runs under each MOERT_CPU_ISA cap) against the definition, the
+// portable variant, one thread, and float64 within what rounding x to BF16 allows.
+TEST(Bf16Activations, DenseBf16MatchesDefinition) {
+  Rng rng(83);
+  ThreadPool pool2(2), pool1(1);
+  for (int64_t t : {1, 3, 6}) {
+    for (int64_t n : {1, 7, 130}) {
+      for (int64_t k : {1, 31, 64, 100, 129, 300, 1024}) {
+        const std::string what = "dense bf16 T=" + std::to_string(t) + " N=" + std::to_string(n) +
+                                 " K=" + std::to_string(k);
+        const DenseBf16 d = dense_bf16(n, k, rng);
+        std::vector<float> x = normals(t * k, rng);
+        for (int64_t i = 0; i < t * k; i += 37) x[static_cast<size_t>(i)] *= 20.0f;      // outliers
+        for (int64_t i = 11; i < t * k; i += 43) x[static_cast<size_t>(i)] *= 0x1p-56f;  // flushed
+        for (int64_t i = 17; i < t * k; i += 47) x[static_cast<size_t>(i)] *= 0x1p-54f;  // kept, tiny
+        const std::vector<float> bias_v = normals(n, rng);
+        const float* bias = (n + t) % 2 == 1 ? bias_v.data() : nullptr;
+        const std::vector<float> y = run_bf16_dense(x, t, d, bias, pool2);
+        expect_same(y, bf16_dense_by_definition(x, t, d, bias), what + " vs the definition");
+        expect_same(run_bf16_dense(x, t, d, bias, pool1), y, what + " 1 thread");
+        LinearWeight w = d.weight();
+        ASSERT_TRUE(enable_bf16_activations(w));
+        Bf16Rows rows;
+        rows.round(x.data(), t, k);
+        std::vector<float> portable(y.size());
+        bf16_dense_linear_rows_portable(rows.view(), w, bias, portable.data(), 0, n);
+        expect_same(portable, y, what + " portable");
+        int64_t outside = 0;
+        double differs = 0.0;
+        for (int64_t r = 0; r < t; ++r) {
+          for (int64_t c = 0; c < n; ++c) {
+            double exact = bias != nullptr ? bias[c] : 0.0, bound = 0.0, magnitude = std::fabs(exact);
+            for (int64_t i = 0; i < k; ++i) {
+              const float xi = x[static_cast<size_t>(r * k + i)];
+              const double wi = bf16_float(d.bits[static_cast<size_t>(c * k + i)]);
+              exact += static_cast<double>(xi) * wi;
+              bound += std::fabs((static_cast<double>(xi) - bf16_x(xi)) * wi);
+              magnitude += std::fabs(xi * wi);
+            }
+            const double error = std::fabs(y[static_cast<size_t>(r * n + c)] - exact);
+            outside += error > bound + 1e-5 * magnitude;
+            differs += error;
+          }
+        }
+        EXPECT_EQ(outside, 0) << what << " vs float64";
+        if (k >= 31) EXPECT_GT(differs, 0.0) << what << ": bf16 activations must round x";
+      }
+    }
+  }
+}
+
+// A weight is admitted only when every element is zero or a finite number of at least 2^-56.
+TEST(Bf16Activations, DenseAdmissionScansTheWeights) {
+  Rng rng(89);
+  DenseBf16 d = dense_bf16(5, 4100, rng);  // more than one 4096-element scan block
+  LinearWeight ok = d.weight();
+  EXPECT_TRUE(enable_bf16_activations(ok));
+  EXPECT_EQ(ok.dense_activations, ActivationPrecision::kBf16);
+  for (const uint16_t bad : {uint16_t{0x0001}, uint16_t{0x8040}, f32_to_bf16(0x1p-57f), uint16_t{0x7F80},
+                             uint16_t{0x7FC0}}) {
+    for (const int64_t at : {int64_t{0}, int64_t{4097}, int64_t{5 * 4100 - 1}}) {
+      DenseBf16 bad_d = d;
+      bad_d.bits[static_cast<size_t>(at)] = bad;
+      LinearWeight w = bad_d.weight();
+      EXPECT_FALSE(enable_bf16_activations(w)) << std::hex << bad << " at " << std::dec << at;
+      EXPECT_EQ(w.dense_activations, ActivationPrecision::kF32);
+    }
+  }
+  std::vector<float> f32(20, 1.0f);
+  LinearWeight f32_weight = LinearWeight::from_dense(TensorView::contiguous(DType::kF32, Shape{4, 5}, f32.data()));
+  EXPECT_FALSE(enable_bf16_activations(f32_weight));
+  const LinearWeight not_enabled = d.weight();
+  Bf16Rows rows;
+  std::vector<float> x(4100, 1.0f), y(5);
+  rows.round(x.data(), 1, 4100);
+  MOERT_EXPECT_DEATH(bf16_dense_linear_rows(rows.view(), not_enabled, nullptr, y.data(), 0, 5),
+                     "not enabled for them");
+}
+
+// One x rounded once serves a dense BF16 job and an FP8 job in bf16 mode; a dense BF16 job with
+// F32 activations beside them keeps the exact bits.
+TEST(Bf16Activations, DenseAndFp8JobsShareTheRoundedX) {
+  Rng rng(97);
+  const DenseBf16 dense = dense_bf16(33, 160, rng);
+  const Owned fp8 = quantize(WeightFormat::kFp8Block, 20, 160, rng);
+  const std::vector<float> x = normals(4 * 160, rng);
+  ThreadPool pool(2), one(1);
+  LinearWeight d = dense.weight();
+  ASSERT_TRUE(enable_bf16_activations(d));
+  QuantizedWeightView f = fp8.view;
+  f.activations = ActivationPrecision::kBf16;
+  f.fp8_codes_finite = true;
+  const LinearWeight lw[] = {d, LinearWeight::from_packed(f), dense.weight()};
+  std::vector<std::vector<float>> batched(3);
+  std::vector<LinearJob> jobs;
+  for (int j = 0; j < 3; ++j) {
+    batched[static_cast<size_t>(j)].assign(static_cast<size_t>(4 * lw[j].out_features()), 0.0f);
+    jobs.push_back({&lw[j], x.data(), 4, nullptr, batched[static_cast<size_t>(j)].data()});
+  }
+  apply_linears(jobs, pool);
+  expect_same(batched[0], run_bf16_dense(x, 4, dense, nullptr, one), "dense bf16 job");
+  expect_same(batched[1], run_bf16(x, 4, fp8.view, nullptr, one), "fp8 bf16 job");
+  std::vector<float> exact(static_cast<size_t>(4 * 33));
+  apply_linear(dense.weight(), x.data(), 4, nullptr, exact.data(), one);
+  expect_same(batched[2], exact, "dense f32 job");
 }
 
 TEST(Bf16Activations, ReportsPathAndRejectsOtherWeights) {
