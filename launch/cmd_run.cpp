@@ -198,7 +198,8 @@ int run_serve_batch(const std::vector<std::string>& args) {
   std::optional<std::string> setup_error;
   try {
     const ActivationModes activations = resolve_activation_modes(
-        engine_options.fp4_activations, engine_options.fp8_activations, engine_options.device);
+        engine_options.fp4_activations, engine_options.fp8_activations, engine_options.bf16_activations,
+        engine_options.device);
     device_backend = open_device_backend(engine_options.device);
     // The CPU kernels' FP4 code order only where the CPU backend computes (null backend), and
     // there only for the routed experts this rank computes (lay_out_for_cpu_rank, below).

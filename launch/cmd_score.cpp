@@ -33,6 +33,7 @@ int run_score(const std::vector<std::string>& args) {
   std::string device = "cpu";
   std::string fp4_activations = "f32";
   std::string fp8_activations = "f32";
+  std::string bf16_activations = "f32";
   options.add_options()
       ("help,h", "show this help")
       ("model", po::value(&model_dir)->required(), "Hugging Face model directory")
@@ -44,14 +45,16 @@ int run_score(const std::vector<std::string>& args) {
       ("fp4-activations", po::value(&fp4_activations)->default_value("f32"),
        "what NVFP4 / MXFP4 weights are computed with: f32 (exact), int8 (CPU only) or fp4 (docs/quant-formats.md)")
       ("fp8-activations", po::value(&fp8_activations)->default_value("f32"),
-       "what FP8 weights are computed with: f32 (exact) or bf16 (CPU only; docs/quant-formats.md)");
+       "what FP8 weights are computed with: f32 (exact) or bf16 (CPU only; docs/quant-formats.md)")
+      ("bf16-activations", po::value(&bf16_activations)->default_value("f32"),
+       "what dense BF16 weights are computed with: f32 (exact) or bf16 (CPU only; docs/quant-formats.md)");
   po::variables_map vm;
   if (!parse_command_line(args, options, &vm)) return 0;
   if (num_generate < 0) throw CommandError("--num-tokens = " + std::to_string(num_generate) + " must be >= 0");
   const std::vector<int> parsed = parse_int_list(tokens_text, "tokens");
   const std::vector<int32_t> prompt(parsed.begin(), parsed.end());
 
-  const ActivationModes activations = resolve_activation_modes(fp4_activations, fp8_activations, device);
+  const ActivationModes activations = resolve_activation_modes(fp4_activations, fp8_activations, bf16_activations, device);
   const std::unique_ptr<backend::Backend> device_backend = open_device_backend(device);
   std::unique_ptr<LoadedModel> model = load_model_for(model_dir, device_backend.get(), activations);
   ThreadPool pool(threads > 0 ? threads : default_num_threads());

@@ -47,6 +47,10 @@ void add_engine_options(po::options_description& options, EngineOptions& v) {
        "what FP8 weights are computed with: f32 (exact) or bf16 (CPU only: activations rounded to BF16, products "
        "on BF16 pairs with per-block scales, fastest with AVX-512 BF16; logits off by ~1e-3 relative; "
        "docs/quant-formats.md)")
+      ("bf16-activations", po::value(&v.bf16_activations)->default_value("f32"),
+       "what dense BF16 weights (attention, experts, lm_head; not the router) are computed with: f32 (exact) or "
+       "bf16 (CPU only: activations rounded to BF16, products on BF16 pairs; faster prefill and batched decode "
+       "with AVX-512 BF16, logits off by ~1e-3 relative; docs/quant-formats.md)")
       ("cuda-graph-max-batch", po::value(&v.cuda_graph_max_batch)->default_value(16),
        "with --device cuda on one rank: decode steps of up to this many sequences (0..16) run as CUDA graphs, "
        "recorded at a batch size's second step (0: none; docs/cuda-backend.md \"Step graphs\")")
@@ -84,10 +88,11 @@ quant::ActivationPrecision resolve_activations(const char* option, const std::st
 }  // namespace
 
 ActivationModes resolve_activation_modes(const std::string& fp4_value, const std::string& fp8_value,
-                                         const std::string& device) {
+                                         const std::string& bf16_value, const std::string& device) {
   using P = quant::ActivationPrecision;
   return {resolve_activations("--fp4-activations", fp4_value, {P::kF32, P::kInt8, P::kFp4}, P::kInt8, device),
-          resolve_activations("--fp8-activations", fp8_value, {P::kF32, P::kBf16}, P::kBf16, device)};
+          resolve_activations("--fp8-activations", fp8_value, {P::kF32, P::kBf16}, P::kBf16, device),
+          resolve_activations("--bf16-activations", bf16_value, {P::kF32, P::kBf16}, P::kBf16, device)};
 }
 
 std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
@@ -99,7 +104,8 @@ std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const 
                                             bool cpu_layout_later, const ActivationModes& activations) {
   return value_or_throw(load_model(model_dir, LoadOptions{.repack_for_cpu = device_backend == nullptr && !cpu_layout_later,
                                                           .fp4_activations = activations.fp4,
-                                                          .fp8_activations = activations.fp8}));
+                                                          .fp8_activations = activations.fp8,
+                                                          .bf16_activations = activations.bf16}));
 }
 
 void lay_out_for_cpu_rank(LoadedModel& model, const backend::Backend* device_backend,
@@ -195,9 +201,10 @@ int resolve_threads(const EngineOptions& v) {
 
 std::string describe_activation_modes(const EngineOptions& v) {
   // The bf16 mode's path shows: without AVX-512 BF16 it is slower than f32 (same bits).
-  const std::string fp8_path = std::string(" (") + quant::bf16_linear_isa_name() + ")";
+  const std::string bf16_path = std::string(" (") + quant::bf16_linear_isa_name() + ")";
   return (v.fp4_activations == "f32" ? "" : ", fp4 activations " + v.fp4_activations) +
-         (v.fp8_activations == "f32" ? "" : ", fp8 activations " + v.fp8_activations + fp8_path);
+         (v.fp8_activations == "f32" ? "" : ", fp8 activations " + v.fp8_activations + bf16_path) +
+         (v.bf16_activations == "f32" ? "" : ", bf16 activations " + v.bf16_activations + bf16_path);
 }
 
 std::string describe_engine_config(const engine::EngineConfig& c, int threads) {

@@ -29,6 +29,7 @@ struct EngineOptions {
   std::string ep_transport = "auto";    // auto, nccl, mpi: what moves the expert-parallel rows
   std::string fp4_activations = "f32";  // f32, int8, fp4: what NVFP4 / MXFP4 weights are computed with
   std::string fp8_activations = "f32";  // f32, bf16: what the CPU computes FP8 weights with
+  std::string bf16_activations = "f32";  // f32, bf16: what the CPU computes dense BF16 weights with
   int cuda_graph_max_batch = 16;  // decode steps of up to this many sequences as CUDA graphs (--device cuda)
   bool enforce_eager = false;     // no CUDA graphs (vLLM's spelling of --cuda-graph-max-batch 0)
 };
@@ -47,18 +48,20 @@ std::unique_ptr<backend::Backend> open_device_backend(const std::string& device)
 // `--fp4-activations` (f32, int8: the CPU backend only, quant/cpu/int8_linear.h; fp4) and
 // `--fp8-activations` (f32, bf16: the CPU backend only, quant/cpu/bf16_linear.h) for `--device`.
 // Throws CommandError with one line naming the problem.
+// `--bf16-activations` (f32, bf16: the CPU backend only, the same mode for dense BF16 weights).
 struct ActivationModes {
   quant::ActivationPrecision fp4 = quant::ActivationPrecision::kF32;
   quant::ActivationPrecision fp8 = quant::ActivationPrecision::kF32;
+  quant::ActivationPrecision bf16 = quant::ActivationPrecision::kF32;
 };
 ActivationModes resolve_activation_modes(const std::string& fp4_value, const std::string& fp8_value,
-                                         const std::string& device);
+                                         const std::string& bf16_value, const std::string& device);
 // The model at `model_dir`, laid out for where it computes: FP4 codes repacked into the CPU
 // order for the CPU backend (device_backend null), the checkpoint's order for a device. With a
 // placement, a CPU rank repacks only the routed experts `placement` gives `rank` (the others
 // stay in the checkpoint's order: no second copy of experts other ranks compute). Throws
 // CommandError with one line naming the problem.
-// FP4 and FP8 weights computed with `activations` (resolve_activation_modes).
+// FP4, FP8 and dense BF16 weights computed with `activations` (resolve_activation_modes).
 std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
                                             const ActivationModes& activations = {});
 // The same in two steps, for launchers that need the model's config to make the placement:
@@ -76,8 +79,8 @@ std::unique_ptr<comm::Transport> open_row_transport(const std::string& ep_transp
 // / ranks on this node. Throws CommandError when the fraction is outside (0, 1] or the
 // available memory cannot be read.
 double kv_pool_bytes_from_fraction(double fraction);
-// ", fp4 activations int8" under --fp4-activations int8 (likewise --fp8-activations, with the
-// bf16 mode's CPU path), else nothing (for the start-up line).
+// ", fp4 activations int8" under --fp4-activations int8 (likewise --fp8-activations and
+// --bf16-activations, with the bf16 mode's CPU path), else nothing (for the start-up line).
 std::string describe_activation_modes(const EngineOptions& values);
 // One line with the effective configuration (printed at start-up).
 std::string describe_engine_config(const engine::EngineConfig& config, int threads);

@@ -119,23 +119,41 @@ void bf16_linear_rows(const Bf16RowsView& x, const QuantizedWeightView& w, const
   }
 }
 
-bool enable_bf16_activations(LinearWeight& w) {
+namespace {
+
+// Exponent field (bits 7-14) of a BF16 weight: below 127 - 56 (under 2^-56, subnormals and
+// zeros included) or 255 (inf, NaN).
+bool below_floor(uint16_t v) { return ((v >> 7) & 0xFFu) < 127 - 56; }
+bool non_finite(uint16_t v) { return ((v >> 7) & 0xFFu) == 0xFFu; }
+
+}  // namespace
+
+bool enable_bf16_activations(LinearWeight& w, const Bf16WeightStorage& storage) {
   if (w.packed.has_value() || w.dense.dtype != DType::kBF16 || w.dense.shape.size() != 2 || !w.dense.is_contiguous()) {
     return false;
   }
-  // Exponent field (bits 7-14): 0 (zero or subnormal), below 127 - 56 (under 2^-56) or 255
-  // (inf, NaN) disqualify a weight unless it is a zero. Branch-free per block, so it vectorises.
+  // Branch-free per block, so the scan vectorises.
   const uint16_t* values = static_cast<const uint16_t*>(w.dense.data);
   const int64_t count = w.dense.numel();
   constexpr int64_t kBlock = 4096;
+  bool tiny = false;
   for (int64_t b0 = 0; b0 < count; b0 += kBlock) {
     const int64_t b1 = std::min(count, b0 + kBlock);
-    int bad = 0;
+    int bad = 0, small = 0;
     for (int64_t i = b0; i < b1; ++i) {
-      const unsigned exponent = (values[i] >> 7) & 0xFFu;
-      bad |= static_cast<int>((values[i] & 0x7FFFu) != 0 && (exponent < 127 - 56 || exponent == 0xFFu));
+      bad |= static_cast<int>(non_finite(values[i]));
+      small |= static_cast<int>((values[i] & 0x7FFFu) != 0 && below_floor(values[i]));
     }
     if (bad != 0) return false;
+    tiny = tiny || small != 0;
+  }
+  if (tiny) {
+    if (!storage) return false;
+    uint16_t* flushed = storage(count);
+    for (int64_t i = 0; i < count; ++i) {
+      flushed[i] = below_floor(values[i]) ? static_cast<uint16_t>(values[i] & 0x8000u) : values[i];
+    }
+    w.dense.data = flushed;
   }
   w.dense_activations = ActivationPrecision::kBf16;
   return true;

@@ -632,6 +632,16 @@ void set_fp8_activations(ModelWeights& weights, quant::ActivationPrecision preci
   });
 }
 
+void set_bf16_activations(ModelWeights& weights, quant::ActivationPrecision precision) {
+  if (precision != quant::ActivationPrecision::kBf16) return;
+  // Weights with elements below the mode's 2^-56 floor get a flushed copy (quant/cpu/bf16_linear.h).
+  const quant::Bf16WeightStorage storage = [&](int64_t numel) {
+    return weights.owned.emplace_back(Buffer::uninitialized(DType::kBF16, Shape{numel})).data<uint16_t>();
+  };
+  quant::enable_bf16_activations(weights.lm_head, storage);
+  for_each_linear(weights, [&](Linear& linear) { quant::enable_bf16_activations(linear.weight, storage); });
+}
+
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, const LoadOptions& options) {
   auto model = std::make_unique<LoadedModel>();
   MOERT_ASSIGN_OR_RETURN(model->config, load_model_config(model_dir));
@@ -644,6 +654,7 @@ Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, co
   mark_fp8_codes_finite(model->weights);  // check_checkpoint_values rejected every E4M3 NaN code
   set_fp4_activations(model->weights, options.fp4_activations);
   set_fp8_activations(model->weights, options.fp8_activations);
+  set_bf16_activations(model->weights, options.bf16_activations);
   if (options.repack_for_cpu) repack_weights_for_cpu(model->weights);
   return model;
 }

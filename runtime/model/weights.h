@@ -130,6 +130,11 @@ void set_fp4_activations(ModelWeights& weights, quant::ActivationPrecision preci
 // quant/cpu/bf16_linear.h, the explicit `--fp8-activations bf16` mode); other formats are left
 // as they are.
 void set_fp8_activations(ModelWeights& weights, quant::ActivationPrecision precision);
+// With kBf16, marks every dense BF16 linear weight the bf16 mode admits (attention, experts,
+// shared experts, dense MLPs, lm_head; quant::enable_bf16_activations scans each) to be
+// computed with BF16 activations by the CPU kernels (the explicit `--bf16-activations bf16`
+// mode); the routers and every other weight keep F32 activations. kF32 leaves them all.
+void set_bf16_activations(ModelWeights& weights, quant::ActivationPrecision precision);
 
 void repack_weights_for_cpu(ModelWeights& weights,
                             const std::function<bool(int layer, int expert)>& routed_expert_computed_here = {});
@@ -141,6 +146,8 @@ struct LoadOptions {
   quant::ActivationPrecision fp4_activations = quant::ActivationPrecision::kF32;
   // What the CPU kernels compute FP8 weights with (set_fp8_activations).
   quant::ActivationPrecision fp8_activations = quant::ActivationPrecision::kF32;
+  // What the CPU kernels compute dense BF16 weights with (set_bf16_activations).
+  quant::ActivationPrecision bf16_activations = quant::ActivationPrecision::kF32;
 };
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, const LoadOptions& options = {});
 

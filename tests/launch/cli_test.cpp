@@ -421,34 +421,40 @@ TEST(CliQuantize, QuantizeScoreAndEval) {
                                                         " --num-requests 2 --input-len 8 --output-len 2 --fp4-activations int8");
   ASSERT_EQ(bench_int8.exit_code, 0) << bench_int8.err;
   EXPECT_NE(bench_int8.out.find(", device cpu, fp4 activations int8, 1 rank(s)"), std::string::npos) << bench_int8.out;
-  // --fp8-activations bf16: an FP8 model's logits move by x's BF16 rounding only (8 bits).
+  // --fp8-activations bf16 (an FP8 model) and --bf16-activations bf16 (the BF16 model): the
+  // logits move by x's BF16 rounding only (8 bits); the start-up line names the mode's path.
   const std::string fp8 = scratch / "fp8";
   ASSERT_EQ(run_command(moert() + " quantize --model " + model + " --format fp8 --out " + fp8).exit_code, 0);
-  double fp8_moved[2] = {};
-  for (const std::string mode : {"f32", "bf16"}) {
-    const std::string prefix = scratch / ("fp8-" + mode);
-    ASSERT_EQ(run_command(moert() + " score --model " + fp8 + " --tokens 3,1,4,1,5 -n 4 --fp8-activations " + mode +
-                          " --out " + prefix).exit_code, 0);
-    const io::NpyArray logits = io::read_npy(prefix + ".prompt_logits.npy").value();
-    const io::NpyArray reference = io::read_npy(scratch / "fp8-f32.prompt_logits.npy").value();
-    ASSERT_EQ(reference.values.size(), logits.values.size());
-    double max_diff = 0.0, max_logit = 0.0;
-    for (size_t i = 0; i < logits.values.size(); ++i) {
-      max_diff = std::max(max_diff, std::fabs(reference.values[i] - logits.values[i]));
-      max_logit = std::max(max_logit, std::fabs(reference.values[i]));
+  for (const auto& [dir, option] : {std::pair<std::string, std::string>{fp8, "--fp8-activations"},
+                                    {model, "--bf16-activations"}}) {
+    const std::string name = option.substr(2, 4);  // fp8- / bf16
+    double moved[2] = {};
+    for (const std::string mode : {"f32", "bf16"}) {
+      const std::string prefix = scratch / (name + "-" + mode);
+      ASSERT_EQ(run_command(moert() + " score --model " + dir + " --tokens 3,1,4,1,5 -n 4 " + option + " " + mode +
+                            " --out " + prefix).exit_code, 0);
+      const io::NpyArray logits = io::read_npy(prefix + ".prompt_logits.npy").value();
+      const io::NpyArray reference = io::read_npy(scratch / (name + "-f32.prompt_logits.npy")).value();
+      ASSERT_EQ(reference.values.size(), logits.values.size());
+      double max_diff = 0.0, max_logit = 0.0;
+      for (size_t i = 0; i < logits.values.size(); ++i) {
+        max_diff = std::max(max_diff, std::fabs(reference.values[i] - logits.values[i]));
+        max_logit = std::max(max_logit, std::fabs(reference.values[i]));
+      }
+      moved[mode == "bf16"] = max_diff / max_logit;
     }
-    fp8_moved[mode == "bf16"] = max_diff / max_logit;
+    EXPECT_GT(moved[1], 0.0) << option << " bf16 must change the logits";
+    EXPECT_LT(moved[1], 0.02) << option << " bf16 moved the logits too far";
+    std::cout << option << " bf16: logits moved by " << moved[1] << " of the largest\n";
+    const testing::CommandResult bench_bf16 =
+        run_command(moert() + " bench --model " + dir + " --num-requests 2 --input-len 8 --output-len 2 " + option + " bf16");
+    ASSERT_EQ(bench_bf16.exit_code, 0) << bench_bf16.err;
+    const std::string mode_name = option.substr(2, option.find('-', 2) - 2);  // fp8 / bf16
+    EXPECT_NE(bench_bf16.out.find(", device cpu, " + mode_name + " activations bf16 (" +
+                                  std::string(quant::bf16_linear_isa_name()) + "), 1 rank(s)"),
+              std::string::npos)
+        << bench_bf16.out;
   }
-  EXPECT_GT(fp8_moved[1], 0.0) << "bf16 activations must change the FP8 model's logits";
-  EXPECT_LT(fp8_moved[1], 0.02) << "bf16 activations moved the FP8 model's logits too far";
-  std::cout << "fp8 bf16 activations: logits moved by " << fp8_moved[1] << " of the largest\n";
-  const testing::CommandResult bench_bf16 =
-      run_command(moert() + " bench --model " + fp8 + " --num-requests 2 --input-len 8 --output-len 2 --fp8-activations bf16");
-  ASSERT_EQ(bench_bf16.exit_code, 0) << bench_bf16.err;
-  EXPECT_NE(bench_bf16.out.find(", device cpu, fp8 activations bf16 (" + std::string(quant::bf16_linear_isa_name()) +
-                                "), 1 rank(s)"),
-            std::string::npos)
-      << bench_bf16.out;
   expect_one_line_error(run_command(moert() + " score --model " + nvfp4 + " --tokens 1,2 --fp4-activations int4"),
                         "--fp4-activations 'int4' is not one of f32, int8, fp4");
   expect_one_line_error(run_command(moert() + " score --model " + nvfp4 + " --tokens 1,2 --fp4-activations bf16"),
@@ -458,6 +464,11 @@ TEST(CliQuantize, QuantizeScoreAndEval) {
   expect_one_line_error(
       run_command(moert() + " run --model " + nvfp4 + " --fp8-activations bf16 --device cuda --input x --output -"),
       "--fp8-activations bf16 runs on the CPU only");
+  expect_one_line_error(run_command(moert() + " score --model " + model + " --tokens 1,2 --bf16-activations int8"),
+                        "--bf16-activations 'int8' is not one of f32, bf16");
+  expect_one_line_error(
+      run_command(moert() + " bench --model " + model + " --num-requests 1 --bf16-activations bf16 --device cuda"),
+      "--bf16-activations bf16 runs on the CPU only");
   expect_one_line_error(
       run_command(moert() + " score --model " + nvfp4 + " --tokens 1,2 --fp4-activations int8 --device cuda"),
       "--fp4-activations int8 runs on the CPU only");

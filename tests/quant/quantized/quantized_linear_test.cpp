@@ -984,7 +984,8 @@ TEST(Bf16Activations, ApplyLinearsMatchesOneCallPerLayer) {
 
 // ---- The bf16-activation mode of dense BF16 weights ---------------------------------------------
 
-// A dense BF16 weight [n, k] of normals (some zeros, some at the 2^-56 floor of admitted weights).
+// A dense BF16 weight [n, k] of normals (some zeros, some at the mode's 2^-56 floor, some under
+// it: those count as zeros of their sign).
 struct DenseBf16 {
   std::vector<uint16_t> bits;
   int64_t n = 0, k = 0;
@@ -999,8 +1000,24 @@ DenseBf16 dense_bf16(int64_t n, int64_t k, Rng& rng) {
   for (const float v : normals(n * k, rng)) d.bits.push_back(f32_to_bf16(v * 0.05f));
   for (int64_t i = 3; i < n * k; i += 29) d.bits[static_cast<size_t>(i)] = 0x8000;                   // -0
   for (int64_t i = 7; i < n * k; i += 31) d.bits[static_cast<size_t>(i)] = f32_to_bf16(0x1.4p-56f);  // the floor
+  for (int64_t i = 13; i < n * k; i += 37) d.bits[static_cast<size_t>(i)] = f32_to_bf16(-0x1.8p-57f);  // flushed
+  for (int64_t i = 19; i < n * k; i += 41) d.bits[static_cast<size_t>(i)] = 0x0003;                    // subnormal
   return d;
 }
+
+// w_i as the mode reads it: below 2^-56 a zero of its sign.
+float bf16_w(uint16_t bits) {
+  const float v = bf16_float(bits);
+  return std::fabs(v) < 0x1p-56f ? std::copysign(0.0f, v) : v;
+}
+
+// The storage the loader gives enable_bf16_activations for flushed copies.
+struct FlushedCopies {
+  std::vector<std::vector<uint16_t>> copies;
+  Bf16WeightStorage storage() {
+    return [this](int64_t numel) { return copies.emplace_back(static_cast<size_t>(numel)).data(); };
+  }
+};
 
 // The header's dense definition element by element: 16 lanes over 32-element groups (the odd
 // element of each pair first), no blocks, then the tree and the bias.
@@ -1010,7 +1027,7 @@ std::vector<float> bf16_dense_by_definition(const std::vector<float>& x, int64_t
   for (int64_t r = 0; r < t; ++r) {
     for (int64_t c = 0; c < d.n; ++c) {
       auto xb = [&](int64_t i) { return i < d.k ? bf16_x(x[static_cast<size_t>(r * d.k + i)]) : 0.0f; };
-      auto w = [&](int64_t i) { return i < d.k ? bf16_float(d.bits[static_cast<size_t>(c * d.k + i)]) : 0.0f; };
+      auto w = [&](int64_t i) { return i < d.k ? bf16_w(d.bits[static_cast<size_t>(c * d.k + i)]) : 0.0f; };
       float lanes[16] = {};
       for (int64_t g = 0; g < d.k; g += 32) {
         for (int l = 0; l < 16; ++l) {
@@ -1030,7 +1047,8 @@ std::vector<float> bf16_dense_by_definition(const std::vector<float>& x, int64_t
 std::vector<float> run_bf16_dense(const std::vector<float>& x, int64_t t, const DenseBf16& d, const float* bias,
                                   ThreadPool& pool) {
   LinearWeight w = d.weight();
-  EXPECT_TRUE(enable_bf16_activations(w));
+  FlushedCopies copies;
+  EXPECT_TRUE(enable_bf16_activations(w, copies.storage()));
   std::vector<float> y(static_cast<size_t>(t * d.n), std::numeric_limits<float>::quiet_NaN());
   apply_linear(w, x.data(), t, bias, y.data(), pool);
   return y;
@@ -1057,7 +1075,8 @@ TEST(Bf16Activations, DenseBf16MatchesDefinition) {
         expect_same(y, bf16_dense_by_definition(x, t, d, bias), what + " vs the definition");
         expect_same(run_bf16_dense(x, t, d, bias, pool1), y, what + " 1 thread");
         LinearWeight w = d.weight();
-        ASSERT_TRUE(enable_bf16_activations(w));
+        FlushedCopies copies;
+        ASSERT_TRUE(enable_bf16_activations(w, copies.storage()));
         Bf16Rows rows;
         rows.round(x.data(), t, k);
         std::vector<float> portable(y.size());
@@ -1070,7 +1089,7 @@ TEST(Bf16Activations, DenseBf16MatchesDefinition) {
             double exact = bias != nullptr ? bias[c] : 0.0, bound = 0.0, magnitude = std::fabs(exact);
             for (int64_t i = 0; i < k; ++i) {
               const float xi = x[static_cast<size_t>(r * k + i)];
-              const double wi = bf16_float(d.bits[static_cast<size_t>(c * k + i)]);
+              const double wi = bf16_w(d.bits[static_cast<size_t>(c * k + i)]);
               exact += static_cast<double>(xi) * wi;
               bound += std::fabs((static_cast<double>(xi) - bf16_x(xi)) * wi);
               magnitude += std::fabs(xi * wi);
@@ -1087,27 +1106,45 @@ TEST(Bf16Activations, DenseBf16MatchesDefinition) {
   }
 }
 
-// A weight is admitted only when every element is zero or a finite number of at least 2^-56.
-TEST(Bf16Activations, DenseAdmissionScansTheWeights) {
+// A finite BF16 weight is admitted; one holding elements under 2^-56 through a flushed copy only
+// (the checkpoint's bytes untouched); a non-finite one never.
+TEST(Bf16Activations, DenseAdmissionFlushesTinyWeightsIntoACopy) {
   Rng rng(89);
-  DenseBf16 d = dense_bf16(5, 4100, rng);  // more than one 4096-element scan block
-  LinearWeight ok = d.weight();
+  DenseBf16 clean = dense_bf16(5, 4100, rng);  // more than one 4096-element scan block
+  for (uint16_t& b : clean.bits) b = bf16_w(b) == 0.0f ? static_cast<uint16_t>(b & 0x8000u) : b;
+  LinearWeight ok = clean.weight();
   EXPECT_TRUE(enable_bf16_activations(ok));
   EXPECT_EQ(ok.dense_activations, ActivationPrecision::kBf16);
-  for (const uint16_t bad : {uint16_t{0x0001}, uint16_t{0x8040}, f32_to_bf16(0x1p-57f), uint16_t{0x7F80},
-                             uint16_t{0x7FC0}}) {
+  EXPECT_EQ(ok.dense.data, clean.bits.data());  // no copy needed
+  for (const uint16_t tiny : {uint16_t{0x0001}, uint16_t{0x8040}, f32_to_bf16(0x1p-57f)}) {
     for (const int64_t at : {int64_t{0}, int64_t{4097}, int64_t{5 * 4100 - 1}}) {
-      DenseBf16 bad_d = d;
-      bad_d.bits[static_cast<size_t>(at)] = bad;
-      LinearWeight w = bad_d.weight();
-      EXPECT_FALSE(enable_bf16_activations(w)) << std::hex << bad << " at " << std::dec << at;
-      EXPECT_EQ(w.dense_activations, ActivationPrecision::kF32);
+      DenseBf16 d = clean;
+      d.bits[static_cast<size_t>(at)] = tiny;
+      LinearWeight without = d.weight();
+      EXPECT_FALSE(enable_bf16_activations(without)) << std::hex << tiny << " at " << std::dec << at;
+      EXPECT_EQ(without.dense_activations, ActivationPrecision::kF32);
+      LinearWeight with = d.weight();
+      FlushedCopies copies;
+      ASSERT_TRUE(enable_bf16_activations(with, copies.storage()));
+      ASSERT_EQ(copies.copies.size(), 1u);
+      EXPECT_EQ(with.dense.data, copies.copies[0].data());
+      for (size_t i = 0; i < d.bits.size(); ++i) {
+        ASSERT_EQ(copies.copies[0][i], static_cast<int64_t>(i) == at ? (tiny & 0x8000) : d.bits[i]) << i;
+      }
+      EXPECT_EQ(d.bits[static_cast<size_t>(at)], tiny);  // the weight's own bytes stay
     }
+  }
+  for (const uint16_t bad : {uint16_t{0x7F80}, uint16_t{0xFFC0}}) {
+    DenseBf16 d = clean;
+    d.bits[4097] = bad;
+    LinearWeight w = d.weight();
+    FlushedCopies copies;
+    EXPECT_FALSE(enable_bf16_activations(w, copies.storage())) << std::hex << bad;
   }
   std::vector<float> f32(20, 1.0f);
   LinearWeight f32_weight = LinearWeight::from_dense(TensorView::contiguous(DType::kF32, Shape{4, 5}, f32.data()));
   EXPECT_FALSE(enable_bf16_activations(f32_weight));
-  const LinearWeight not_enabled = d.weight();
+  const LinearWeight not_enabled = clean.weight();
   Bf16Rows rows;
   std::vector<float> x(4100, 1.0f), y(5);
   rows.round(x.data(), 1, 4100);
@@ -1124,7 +1161,8 @@ TEST(Bf16Activations, DenseAndFp8JobsShareTheRoundedX) {
   const std::vector<float> x = normals(4 * 160, rng);
   ThreadPool pool(2), one(1);
   LinearWeight d = dense.weight();
-  ASSERT_TRUE(enable_bf16_activations(d));
+  FlushedCopies copies;
+  ASSERT_TRUE(enable_bf16_activations(d, copies.storage()));
   QuantizedWeightView f = fp8.view;
   f.activations = ActivationPrecision::kBf16;
   f.fp8_codes_finite = true;
