@@ -7,7 +7,8 @@
 #   * `moert bench` batch-1 decode, 64-token prefill and 32-sequence decode of BF16, FP8, NVFP4
 #     and MXFP4 copies of one model (medians of the repeats), the FP4 ones also with
 #     `--fp4-activations int8` (rows nvfp4+int8, mxfp4+int8; docs/quant-formats.md §5b) and FP8
-#     also with `--fp8-activations bf16` (row fp8+bf16; §5e),
+#     also with `--fp8-activations bf16` (row fp8+bf16; §5e) and BF16 with `--bf16-activations
+#     bf16` (row bf16+bf16; §5f),
 # and the ratios the goals are stated in: bandwidth used by batch-1 decode, each format's
 # decode rate over BF16's, prefill over decode, 32 sequences over 1.
 #   bash bench/cpu_roofline.sh [threads=2] [preset=large] [repeats=3] [output_len=32]
@@ -62,10 +63,11 @@ bandwidth=$("$bandwidth_bin" "$threads" 1024 5 | grep -o 'read_bandwidth_gb_s=[0
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $threads threads, read bandwidth $bandwidth GB/s"
 printf '%-11s %12s %12s %10s %12s %12s %12s\n' format "MB/token" "decode tok/s" "bandwidth" "prefill tok/s" "32-seq tok/s" "vs bf16"
 declare -A decode
-for format in bf16 fp8 fp8+bf16 nvfp4 nvfp4+int8 mxfp4 mxfp4+int8; do
+for format in bf16 bf16+bf16 fp8 fp8+bf16 nvfp4 nvfp4+int8 mxfp4 mxfp4+int8; do
   dir="$work/${format%+*}"
   case "$format" in
     *+int8) extra="--fp4-activations int8" ;;
+    bf16+bf16) extra="--bf16-activations bf16" ;;
     *+bf16) extra="--fp8-activations bf16" ;;
     *) extra="" ;;
   esac

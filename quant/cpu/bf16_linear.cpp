@@ -16,6 +16,17 @@ namespace {
 
 using namespace bf16_detail;
 
+// The group at element g into 16 lanes, straight from the definition: lane l takes elements
+// 2l + 1 and then 2l, each an FMA; weight_at(i) for i < k, +0 past it.
+template <typename WeightAt>
+void add_group(const uint16_t* xb, int64_t g, int64_t k, WeightAt weight_at, float* lanes) {
+  for (int l = 0; l < kGroupLanes; ++l) {
+    for (const int64_t i : {g + 2 * l + 1, g + 2 * l}) {  // the odd element first
+      lanes[l] = std::fma(bf16_value(xb[i]), i < k ? weight_at(i) : 0.0f, lanes[l]);
+    }
+  }
+}
+
 // One x row t against one weight row, straight from the definition.
 struct PortableBf16Kernel {
   static constexpr int kRows = 1;
@@ -30,12 +41,7 @@ struct PortableBf16Kernel {
       float partial[kGroupLanes] = {};
       const int64_t b1 = std::min(padded, b0 + kFp8ScaleCols);
       for (int64_t g = b0; g < b1; g += kBf16Group) {
-        for (int l = 0; l < kGroupLanes; ++l) {
-          for (const int64_t i : {g + 2 * l + 1, g + 2 * l}) {  // the odd element first
-            const float wi = i < k ? weight_value(w[0].data[i]) : 0.0f;
-            partial[l] = std::fma(bf16_value(xb[i]), wi, partial[l]);
-          }
-        }
+        add_group(xb, g, k, [&](int64_t i) { return weight_value(w[0].data[i]); }, partial);
       }
       const float factor = block_factor(w[0], b0 / kFp8ScaleCols);
       for (int l = 0; l < kGroupLanes; ++l) lanes[l] = std::fma(partial[l], factor, lanes[l]);
@@ -48,12 +54,7 @@ struct PortableBf16Kernel {
     const uint16_t* xb = x.values + t * padded;
     float lanes[kGroupLanes] = {};
     for (int64_t g = 0; g < padded; g += kBf16Group) {
-      for (int l = 0; l < kGroupLanes; ++l) {
-        for (const int64_t i : {g + 2 * l + 1, g + 2 * l}) {  // the odd element first
-          const float wi = i < k ? bf16_value(w[0].data[i]) : 0.0f;
-          lanes[l] = std::fma(bf16_value(xb[i]), wi, lanes[l]);
-        }
-      }
+      add_group(xb, g, k, [&](int64_t i) { return bf16_value(w[0].data[i]); }, lanes);
     }
     out[0] = reduce_lanes(lanes);
   }

@@ -147,6 +147,23 @@ MOERT_AVX2 inline void fp8_pairs_avx2(__m128i codes16, __m256& even, __m256& odd
   odd = _mm256_mul_ps(odd, to_w);
 }
 
+// 8 BF16 pairs as floats: the even elements (low halves shifted up) and the odd ones (high
+// halves masked), exact.
+MOERT_AVX2 inline void bf16_pairs_avx2(__m256i pairs, __m256& even, __m256& odd) {
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
+  odd = _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// x rows t.. of the rounded activations as even and odd floats, for half h of the group at g.
+template <int rows>
+MOERT_AVX2 inline void x_pairs_avx2(const uint16_t* xb, int64_t padded, int64_t g, int h, __m256 (&even)[rows],
+                                    __m256 (&odd)[rows]) {
+  for (int r = 0; r < rows; ++r) {
+    bf16_pairs_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + r * padded + g + 16 * h)), even[r],
+                    odd[r]);
+  }
+}
+
 // The 16 codes of half h of the group at element g of a row of k codes (zeros past k).
 MOERT_AVX2 inline __m128i half_codes_avx2(const uint8_t* row, int64_t g, int h, int64_t k) {
   const int64_t at = g + 16 * h;
@@ -160,7 +177,6 @@ template <int rows, int cols>
 MOERT_AVX2 void bf16_tile_avx2(const Bf16RowsView& x, int64_t t, const RowRef* w, float* out) {
   const int64_t k = x.cols, padded = bf16_padded_cols(k);
   const uint16_t* xb = x.values + t * padded;
-  const __m256i high_words = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
   __m256 lanes[2][rows * cols];
   for (int h = 0; h < 2; ++h) {
     for (int i = 0; i < rows * cols; ++i) lanes[h][i] = _mm256_setzero_ps();
@@ -176,11 +192,7 @@ MOERT_AVX2 void bf16_tile_avx2(const Bf16RowsView& x, int64_t t, const RowRef* w
     for (int64_t g = b0; g < b1; g += kBf16Group) {
       for (int h = 0; h < 2; ++h) {
         __m256 x_even[rows], x_odd[rows];
-        for (int r = 0; r < rows; ++r) {
-          const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + r * padded + g + 16 * h));
-          x_even[r] = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
-          x_odd[r] = _mm256_castsi256_ps(_mm256_and_si256(pairs, high_words));
-        }
+        x_pairs_avx2<rows>(xb, padded, g, h, x_even, x_odd);
         for (int c = 0; c < cols; ++c) {
           if (h == 0) prefetch_stream_at(w[c].data, g, cols, k);
           __m256 w_even, w_odd;
@@ -209,7 +221,6 @@ template <int rows, int cols>
 MOERT_AVX2 void bf16_dense_tile_avx2(const Bf16RowsView& x, int64_t t, const DenseRowRef* w, float* out) {
   const int64_t k = x.cols, padded = bf16_padded_cols(k);
   const uint16_t* xb = x.values + t * padded;
-  const __m256i high_words = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
   __m256 lanes[2][rows * cols];
   for (int h = 0; h < 2; ++h) {
     for (int i = 0; i < rows * cols; ++i) lanes[h][i] = _mm256_setzero_ps();
@@ -217,11 +228,7 @@ MOERT_AVX2 void bf16_dense_tile_avx2(const Bf16RowsView& x, int64_t t, const Den
   for (int64_t g = 0; g < k; g += kBf16Group) {
     for (int h = 0; h < 2; ++h) {
       __m256 x_even[rows], x_odd[rows];
-      for (int r = 0; r < rows; ++r) {
-        const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + r * padded + g + 16 * h));
-        x_even[r] = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
-        x_odd[r] = _mm256_castsi256_ps(_mm256_and_si256(pairs, high_words));
-      }
+      x_pairs_avx2<rows>(xb, padded, g, h, x_even, x_odd);
       const int64_t at = g + 16 * h;
       for (int c = 0; c < cols; ++c) {
         if (h == 0) cpu::prefetch_weight_stream(w[c].data + g, cols * k * 2);
@@ -233,8 +240,8 @@ MOERT_AVX2 void bf16_dense_tile_avx2(const Bf16RowsView& x, int64_t t, const Den
           if (at < k) std::copy(w[c].data + at, w[c].data + k, tail);
           pairs = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail));
         }
-        const __m256 w_even = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
-        const __m256 w_odd = _mm256_castsi256_ps(_mm256_and_si256(pairs, high_words));
+        __m256 w_even, w_odd;
+        bf16_pairs_avx2(pairs, w_even, w_odd);
         for (int r = 0; r < rows; ++r) {
           lanes[h][r * cols + c] = _mm256_fmadd_ps(x_odd[r], w_odd, lanes[h][r * cols + c]);
           lanes[h][r * cols + c] = _mm256_fmadd_ps(x_even[r], w_even, lanes[h][r * cols + c]);
