@@ -429,12 +429,18 @@ void copy_kv_blocks(const PagedKvLayer& layer, const int32_t* src, const int32_t
 
 namespace {
 
+// A thread's scores buffer ([item heads, max_kv_len] floats) stays within this unless an item
+// holds a single kv head (then it is what one kv head needs, as before items grouped heads).
+constexpr int64_t kScoresBudgetBytes = int64_t{8} << 20;
+
 // KV heads per work item: all of them when there are enough items anyway (at least four per
 // thread, or a multiple of the threads: equal shares), else the largest divisor of kv_heads
-// that still gives that, down to one (batch-1 decode on two threads with 4 kv heads: 2).
-int kv_heads_per_item(int kv_heads, int64_t num_rows, int num_threads) {
+// that still gives that, down to one (batch-1 decode on two threads with 4 kv heads: 2); never
+// more than keep the scores within kScoresBudgetBytes.
+int kv_heads_per_item(int kv_heads, int group, int64_t max_kv_len, int64_t num_rows, int num_threads) {
   for (int per_item = kv_heads; per_item > 1; --per_item) {
     if (kv_heads % per_item != 0) continue;
+    if (int64_t{per_item} * group * max_kv_len * static_cast<int64_t>(sizeof(float)) > kScoresBudgetBytes) continue;
     const int64_t items = num_rows * (kv_heads / per_item);
     if (items >= 4 * static_cast<int64_t>(num_threads) || items % num_threads == 0) return per_item;
   }
@@ -455,8 +461,8 @@ void paged_attention_forward(const float* q, const PagedKvLayer& layer, const Pa
   // Split them into contiguous ranges of about equal cost (keys attended), one per thread:
   // causal rows and mixed context lengths make per-item cost uneven. Neither the split nor
   // the item size affects results.
-  const int item_kv_heads = kv_heads_per_item(kv_heads, plan.qo_indptr[plan.num_seqs] - plan.qo_indptr[0],
-                                              pool.num_threads());
+  const int64_t num_rows = plan.num_seqs > 0 ? plan.qo_indptr[plan.num_seqs] - plan.qo_indptr[0] : 0;
+  const int item_kv_heads = kv_heads_per_item(kv_heads, group, max_kv_len, num_rows, pool.num_threads());
   int64_t total_cost = 0;
   for (int b = 0; b < plan.num_seqs; ++b) {
     const int64_t num_pages = plan.kv_page_indptr[b + 1] - plan.kv_page_indptr[b];
