@@ -198,8 +198,11 @@ void key_dots(const float* q_heads, int kv_heads, int group, int head_dim, const
     }
     return;
   }
+  // Every tile dot_block_tile hands out (core/cpu/dot.h) fits these, checked at compile time.
   constexpr int kMaxTileCells = 32;
-  MOERT_CHECK(tile.rows * tile.cols <= kMaxTileCells, "dot tile " << tile.rows << "x" << tile.cols << " too large");
+  static_assert(cpu::kAvx512Tile.rows * cpu::kAvx512Tile.cols <= kMaxTileCells &&
+                cpu::kAvx2Tile.rows * cpu::kAvx2Tile.cols <= kMaxTileCells &&
+                cpu::kAvx2SingleRowTile.rows * cpu::kAvx2SingleRowTile.cols <= kMaxTileCells);
   float tile_out[kMaxTileCells];
   const void* key_rows[kMaxTileCells];
   for (int64_t r0 = 0; r0 < count; r0 += tile.cols) {

@@ -164,13 +164,20 @@ MOERT_AVX2 inline void x_pairs_avx2(const uint16_t* xb, int64_t padded, int64_t 
   }
 }
 
-// The 16 codes of half h of the group at element g of a row of k codes (zeros past k).
-MOERT_AVX2 inline __m128i half_codes_avx2(const uint8_t* row, int64_t g, int h, int64_t k) {
+// 16 elements from p: FP8 codes in a 128-bit register, BF16 weights in a 256-bit one.
+MOERT_AVX2 inline __m128i load16_avx2(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+MOERT_AVX2 inline __m256i load16_avx2(const uint16_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// The 16 elements of half h of the group at element g of a row of k (zeros past k).
+template <typename Element>
+MOERT_AVX2 inline auto half_avx2(const Element* row, int64_t g, int h, int64_t k) {
   const int64_t at = g + 16 * h;
-  if (at + 16 <= k) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + at));
-  alignas(16) uint8_t tail[16] = {};
+  if (at + 16 <= k) return load16_avx2(row + at);
+  alignas(32) Element tail[16] = {};
   if (at < k) std::copy(row + at, row + k, tail);
-  return _mm_load_si128(reinterpret_cast<const __m128i*>(tail));
+  return load16_avx2(tail);
 }
 
 template <int rows, int cols>
@@ -196,7 +203,7 @@ MOERT_AVX2 void bf16_tile_avx2(const Bf16RowsView& x, int64_t t, const RowRef* w
         for (int c = 0; c < cols; ++c) {
           if (h == 0) prefetch_stream_at(w[c].data, g, cols, k);
           __m256 w_even, w_odd;
-          fp8_pairs_avx2(half_codes_avx2(w[c].data, g, h, k), w_even, w_odd);
+          fp8_pairs_avx2(half_avx2(w[c].data, g, h, k), w_even, w_odd);
           for (int r = 0; r < rows; ++r) {
             partial[h][r][c] = _mm256_fmadd_ps(x_odd[r], w_odd, partial[h][r][c]);
             partial[h][r][c] = _mm256_fmadd_ps(x_even[r], w_even, partial[h][r][c]);
@@ -229,19 +236,10 @@ MOERT_AVX2 void bf16_dense_tile_avx2(const Bf16RowsView& x, int64_t t, const Den
     for (int h = 0; h < 2; ++h) {
       __m256 x_even[rows], x_odd[rows];
       x_pairs_avx2<rows>(xb, padded, g, h, x_even, x_odd);
-      const int64_t at = g + 16 * h;
       for (int c = 0; c < cols; ++c) {
         if (h == 0) cpu::prefetch_weight_stream(w[c].data + g, cols * k * 2);
-        __m256i pairs;
-        if (at + 16 <= k) {
-          pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[c].data + at));
-        } else {  // a last partial half: +0 past the row
-          alignas(32) uint16_t tail[16] = {};
-          if (at < k) std::copy(w[c].data + at, w[c].data + k, tail);
-          pairs = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail));
-        }
         __m256 w_even, w_odd;
-        bf16_pairs_avx2(pairs, w_even, w_odd);
+        bf16_pairs_avx2(half_avx2(w[c].data, g, h, k), w_even, w_odd);
         for (int r = 0; r < rows; ++r) {
           lanes[h][r * cols + c] = _mm256_fmadd_ps(x_odd[r], w_odd, lanes[h][r * cols + c]);
           lanes[h][r * cols + c] = _mm256_fmadd_ps(x_even[r], w_even, lanes[h][r * cols + c]);
