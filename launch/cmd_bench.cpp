@@ -146,6 +146,7 @@ int run_bench(const std::vector<std::string>& args) {
     const ActivationModes activations = resolve_activation_modes(
         engine_options.fp4_activations, engine_options.fp8_activations, engine_options.bf16_activations,
         engine_options.device);
+    const WeightMemory weight_memory = resolve_weight_memory(engine_options.weight_memory, engine_options.device);
     device_backend = open_device_backend(engine_options.device);
     // The CPU kernels' FP4 code order only where the CPU backend computes (null backend), and
     // there only for the routed experts this rank computes (lay_out_for_cpu_rank, below).
@@ -154,10 +155,10 @@ int run_bench(const std::vector<std::string>& args) {
                                    device_backend ? device_backend->preferred_kv_cache_dtype() : DType::kF32);
     config->forward_when_idle = true;
     config->record_token_times = true;
-    spec_setup = std::make_unique<SpecSetup>(spec_options, loaded->config, &*config, device_backend.get());
+    spec_setup = std::make_unique<SpecSetup>(spec_options, loaded->config, &*config, device_backend.get(), weight_memory);
     threads = resolve_threads(engine_options);
     placement = value_or_throw(experts::contiguous_placement(loaded->config.num_experts(), ranks));
-    lay_out_for_cpu_rank(*loaded, device_backend.get(), *placement, transport.rank());
+    lay_out_for_cpu_rank(*loaded, device_backend.get(), *placement, transport.rank(), weight_memory);
     if (root && !o.input_path.empty()) {
       check_input_file(o.input_path);
       std::ifstream input(o.input_path);
@@ -180,7 +181,7 @@ int run_bench(const std::vector<std::string>& args) {
   if (root) {
     std::cout << "model: " << describe_model_config(model.config) << "\n"
               << describe_engine_config(*config, threads) << ", device " << engine_options.device
-              << describe_activation_modes(engine_options) << ", " << ranks << " rank(s)\n"
+              << describe_weight_modes(engine_options) << ", " << ranks << " rank(s)\n"
               << spec_setup->describe() << "\n";
   }
   ThreadPool pool(threads);

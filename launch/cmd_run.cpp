@@ -200,6 +200,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
     const ActivationModes activations = resolve_activation_modes(
         engine_options.fp4_activations, engine_options.fp8_activations, engine_options.bf16_activations,
         engine_options.device);
+    const WeightMemory weight_memory = resolve_weight_memory(engine_options.weight_memory, engine_options.device);
     device_backend = open_device_backend(engine_options.device);
     // The CPU kernels' FP4 code order only where the CPU backend computes (null backend), and
     // there only for the routed experts this rank computes (lay_out_for_cpu_rank, below).
@@ -208,7 +209,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
                                    device_backend ? device_backend->preferred_kv_cache_dtype() : DType::kF32);
     config->forward_when_idle = true;
     job.kv_cache_bytes_per_token = value_or_throw(engine::kv_cache_bytes_per_token(loaded->config, config->kv_cache_dtype));
-    spec_setup = std::make_unique<SpecSetup>(spec_options, loaded->config, &*config, device_backend.get());
+    spec_setup = std::make_unique<SpecSetup>(spec_options, loaded->config, &*config, device_backend.get(), weight_memory);
     threads = resolve_threads(engine_options);
     const int num_experts = loaded->config.num_experts();
     if (num_experts < 1) throw CommandError(model_dir + " has no routed experts");
@@ -223,7 +224,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
       throw CommandError(placement_path + " has " + std::to_string(placement->num_layers()) +
                          " layers, the model " + std::to_string(loaded->config.num_layers) + " (or give 1 for all)");
     }
-    lay_out_for_cpu_rank(*loaded, device_backend.get(), *placement, transport->rank());
+    lay_out_for_cpu_rank(*loaded, device_backend.get(), *placement, transport->rank(), weight_memory);
     text = CheckpointText::load(model_dir);
     generation = value_or_throw(load_generation_defaults(model_dir, loaded->config));
     config->eos_token_ids = generation->eos_token_ids;
@@ -257,7 +258,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   if (root) {
     MOERT_INFO("model: " << describe_model_config(model.config));
     MOERT_INFO(describe_engine_config(*config, threads) << ", device " << engine_options.device
-                                                        << describe_activation_modes(engine_options) << ", "
+                                                        << describe_weight_modes(engine_options) << ", "
                                                         << transport->world_size() << " rank(s)");
     MOERT_INFO(spec_setup->describe());
   }

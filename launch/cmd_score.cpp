@@ -34,6 +34,7 @@ int run_score(const std::vector<std::string>& args) {
   std::string fp4_activations = "f32";
   std::string fp8_activations = "f32";
   std::string bf16_activations = "f32";
+  std::string weight_memory = "copy";
   options.add_options()
       ("help,h", "show this help")
       ("model", po::value(&model_dir)->required(), "Hugging Face model directory")
@@ -47,7 +48,9 @@ int run_score(const std::vector<std::string>& args) {
       ("fp8-activations", po::value(&fp8_activations)->default_value("f32"),
        "what FP8 weights are computed with: f32 (exact) or bf16 (CPU only; docs/quant-formats.md)")
       ("bf16-activations", po::value(&bf16_activations)->default_value("f32"),
-       "what dense BF16 weights are computed with: f32 (exact) or bf16 (CPU only; docs/quant-formats.md)");
+       "what dense BF16 weights are computed with: f32 (exact) or bf16 (CPU only; docs/quant-formats.md)")
+      ("weight-memory", po::value(&weight_memory)->default_value("copy"),
+       "where the CPU's weights live: copy, mmap or mlock (as for moert run)");
   po::variables_map vm;
   if (!parse_command_line(args, options, &vm)) return 0;
   if (num_generate < 0) throw CommandError("--num-tokens = " + std::to_string(num_generate) + " must be >= 0");
@@ -56,7 +59,8 @@ int run_score(const std::vector<std::string>& args) {
 
   const ActivationModes activations = resolve_activation_modes(fp4_activations, fp8_activations, bf16_activations, device);
   const std::unique_ptr<backend::Backend> device_backend = open_device_backend(device);
-  std::unique_ptr<LoadedModel> model = load_model_for(model_dir, device_backend.get(), activations);
+  std::unique_ptr<LoadedModel> model =
+      load_model_for(model_dir, device_backend.get(), activations, resolve_weight_memory(weight_memory, device));
   ThreadPool pool(threads > 0 ? threads : default_num_threads());
   ReferenceForward forward(model->config, model->weights, pool, device_backend.get());
   const GreedyOutput output = value_or_throw(greedy_generate(forward, prompt, num_generate));

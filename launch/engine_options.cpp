@@ -51,6 +51,11 @@ void add_engine_options(po::options_description& options, EngineOptions& v) {
        "what dense BF16 weights (attention, experts, lm_head; not the router) are computed with: f32 (exact) or "
        "bf16 (CPU only: activations rounded to BF16, products on BF16 pairs; faster prefill and batched decode "
        "with AVX-512 BF16, logits off by ~1e-3 relative; docs/quant-formats.md)")
+      ("weight-memory", po::value(&v.weight_memory)->default_value("copy"),
+       "where the weights the CPU computes with live: copy (read into this process's memory, huge pages: stays "
+       "resident whatever the page cache does), mmap (read in place from the checkpoint's page cache: shared by a "
+       "node's ranks, nothing copied, but pages the kernel reclaims are re-read, which can slow decode several "
+       "times) or mlock (in place, locked in memory; needs `ulimit -l` of the weights' size)")
       ("cuda-graph-max-batch", po::value(&v.cuda_graph_max_batch)->default_value(16),
        "with --device cuda on one rank: decode steps of up to this many sequences (0..16) run as CUDA graphs, "
        "recorded at a batch size's second step (0: none; docs/cuda-backend.md \"Step graphs\")")
@@ -95,9 +100,22 @@ ActivationModes resolve_activation_modes(const std::string& fp4_value, const std
           resolve_activations("--bf16-activations", bf16_value, {P::kF32, P::kBf16}, P::kBf16, device)};
 }
 
+WeightMemory resolve_weight_memory(const std::string& value, const std::string& device) {
+  const Result<WeightMemory> parsed = parse_weight_memory(value);
+  if (!parsed.is_ok()) throw CommandError("--weight-memory '" + value + "' is not one of copy, mmap, mlock");
+  if (*parsed != WeightMemory::kCopy && device != "cpu") {
+    throw CommandError("--weight-memory " + value + " runs on the CPU only (--device cpu; got --device " + device + ")");
+  }
+  return *parsed;
+}
+
 std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
-                                            const ActivationModes& activations) {
-  return load_model_for(model_dir, device_backend, /*cpu_layout_later=*/false, activations);
+                                            const ActivationModes& activations, WeightMemory weight_memory) {
+  return value_or_throw(load_model(model_dir, LoadOptions{.repack_for_cpu = device_backend == nullptr,
+                                                          .fp4_activations = activations.fp4,
+                                                          .fp8_activations = activations.fp8,
+                                                          .bf16_activations = activations.bf16,
+                                                          .weight_memory = weight_memory}));
 }
 
 std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
@@ -109,11 +127,15 @@ std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const 
 }
 
 void lay_out_for_cpu_rank(LoadedModel& model, const backend::Backend* device_backend,
-                          const experts::ExpertPlacement& placement, int rank) {
+                          const experts::ExpertPlacement& placement, int rank, WeightMemory weight_memory) {
   if (device_backend != nullptr) return;
-  repack_weights_for_cpu(model.weights, [&](int layer, int expert) {
+  const auto computed_here = [&](int layer, int expert) {
     return placement.layer(placement.num_layers() == 1 ? 0 : layer).rank_hosts(rank, expert);
-  });
+  };
+  repack_weights_for_cpu(model.weights, computed_here);
+  throw_if_error(hold_weights_in_memory(model.weights, *model.checkpoint, weight_memory, computed_here)
+                     .status()
+                     .with_context(model.checkpoint->dir()));
 }
 
 std::unique_ptr<comm::Transport> open_row_transport(const std::string& ep_transport, const backend::Backend* backend,
@@ -199,12 +221,13 @@ int resolve_threads(const EngineOptions& v) {
   return threads_for_rank(affinity_cpu_count(), machine, comm::local_rank_count());
 }
 
-std::string describe_activation_modes(const EngineOptions& v) {
+std::string describe_weight_modes(const EngineOptions& v) {
   // The bf16 mode's path shows: without AVX-512 BF16 it is slower than f32 (same bits).
   const std::string bf16_path = std::string(" (") + quant::bf16_linear_isa_name() + ")";
   return (v.fp4_activations == "f32" ? "" : ", fp4 activations " + v.fp4_activations) +
          (v.fp8_activations == "f32" ? "" : ", fp8 activations " + v.fp8_activations + bf16_path) +
-         (v.bf16_activations == "f32" ? "" : ", bf16 activations " + v.bf16_activations + bf16_path);
+         (v.bf16_activations == "f32" ? "" : ", bf16 activations " + v.bf16_activations + bf16_path) +
+         (v.weight_memory == "copy" ? "" : ", weight memory " + v.weight_memory);
 }
 
 std::string describe_engine_config(const engine::EngineConfig& c, int threads) {

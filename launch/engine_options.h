@@ -30,6 +30,7 @@ struct EngineOptions {
   std::string fp4_activations = "f32";  // f32, int8, fp4: what NVFP4 / MXFP4 weights are computed with
   std::string fp8_activations = "f32";  // f32, bf16: what the CPU computes FP8 weights with
   std::string bf16_activations = "f32";  // f32, bf16: what the CPU computes dense BF16 weights with
+  std::string weight_memory = "copy";    // copy, mmap, mlock: where the CPU's weights live
   int cuda_graph_max_batch = 16;  // decode steps of up to this many sequences as CUDA graphs (--device cuda)
   bool enforce_eager = false;     // no CUDA graphs (vLLM's spelling of --cuda-graph-max-batch 0)
 };
@@ -56,20 +57,27 @@ struct ActivationModes {
 };
 ActivationModes resolve_activation_modes(const std::string& fp4_value, const std::string& fp8_value,
                                          const std::string& bf16_value, const std::string& device);
+// `--weight-memory` (copy, mmap, mlock; runtime/model/weight_memory.h): where the weights the
+// CPU backend computes with live. Only copy (which a device ignores) with --device cuda.
+// Throws CommandError with one line naming the problem.
+WeightMemory resolve_weight_memory(const std::string& value, const std::string& device);
 // The model at `model_dir`, laid out for where it computes: FP4 codes repacked into the CPU
 // order for the CPU backend (device_backend null), the checkpoint's order for a device. With a
 // placement, a CPU rank repacks only the routed experts `placement` gives `rank` (the others
 // stay in the checkpoint's order: no second copy of experts other ranks compute). Throws
 // CommandError with one line naming the problem.
-// FP4, FP8 and dense BF16 weights computed with `activations` (resolve_activation_modes).
+// FP4, FP8 and dense BF16 weights computed with `activations` (resolve_activation_modes); for
+// the CPU backend the weights held in memory as `weight_memory` says (hold_weights_in_memory;
+// with a placement, only the routed experts of `rank`).
 std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
-                                            const ActivationModes& activations = {});
+                                            const ActivationModes& activations = {},
+                                            WeightMemory weight_memory = WeightMemory::kCopy);
 // The same in two steps, for launchers that need the model's config to make the placement:
 // load_model_for(..., /*cpu_layout_later=*/true) then lay_out_for_cpu_rank.
 std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
                                             bool cpu_layout_later, const ActivationModes& activations);
 void lay_out_for_cpu_rank(LoadedModel& model, const backend::Backend* device_backend,
-                          const experts::ExpertPlacement& placement, int rank);
+                          const experts::ExpertPlacement& placement, int rank, WeightMemory weight_memory);
 // The transport that moves the expert-parallel rows under `--ep-transport` (null: `control`
 // does; backend::open_row_transport). Collective over `control`. Throws CommandError with one
 // line naming the problem.
@@ -80,8 +88,9 @@ std::unique_ptr<comm::Transport> open_row_transport(const std::string& ep_transp
 // available memory cannot be read.
 double kv_pool_bytes_from_fraction(double fraction);
 // ", fp4 activations int8" under --fp4-activations int8 (likewise --fp8-activations and
-// --bf16-activations, with the bf16 mode's CPU path), else nothing (for the start-up line).
-std::string describe_activation_modes(const EngineOptions& values);
+// --bf16-activations, with the bf16 mode's CPU path; ", weight memory mmap" for a
+// --weight-memory other than copy), else nothing (for the start-up line).
+std::string describe_weight_modes(const EngineOptions& values);
 // One line with the effective configuration (printed at start-up).
 std::string describe_engine_config(const engine::EngineConfig& config, int threads);
 // The end-of-run summary lines.

@@ -40,7 +40,7 @@ void add_spec_options(po::options_description& options, SpecOptions& v) {
 }
 
 SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engine::EngineConfig* engine,
-                     const backend::Backend* device_backend)
+                     const backend::Backend* device_backend, WeightMemory weight_memory)
     : options_(options) {
   if (options_.method != "none" && options_.method != "draft" && options_.method != "ngram") {
     throw CommandError("--spec '" + options_.method + "' is not one of none, draft, ngram");
@@ -83,7 +83,8 @@ SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engi
   }
   if (options_.method == "draft") {
     draft_ = value_or_throw(load_model(options.draft_model, LoadOptions{.repack_for_cpu = device_backend == nullptr,
-                                                                        .fp4_activations = *draft_activations}));
+                                                                        .fp4_activations = *draft_activations,
+                                                                        .weight_memory = weight_memory}));
     if (draft_->config.vocab_size != target.vocab_size) {
       throw CommandError("draft model " + options.draft_model + " has a vocabulary of " +
                          std::to_string(draft_->config.vocab_size) + " tokens, the target " +

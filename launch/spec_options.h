@@ -33,9 +33,10 @@ class SpecSetup {
  public:
   // Validates the options against the target (throws CommandError naming the option or
   // the checkpoint), loads the draft model laid out for where the target computes
-  // (`device_backend`, null: the CPU; docs/cuda-backend.md), and sets engine->spec.
+  // (`device_backend`, null: the CPU, its weights held as `weight_memory` says;
+  // docs/cuda-backend.md), and sets engine->spec.
   SpecSetup(const SpecOptions& options, const ModelConfig& target, engine::EngineConfig* engine,
-            const backend::Backend* device_backend = nullptr);
+            const backend::Backend* device_backend = nullptr, WeightMemory weight_memory = WeightMemory::kCopy);
   // Creates the proposer (null with --spec=none); `pool` and `device_backend` (the target's:
   // the draft computes there too, its decode steps as step graphs under
   // engine.step_graph_max_batch) must outlive this object.

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -66,6 +67,8 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // Start of the data buffer inside the mapping.
   const uint8_t* data_buffer() const { return data_buffer_; }
+  // The whole mapping (header included; empty for an empty file): views point inside it.
+  std::span<const uint8_t> mapped_bytes() const { return {static_cast<const uint8_t*>(map_base_), map_size_}; }
 
  private:
   SafetensorsFile() = default;

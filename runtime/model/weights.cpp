@@ -13,6 +13,7 @@
 #include "quant/bf16.h"
 #include "quant/cpu/bf16_linear.h"
 #include "quant/cpu/quantized_linear.h"
+#include "runtime/model/weight_regions.h"
 
 namespace moert {
 
@@ -655,64 +656,19 @@ Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, co
   set_fp4_activations(model->weights, options.fp4_activations);
   set_fp8_activations(model->weights, options.fp8_activations);
   set_bf16_activations(model->weights, options.bf16_activations);
-  if (options.repack_for_cpu) repack_weights_for_cpu(model->weights);
+  if (options.repack_for_cpu) {
+    repack_weights_for_cpu(model->weights);
+    const Result<int64_t> held = hold_weights_in_memory(model->weights, *model->checkpoint, options.weight_memory);
+    if (!held.is_ok()) return held.status().with_context(model_dir);
+  }
   return model;
 }
 
-namespace {
-
-void visit_view(const TensorView& view, const std::function<void(const void*, int64_t)>& visit) {
-  if (view.data == nullptr) return;
-  const std::optional<uint64_t> bytes = dtype_storage_bytes(view.dtype, static_cast<uint64_t>(view.numel()));
-  if (bytes.has_value()) visit(view.data, static_cast<int64_t>(*bytes));
-}
-
-void visit_floats(const std::vector<float>& values, const std::function<void(const void*, int64_t)>& visit) {
-  if (!values.empty()) visit(values.data(), static_cast<int64_t>(values.size() * sizeof(float)));
-}
-
-void visit_weight(const quant::LinearWeight& weight, const std::function<void(const void*, int64_t)>& visit) {
-  if (!weight.packed.has_value()) {
-    visit_view(weight.dense, visit);
-    return;
-  }
-  // The whole packed storage of the weight: data, then the scales its format uses.
-  const quant::QuantizedWeightView& q = *weight.packed;
-  const quant::QuantizedWeightSizes sizes = quant::quantized_weight_sizes(q);
-  visit(q.data, sizes.data);
-  if (sizes.scales > 0) visit(q.scales, sizes.scales);
-  if (sizes.block_scales > 0) visit(q.block_scale_inv, sizes.block_scales);
-}
-
-void visit_linear(const Linear& linear, const std::function<void(const void*, int64_t)>& visit) {
-  visit_weight(linear.weight, visit);
-  visit_floats(linear.bias, visit);
-}
-
-}  // namespace
-
 void for_each_weight_region(const ModelWeights& weights,
                             const std::function<void(const void* data, int64_t bytes)>& visit) {
-  visit_view(weights.embed_tokens, visit);
-  visit_floats(weights.final_norm, visit);
-  visit_weight(weights.lm_head, visit);
-  for (const LayerWeights& layer : weights.layers) {
-    visit_floats(layer.input_norm, visit);
-    visit_floats(layer.post_attention_norm, visit);
-    const AttentionWeights& a = layer.attention;
-    for (const std::vector<float>* values : {&a.q_norm, &a.k_norm, &a.sinks, &a.q_a_norm, &a.kv_a_norm}) {
-      visit_floats(*values, visit);
-    }
-    visit_view(a.key_absorb, visit);
-    visit_view(a.value_up, visit);
-    if (layer.is_moe) {
-      visit_view(layer.moe.router, visit);
-      visit_floats(layer.moe.router_bias, visit);
-      visit_floats(layer.moe.correction_bias, visit);  // DeepSeek-V3 selection bias
-      visit_view(layer.moe.shared_expert_gate, visit);
-    }
-  }
-  for_each_linear(weights, [&](const Linear& linear) { visit_linear(linear, visit); });
+  weight_regions::walk(
+      weights, [&](const auto& pointer, int64_t bytes) { visit(pointer, bytes); },
+      [](int /*layer*/, int /*expert*/) { return false; });
 }
 
 }  // namespace moert

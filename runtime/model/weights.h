@@ -15,6 +15,7 @@
 #include "core/tensor.h"
 #include "runtime/io/checkpoint.h"
 #include "runtime/model/config.h"
+#include "runtime/model/weight_memory.h"
 
 namespace moert {
 
@@ -148,6 +149,8 @@ struct LoadOptions {
   quant::ActivationPrecision fp8_activations = quant::ActivationPrecision::kF32;
   // What the CPU kernels compute dense BF16 weights with (set_bf16_activations).
   quant::ActivationPrecision bf16_activations = quant::ActivationPrecision::kF32;
+  // Where the weights live when repack_for_cpu (hold_weights_in_memory, after the repack).
+  WeightMemory weight_memory = WeightMemory::kCopy;
 };
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, const LoadOptions& options = {});
 

@@ -98,6 +98,7 @@ TEST_P(CliParallelRun, OutputsEqualOneRankForEveryRankCountAndReplicas) {
   EXPECT_EQ(finished, 12);
   EXPECT_GT(dispatch_bytes, 0);
   EXPECT_EQ(run(mpirun(4), "np4", ""), single);
+  EXPECT_EQ(run(mpirun(2), "np2_mmap", "--weight-memory mmap"), single);  // weights read in place
   EXPECT_EQ(run(mpirun(3), "np3_replicas", "--placement " + (scratch / "replicas.json")), single);
   EXPECT_EQ(run(mpirun(2), "np2_bias0", "--balance bias --balance-gamma 0"), single);  // a zero step changes nothing
   EXPECT_EQ(run(mpirun(4), "np4_replicate", "--balance replicate --balance-interval 2"), single);

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <tuple>
 #include <map>
+#include <tuple>
 #include <set>
 #include <sstream>
 
@@ -356,6 +356,47 @@ TEST(CliRun, BenchPrintsThroughput) {
       << bench.out;
   EXPECT_NE(bench.out.find("output_tok_s="), std::string::npos);
   EXPECT_NE(bench.out.find("(120 tokens), output"), std::string::npos) << bench.out;
+}
+
+// --weight-memory: every choice serves the same tokens (the start-up line names a choice
+// other than the default copy); a bad value, a host choice with --device cuda, and mlock past
+// RLIMIT_MEMLOCK (the lock capability dropped, as for a user) each fail in one line.
+TEST(CliOptions, WeightMemoryChoicesServeTheSameTokensAndRefusalsAreOneLine) {
+  testing::ScratchDir scratch("cli-weight-memory");
+  const std::string model = make_small_model(scratch, "model", "qwen3_moe");
+  const std::string input = scratch / "in.jsonl";
+  testing::write_file(input, "{\"id\": \"a\", \"prompt_token_ids\": [1, 2, 3, 4, 5], \"max_tokens\": 6}\n"
+                             "{\"id\": \"b\", \"prompt_token_ids\": [9, 8, 7], \"max_tokens\": 6}\n");
+  std::map<std::string, std::map<std::string, nlohmann::json>> outputs;  // memory -> id -> outputs
+  for (const char* memory : {"copy", "mmap", "mlock"}) {
+    const std::string output = scratch / (std::string(memory) + ".jsonl");
+    const testing::CommandResult run = run_command("MOERT_LOG_LEVEL=info " + moert() + " run --model " + model + " --input " + input +
+                                                   " --output " + output + " --threads 2 --weight-memory " + memory);
+    ASSERT_EQ(run.exit_code, 0) << memory << ": " << run.err;
+    EXPECT_EQ(run.err.find("weight memory " + std::string(memory)) != std::string::npos, std::string(memory) != "copy")
+        << run.err;
+    std::istringstream lines(testing::read_file(output));
+    for (std::string line; std::getline(lines, line);) {
+      const nlohmann::json result = nlohmann::json::parse(line);
+      outputs[memory][result["id"]] = result["outputs"];
+    }
+    EXPECT_EQ(outputs[memory].size(), 2u) << memory;
+  }
+  EXPECT_EQ(outputs["mmap"], outputs["copy"]);
+  EXPECT_EQ(outputs["mlock"], outputs["copy"]);
+  const std::string bench = moert() + " bench --model " + model + " --num-requests 1 --input-len 4 --output-len 2";
+  expect_one_line_error(run_command(bench + " --weight-memory swap"),
+                        "--weight-memory 'swap' is not one of copy, mmap, mlock");
+  expect_one_line_error(run_command(bench + " --weight-memory mmap --device cuda"),
+                        "--weight-memory mmap runs on the CPU only");
+  expect_one_line_error(run_command(moert() + " score --model " + model + " --tokens 1,2 --weight-memory lock"),
+                        "--weight-memory 'lock' is not one of copy, mmap, mlock");
+  const std::string as_user = "prlimit --memlock=4096:4096 setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock ";
+  if (run_command(as_user + "true").exit_code != 0) return;  // no util-linux, or no right to drop capabilities
+  const testing::CommandResult refused = run_command(as_user + bench + " --weight-memory mlock");
+  expect_one_line_error(refused, "cannot lock ");
+  EXPECT_NE(refused.err.find("RLIMIT_MEMLOCK 4 KiB (ulimit -l 4)"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("or use --weight-memory copy"), std::string::npos) << refused.err;
 }
 
 // --kv-cache-dtype on run/bench/eval: the engine line names the dtype, eval measures the
