@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/host_memory.h"
 #include "runtime/model/weight_regions.h"
 
 namespace moert {
@@ -19,6 +20,7 @@ namespace {
 
 constexpr int64_t kCopyAlignment = 64;  // each copied region starts on a cache line
 
+// Rounded up: a size never reads smaller than it is.
 std::string mib_text(int64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; }
 
 // The checkpoint's regions the forward reads: start -> bytes (the largest when two weights
@@ -97,6 +99,13 @@ const char* weight_memory_name(WeightMemory memory) {
   return "?";
 }
 
+Status copy_fits_in_memory(int64_t bytes, std::optional<int64_t> available) {
+  if (!available.has_value() || bytes <= *available) return Status::ok();
+  return {StatusCode::kResourceExhausted, "copying " + mib_text(bytes) + " of weights into memory needs more than the " +
+                                              std::to_string(*available >> 20) + " MiB" +
+                                              " available: use --weight-memory mmap (read in place) or more ranks"};
+}
+
 Result<int64_t> hold_weights_in_memory(ModelWeights& weights, const io::Checkpoint& checkpoint, WeightMemory memory,
                                        const std::function<bool(int, int)>& routed_expert_computed_here) {
   if (memory == WeightMemory::kMmap) return int64_t{0};
@@ -113,6 +122,7 @@ Result<int64_t> hold_weights_in_memory(ModelWeights& weights, const io::Checkpoi
   // kCopy: one buffer (huge pages, core/tensor.h), each region at a 64-byte boundary.
   int64_t padded_total = 0;
   for (const auto& [start, bytes] : mapped.regions()) padded_total += (bytes + kCopyAlignment - 1) / kCopyAlignment * kCopyAlignment;
+  MOERT_RETURN_IF_ERROR(copy_fits_in_memory(padded_total, available_memory_bytes()));
   uint8_t* destination = weights.owned.emplace_back(Buffer::uninitialized(DType::kU8, Shape{padded_total})).data<uint8_t>();
   std::map<const uint8_t*, uint8_t*> copy_of;
   for (const auto& [start, bytes] : mapped.regions()) {

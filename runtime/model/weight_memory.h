@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string_view>
 
 #include "core/status.h"
@@ -37,8 +38,13 @@ const char* weight_memory_name(WeightMemory memory);
 // its own; none skipped when it is empty). kCopy points the regions at their copies in a new
 // buffer of `weights.owned` (same bytes, so the same results; a region that two weights share,
 // as a tied LM head and embedding, is copied once); kMlock locks the pages under them; kMmap
-// does nothing. Returns the bytes copied or locked. Errors: kResourceExhausted when mlock is
-// refused (the message names the size, the error and RLIMIT_MEMLOCK).
+// does nothing. Returns the bytes copied or locked. Errors: kResourceExhausted when the copy
+// would not fit (copy_fits_in_memory with this node's MemAvailable) or mlock is refused (the
+// message names the size, the error and RLIMIT_MEMLOCK).
+// OK when `bytes` of weights fit in `available` bytes (MemAvailable; nullopt: unknown, taken
+// as fitting), else kResourceExhausted naming both sizes and --weight-memory mmap.
+Status copy_fits_in_memory(int64_t bytes, std::optional<int64_t> available);
+
 Result<int64_t> hold_weights_in_memory(ModelWeights& weights, const io::Checkpoint& checkpoint, WeightMemory memory,
                                        const std::function<bool(int layer, int expert)>& routed_expert_computed_here = {});
 

@@ -103,6 +103,16 @@ TEST(WeightMemory, NamesParseBackAndOthersAreRefused) {
   EXPECT_EQ(bad.status().message(), "weight memory 'swap' is not one of copy, mmap, mlock");
 }
 
+TEST(WeightMemory, ACopyLargerThanTheAvailableMemoryIsRefused) {
+  EXPECT_TRUE(copy_fits_in_memory(int64_t{3} << 20, int64_t{3} << 20).is_ok());
+  EXPECT_TRUE(copy_fits_in_memory(int64_t{1} << 40, std::nullopt).is_ok());  // unknown: the copy is tried
+  const Status refused = copy_fits_in_memory((int64_t{3} << 20) + 1, int64_t{3} << 20);
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.message(),
+            "copying 4 MiB of weights into memory needs more than the 3 MiB available: use --weight-memory mmap "
+            "(read in place) or more ranks");
+}
+
 TEST_F(WeightMemoryTest, CopyMovesEveryMappedRegionWithItsBytes) {
   ThreadPool pool(2);
   for (const char* name : {"bf16", "nvfp4", "fp8"}) {
