@@ -10,6 +10,20 @@
 
 namespace moert::testing {
 
+// True in an AddressSanitizer build (scripts/test.sh --sanitize), whose runtime turns
+// mlock/munlock into no-ops: tests of locked memory check less there.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kAddressSanitizer = true;
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+
 // MOERT_SHARED_DIR (set by CTest) or "" when unset or absent.
 std::string shared_dir();
 // The reference model folders present under shared/reference ("qwen3moe-tiny", ...) whose
