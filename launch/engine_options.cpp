@@ -109,21 +109,30 @@ WeightMemory resolve_weight_memory(const std::string& value, const std::string& 
   return *parsed;
 }
 
-std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
-                                            const ActivationModes& activations, WeightMemory weight_memory) {
-  return value_or_throw(load_model(model_dir, LoadOptions{.repack_for_cpu = device_backend == nullptr,
+namespace {
+
+// The model at `model_dir` with the CPU layout (repack, weight memory) applied only if
+// `cpu_layout_now`.
+std::unique_ptr<LoadedModel> load_with(const std::string& model_dir, bool cpu_layout_now,
+                                       const ActivationModes& activations, WeightMemory weight_memory) {
+  return value_or_throw(load_model(model_dir, LoadOptions{.repack_for_cpu = cpu_layout_now,
                                                           .fp4_activations = activations.fp4,
                                                           .fp8_activations = activations.fp8,
                                                           .bf16_activations = activations.bf16,
                                                           .weight_memory = weight_memory}));
 }
 
+}  // namespace
+
+std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
+                                            const ActivationModes& activations, WeightMemory weight_memory) {
+  return load_with(model_dir, device_backend == nullptr, activations, weight_memory);
+}
+
 std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
                                             bool cpu_layout_later, const ActivationModes& activations) {
-  return value_or_throw(load_model(model_dir, LoadOptions{.repack_for_cpu = device_backend == nullptr && !cpu_layout_later,
-                                                          .fp4_activations = activations.fp4,
-                                                          .fp8_activations = activations.fp8,
-                                                          .bf16_activations = activations.bf16}));
+  // With the layout later, lay_out_for_cpu_rank applies the caller's weight memory.
+  return load_with(model_dir, device_backend == nullptr && !cpu_layout_later, activations, WeightMemory::kCopy);
 }
 
 void lay_out_for_cpu_rank(LoadedModel& model, const backend::Backend* device_backend,

@@ -20,6 +20,9 @@ namespace {
 
 constexpr int64_t kCopyAlignment = 64;  // each copied region starts on a cache line
 
+// Bytes a region of `bytes` takes in the copy buffer, the next region starting aligned.
+int64_t copy_footprint(int64_t bytes) { return (bytes + kCopyAlignment - 1) / kCopyAlignment * kCopyAlignment; }
+
 // Rounded up: a size never reads smaller than it is.
 std::string mib_text(int64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; }
 
@@ -121,14 +124,14 @@ Result<int64_t> hold_weights_in_memory(ModelWeights& weights, const io::Checkpoi
   }
   // kCopy: one buffer (huge pages, core/tensor.h), each region at a 64-byte boundary.
   int64_t padded_total = 0;
-  for (const auto& [start, bytes] : mapped.regions()) padded_total += (bytes + kCopyAlignment - 1) / kCopyAlignment * kCopyAlignment;
+  for (const auto& [start, bytes] : mapped.regions()) padded_total += copy_footprint(bytes);
   MOERT_RETURN_IF_ERROR(copy_fits_in_memory(padded_total, available_memory_bytes()));
   uint8_t* destination = weights.owned.emplace_back(Buffer::uninitialized(DType::kU8, Shape{padded_total})).data<uint8_t>();
   std::map<const uint8_t*, uint8_t*> copy_of;
   for (const auto& [start, bytes] : mapped.regions()) {
     std::memcpy(destination, start, static_cast<size_t>(bytes));
     copy_of.emplace(start, destination);
-    destination += (bytes + kCopyAlignment - 1) / kCopyAlignment * kCopyAlignment;
+    destination += copy_footprint(bytes);
   }
   walk_computed_here(weights, routed_expert_computed_here, [&](auto& pointer, int64_t /*bytes*/) {
     const auto found = copy_of.find(static_cast<const uint8_t*>(static_cast<const void*>(pointer)));

@@ -41,11 +41,11 @@ const char* weight_memory_name(WeightMemory memory);
 // does nothing. Returns the bytes copied or locked. Errors: kResourceExhausted when the copy
 // would not fit (copy_fits_in_memory with this node's MemAvailable) or mlock is refused (the
 // message names the size, the error and RLIMIT_MEMLOCK).
+Result<int64_t> hold_weights_in_memory(ModelWeights& weights, const io::Checkpoint& checkpoint, WeightMemory memory,
+                                       const std::function<bool(int layer, int expert)>& routed_expert_computed_here = {});
+
 // OK when `bytes` of weights fit in `available` bytes (MemAvailable; nullopt: unknown, taken
 // as fitting), else kResourceExhausted naming both sizes and --weight-memory mmap.
 Status copy_fits_in_memory(int64_t bytes, std::optional<int64_t> available);
-
-Result<int64_t> hold_weights_in_memory(ModelWeights& weights, const io::Checkpoint& checkpoint, WeightMemory memory,
-                                       const std::function<bool(int layer, int expert)>& routed_expert_computed_here = {});
 
 }  // namespace moert
