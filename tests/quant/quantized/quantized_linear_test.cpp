@@ -415,6 +415,27 @@ TEST(QuantizedLinear, Fp8HugeScales) {
   check_weight(nv, 3, false, rng, "nvfp4 huge global scale");
 }
 
+// FP8 scales so small that the weights fall among the float subnormals (a subnormal scale
+// too), and 2^8 and up with every product finite: the SIMD decodes fold a power of two into
+// the scale (quant/cpu/x86/fp8_decode_x86.h: 2^8), and must still round value * scale once as
+// the codec does.
+TEST(QuantizedLinear, Fp8TinyAndLargeScales) {
+  Rng rng(8);
+  Owned o = quantize(WeightFormat::kFp8Block, 20, 300, rng);
+  o.block_scale_inv[0] = 0x1.2345p-135f;
+  o.block_scale_inv[1] = 256.0f;
+  o.block_scale_inv[2] = 0x1.6789ap-128f;
+  dequantize_view(o);
+  ASSERT_EQ(std::fpclassify(o.dequant[1]), FP_SUBNORMAL);
+  check_weight(o, 3, false, rng, "fp8_block tiny and large scales");
+  for (float scale : {0x1.abcdep-127f, 0x1.5p20f}) {
+    Owned t = quantize(WeightFormat::kFp8Tensor, 20, 300, rng);
+    t.view.global_scale = scale;
+    dequantize_view(t);
+    check_weight(t, 3, false, rng, "fp8_tensor scale " + std::to_string(scale));
+  }
+}
+
 // apply_linears splits the features of several layers (packed and dense, different N, K and
 // rows) over one parallel_for: every output has the bits of one apply_linear per layer.
 TEST(QuantizedLinear, ApplyLinearsMatchesOneCallPerLayer) {
