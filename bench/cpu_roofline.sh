@@ -69,23 +69,25 @@ stats() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { print a / b }'; }
 
 formats=(bf16 bf16+bf16 fp8 fp8+bf16 nvfp4 nvfp4+int8 mxfp4 mxfp4+int8)
-declare -A bytes decode prefill batched
-for format in "${formats[@]}"; do bytes[$format]=$(bytes_per_token "$work/${format%+*}"); done
+declare -A bytes extra decode prefill batched
+for format in "${formats[@]}"; do
+  bytes[$format]=$(bytes_per_token "$work/${format%+*}")
+  case "$format" in
+    *+int8) extra[$format]="--fp4-activations int8" ;;
+    bf16+bf16) extra[$format]="--bf16-activations bf16" ;;
+    *+bf16) extra[$format]="--fp8-activations bf16" ;;
+    *) extra[$format]="" ;;
+  esac
+done
 bandwidths=()
 for round in $(seq 1 "$repeats"); do
   bandwidth=$("$bandwidth_bin" "$threads" 1024 5 | grep -o 'read_bandwidth_gb_s=[0-9.]*' | cut -d= -f2)
   bandwidths+=("$bandwidth")
   for format in "${formats[@]}"; do
     dir="$work/${format%+*}"
-    case "$format" in
-      *+int8) extra="--fp4-activations int8" ;;
-      bf16+bf16) extra="--bf16-activations bf16" ;;
-      *+bf16) extra="--fp8-activations bf16" ;;
-      *) extra="" ;;
-    esac
-    decode[$format,$round]=$(bench_field "$dir" output_tok_s 1 8 "$output_len" "$extra")
-    prefill[$format,$round]=$(bench_field "$dir" input_tok_s 1 64 1 "$extra")
-    batched[$format,$round]=$(bench_field "$dir" output_tok_s 32 8 "$output_len" "$extra")
+    decode[$format,$round]=$(bench_field "$dir" output_tok_s 1 8 "$output_len" "${extra[$format]}")
+    prefill[$format,$round]=$(bench_field "$dir" input_tok_s 1 64 1 "${extra[$format]}")
+    batched[$format,$round]=$(bench_field "$dir" output_tok_s 32 8 "$output_len" "${extra[$format]}")
   done
   echo "round $round of $repeats: bandwidth $bandwidth GB/s, bf16 decode ${decode[bf16,$round]} tok/s" >&2
 done
@@ -96,17 +98,14 @@ echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $threads threa
 printf '%-11s %12s %12s %10s %12s %12s %20s\n' format "MB/token" "decode tok/s" "bandwidth" "prefill tok/s" "32-seq tok/s" \
   "vs bf16 (range)"
 for format in "${formats[@]}"; do
-  used=() vs_bf16=() prefill_ratio=() batched_ratio=()
+  decodes=() prefills=() batcheds=() used=() vs_bf16=() prefill_ratio=() batched_ratio=()
   for round in $(seq 1 "$repeats"); do
     d=${decode[$format,$round]}
+    decodes+=("$d") prefills+=("${prefill[$format,$round]}") batcheds+=("${batched[$format,$round]}")
     used+=("$(awk -v d="$d" -v b="${bytes[$format]}" -v bw="${bandwidths[$((round - 1))]}" 'BEGIN { print d * b / (bw * 1e9) }')")
     vs_bf16+=("$(ratio "$d" "${decode[bf16,$round]}")")
     prefill_ratio+=("$(ratio "${prefill[$format,$round]}" "$d")")
     batched_ratio+=("$(ratio "${batched[$format,$round]}" "$d")")
-  done
-  decodes=() prefills=() batcheds=()
-  for round in $(seq 1 "$repeats"); do
-    decodes+=("${decode[$format,$round]}") prefills+=("${prefill[$format,$round]}") batcheds+=("${batched[$format,$round]}")
   done
   read -r d _ _ <<< "$(stats "${decodes[@]}")"
   read -r p _ _ <<< "$(stats "${prefills[@]}")"
