@@ -29,10 +29,11 @@ struct DotTile {
 constexpr DotTile kNoDotTile{};
 // 6 x 4 accumulators: 24 of the 32 registers (6 rows beat 4 by ~4% in 32-sequence decode).
 constexpr DotTile kAvx512Tile{6, 4};
-// AVX2's 16 registers: 2 x 3 accumulators of two registers each (+50% GEMM over dot_rows'
-// 4 x 1, which loads an x register per FMA), or for a single x row 1 x 4 (eight independent
-// FMA chains instead of dot_rows' two: batch-1 BF16 +40%). docs/perf/cpu-roofline.md.
-constexpr DotTile kAvx2Tile{2, 3};
+// AVX2's 16 registers: 4 x 3 accumulators of one register each, lanes 0-7 of every chunk in one
+// pass over k and lanes 8-15 in a second (a tile holding both halves fits only 2 x 3, which
+// converts twice as many weights per FMA), or for a single x row 1 x 4 with both halves (eight
+// independent FMA chains instead of dot_rows' two: batch-1 BF16 +40%). docs/perf/cpu-roofline.md.
+constexpr DotTile kAvx2Tile{4, 3};
 constexpr DotTile kAvx2SingleRowTile{1, 4};
 // The tile for a product with num_rows x rows on this CPU; kNoDotTile when there is none
 // (portable, NEON): callers then use dot_rows.

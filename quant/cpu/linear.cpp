@@ -13,7 +13,7 @@ namespace {
 using cpu::WeightKind;
 
 // Output features [begin, end) of y = x . W^T (+ bias), on the calling thread, in this CPU's
-// register tile (core/cpu/dot.h: AVX-512 6 x rows x 4 weight rows, AVX2 2 x 3 or 1 x 4;
+// register tile (core/cpu/dot.h: AVX-512 6 x rows x 4 weight rows, AVX2 4 x 3 or 1 x 4;
 // otherwise one weight row per pass).
 template <WeightKind kind>
 void linear_rows(const float* x, int64_t num_rows, const void* w, int64_t n, int64_t k, int64_t elem_bytes,

@@ -126,20 +126,32 @@ TEST(Linear, DispatchedDotEqualsPortableBitForBit) {
 namespace moert::quant {
 namespace {
 
-// The blocked multi-row, multi-column kernel is the canonical dot for every element.
+// The blocked multi-row, multi-column kernel is the canonical dot for every element, for every
+// weight type and every row count of a tile (AVX-512 1..6 rows, AVX2 1..4, both halves of AVX2's
+// lanes), with and without a tail after the last 16-element chunk.
 TEST(Linear, EveryOutputIsTheCanonicalDot) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   ThreadPool pool(2);
-  for (auto [rows, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 9, 33}, {7, 23, 64}, {70, 13, 17}, {11, 9, 1024}}) {
+  for (auto [rows, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 9, 33}, {7, 23, 64}, {70, 13, 17}, {11, 9, 1024},
+                            {2, 14, 48}, {3, 12, 40}, {4, 15, 96}, {5, 7, 200}, {6, 16, 16}, {8, 11, 130}, {13, 5, 272}}) {
     std::vector<float> x(static_cast<size_t>(rows * k)), w(static_cast<size_t>(n * k)), y(static_cast<size_t>(rows * n));
+    std::vector<uint16_t> w16(w.size());
     for (float& v : x) v = normal(rng);
-    for (float& v : w) v = normal(rng);
-    linear_forward(x.data(), rows, TensorView::contiguous(DType::kF32, {n, k}, w.data()), nullptr, y.data(), pool);
-    for (int64_t t = 0; t < rows; ++t) {
-      for (int64_t j = 0; j < n; ++j) {
-        const float expected = cpu::dot_f32_reference(x.data() + t * k, w.data() + j * k, k);
-        ASSERT_EQ(0, std::memcmp(&expected, &y[t * n + j], sizeof(float))) << t << "," << j << " k=" << k;
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (size_t i = 0; i < w.size(); ++i) {
+        const float value = normal(rng);
+        w16[i] = dtype == DType::kBF16 ? f32_to_bf16(value) : f32_to_f16(value);
+        w[i] = dtype == DType::kF32 ? value : dtype == DType::kBF16 ? bf16_to_f32(w16[i]) : f16_to_f32(w16[i]);
+      }
+      void* data = dtype == DType::kF32 ? static_cast<void*>(w.data()) : static_cast<void*>(w16.data());
+      linear_forward(x.data(), rows, TensorView::contiguous(dtype, {n, k}, data), nullptr, y.data(), pool);
+      for (int64_t t = 0; t < rows; ++t) {
+        for (int64_t j = 0; j < n; ++j) {
+          const float expected = cpu::dot_f32_reference(x.data() + t * k, w.data() + j * k, k);
+          ASSERT_EQ(0, std::memcmp(&expected, &y[t * n + j], sizeof(float)))
+              << dtype_name(dtype) << " row " << t << " of " << rows << ", feature " << j << " of " << n << ", k=" << k;
+        }
       }
     }
   }

@@ -4,6 +4,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/cpu/prefetch.h"
@@ -127,12 +128,37 @@ __attribute__((target("avx2,fma,f16c"))) void dot_rows_avx2(const float* x, int6
   }
 }
 
+// out[r * cols + c] = the tree of accumulator r * cols + c (lanes 0-7 in lo, 8-15 in hi) after
+// the tail elements [i_tail, k).
+template <WeightKind kind, int rows, int cols>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void finish_avx2(const __m256* lo, const __m256* hi,
+                                                                               const float* x, int64_t x_stride,
+                                                                               int64_t i_tail, int64_t k,
+                                                                               const void* const* w_rows, float* out) {
+  constexpr int count = rows * cols;
+  if (i_tail == k) {
+    constexpr int first = count < 8 ? count : 8;  // reduce_lanes_avx2 takes up to 8 accumulators
+    cpu::x86::reduce_lanes_avx2<first>(lo, hi, out);
+    if constexpr (count > 8) cpu::x86::reduce_lanes_avx2<count - 8>(lo + 8, hi + 8, out + 8);
+    return;
+  }
+  alignas(32) float lanes[kLanes];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) {
+      _mm256_store_ps(lanes, lo[r * cols + c]);
+      _mm256_store_ps(lanes + 8, hi[r * cols + c]);
+      out[r * cols + c] = reduce_with_tail<kind>(lanes, x + r * x_stride, w_rows[c], i_tail, k);
+    }
+  }
+}
+
 // rows x cols accumulators of two registers each (lanes 0-7, 8-15): x rows against `cols`
 // weight rows (w_rows[c]); out[r * cols + c]. One half of the lanes at a time keeps the
 // weights of a half, one x register and 4 * rows * cols accumulators within the 16 registers.
+// The single-row tile (batch-1 decode: eight independent FMA chains over one weight stream).
 template <WeightKind kind, int rows, int cols>
-__attribute__((target("avx2,fma,f16c"))) void dot_block_avx2(const float* x, int64_t x_stride, int64_t k,
-                                                             const void* const* w_rows, float* out) {
+__attribute__((target("avx2,fma,f16c"))) void dot_block_both_halves_avx2(const float* x, int64_t x_stride, int64_t k,
+                                                                         const void* const* w_rows, float* out) {
   static_assert(2 * rows * cols + cols + 1 <= 16, "the tile must fit the 16 AVX2 registers");
   __m256 lo[rows * cols], hi[rows * cols];
   for (int a = 0; a < rows * cols; ++a) lo[a] = hi[a] = _mm256_setzero_ps();
@@ -153,15 +179,57 @@ __attribute__((target("avx2,fma,f16c"))) void dot_block_avx2(const float* x, int
       for (int c = 0; c < cols; ++c) hi[r * cols + c] = _mm256_fmadd_ps(xv, wv[c], hi[r * cols + c]);
     }
   }
-  if (i == k) return reduce_lanes_avx2<rows * cols>(lo, hi, out);
-  alignas(32) float lanes[kLanes];
-  for (int r = 0; r < rows; ++r) {
+  finish_avx2<kind, rows, cols>(lo, hi, x, x_stride, i, k, w_rows, out);
+}
+
+// acc[r * cols + c] += x row r times weight row c in lanes `offset` .. `offset` + 7 (offset 0
+// or 8) of the 16-element chunks starting in [begin, end), each lane summed in order.
+template <WeightKind kind, int rows, int cols, bool prefetch>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void half_pass_avx2(const float* x, int64_t x_stride,
+                                                                                  int64_t k, int64_t begin,
+                                                                                  int64_t end, int64_t offset,
+                                                                                  const void* const* w_rows,
+                                                                                  __m256 (&sums)[rows * cols]) {
+  __m256 acc[rows * cols];
+  for (int a = 0; a < rows * cols; ++a) acc[a] = sums[a];
+  for (int64_t i = begin + offset; i < end; i += kLanes) {
+    __m256 wv[cols];
     for (int c = 0; c < cols; ++c) {
-      _mm256_store_ps(lanes, lo[r * cols + c]);
-      _mm256_store_ps(lanes + 8, hi[r * cols + c]);
-      out[r * cols + c] = reduce_with_tail<kind>(lanes, x + r * x_stride, w_rows[c], i, k);
+      if constexpr (prefetch) prefetch_row<kind>(w_rows[c], i, k, cols);
+      wv[c] = load8_avx2<kind>(w_rows[c], i);
+    }
+    for (int r = 0; r < rows; ++r) {
+      const __m256 xv = _mm256_loadu_ps(x + r * x_stride + i);
+      for (int c = 0; c < cols; ++c) acc[r * cols + c] = _mm256_fmadd_ps(xv, wv[c], acc[r * cols + c]);
     }
   }
+  for (int a = 0; a < rows * cols; ++a) sums[a] = acc[a];
+}
+
+// Elements per block of the split tile: both passes over a block's weights and x (at K = 512,
+// 3 KiB of BF16 weights and 8 KiB of x) before the next, so the second finds them in L1
+// whatever K is (one pass per half over all of K = 4096 ran slower than the 2 x 3 tile).
+constexpr int64_t kSplitBlock = 512;
+
+// The GEMM tile: the same sums, per block of K lanes 0-7 of every chunk in a first pass and
+// lanes 8-15 in a second (a lane's chain never meets another before the tree, so the order of
+// the passes changes no bit). One register per accumulator leaves room for 4 x 3: two weight
+// conversions per 8 FMAs, where a tile holding both halves fits only 2 x 3 (four per 8).
+// docs/perf/cpu-roofline.md, fourteenth session.
+template <WeightKind kind, int rows, int cols>
+__attribute__((target("avx2,fma,f16c"))) void dot_block_split_halves_avx2(const float* x, int64_t x_stride, int64_t k,
+                                                                          const void* const* w_rows, float* out) {
+  static_assert(rows * cols + cols + 1 <= 16, "the tile must fit the 16 AVX2 registers");
+  static_assert(kSplitBlock % kLanes == 0);
+  const int64_t k_full = k / kLanes * kLanes;
+  __m256 lo[rows * cols], hi[rows * cols];
+  for (int a = 0; a < rows * cols; ++a) lo[a] = hi[a] = _mm256_setzero_ps();
+  for (int64_t begin = 0; begin < k_full; begin += kSplitBlock) {
+    const int64_t end = std::min(k_full, begin + kSplitBlock);
+    half_pass_avx2<kind, rows, cols, true>(x, x_stride, k, begin, end, 0, w_rows, lo);
+    half_pass_avx2<kind, rows, cols, false>(x, x_stride, k, begin, end, 8, w_rows, hi);
+  }
+  finish_avx2<kind, rows, cols>(lo, hi, x, x_stride, k_full, k, w_rows, out);
 }
 
 template <WeightKind kind>
@@ -200,10 +268,17 @@ void dot_block_avx512_kind(const float* x, int64_t x_stride, int rows, int64_t k
 template <WeightKind kind>
 void dot_block_avx2_kind(const float* x, int64_t x_stride, int rows, int cols, int64_t k, const void* const* w_rows,
                          float* out) {
-  static_assert(kAvx2Tile.rows == 2 && kAvx2SingleRowTile.rows == 1 && kAvx2SingleRowTile.cols != kAvx2Tile.cols);
-  if (cols == kAvx2SingleRowTile.cols) return dot_block_avx2<kind, 1, kAvx2SingleRowTile.cols>(x, x_stride, k, w_rows, out);
-  if (rows == 1) return dot_block_avx2<kind, 1, kAvx2Tile.cols>(x, x_stride, k, w_rows, out);
-  return dot_block_avx2<kind, 2, kAvx2Tile.cols>(x, x_stride, k, w_rows, out);
+  static_assert(kAvx2Tile.rows == 4 && kAvx2SingleRowTile.rows == 1 && kAvx2SingleRowTile.cols != kAvx2Tile.cols);
+  constexpr int kCols = kAvx2Tile.cols;
+  if (cols == kAvx2SingleRowTile.cols) {
+    return dot_block_both_halves_avx2<kind, 1, kAvx2SingleRowTile.cols>(x, x_stride, k, w_rows, out);
+  }
+  switch (rows) {
+    case 1: return dot_block_split_halves_avx2<kind, 1, kCols>(x, x_stride, k, w_rows, out);
+    case 2: return dot_block_split_halves_avx2<kind, 2, kCols>(x, x_stride, k, w_rows, out);
+    case 3: return dot_block_split_halves_avx2<kind, 3, kCols>(x, x_stride, k, w_rows, out);
+    default: return dot_block_split_halves_avx2<kind, 4, kCols>(x, x_stride, k, w_rows, out);
+  }
 }
 
 }  // namespace
