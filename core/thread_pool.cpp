@@ -80,11 +80,82 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   task_ = &fn;
   task_n_ = n;
   chunk_size_ = (n + num_chunks - 1) / num_chunks;
+  run_generation(num_chunks);
+}
+
+void ThreadPool::parallel_for_balanced(int64_t n, int64_t quantum, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  quantum = std::max<int64_t>(1, quantum);
+  const int threads = num_threads();
+  if (threads == 1 || n < threads * quantum) {
+    parallel_for(n, quantum, fn);
+    return;
+  }
+  if (shares_.size() != static_cast<size_t>(threads)) shares_.assign(static_cast<size_t>(threads), 1.0 / threads);
+  bounds_.assign(static_cast<size_t>(threads) + 1, 0);
+  double cumulative = 0;
+  for (int c = 1; c < threads; ++c) {
+    cumulative += shares_[static_cast<size_t>(c - 1)];
+    const auto at = static_cast<int64_t>(cumulative * static_cast<double>(n)) / quantum * quantum;
+    bounds_[static_cast<size_t>(c)] = std::clamp<int64_t>(at, bounds_[static_cast<size_t>(c - 1)], n);
+  }
+  bounds_.back() = n;
+  runs_.assign(static_cast<size_t>(threads), ChunkRun{});
+  task_ = &fn;
+  task_n_ = n;
+  try {
+    run_generation(threads);
+  } catch (...) {
+    bounds_.clear();
+    throw;
+  }
+  update_shares();
+  bounds_.clear();
+}
+
+std::vector<double> ThreadPool::balanced_shares() const {
+  if (shares_.empty()) return std::vector<double>(static_cast<size_t>(num_threads()), 1.0 / num_threads());
+  return shares_;
+}
+
+// Each slot's speed in the call just done: the indices of the chunks it ran per second from the
+// call's start to the end of its last chunk (so a worker that wakes late counts as slower: what
+// is balanced is when the threads finish). When
+// every slot ran a non-empty chunk, the shares move a fifth of the way toward the speeds'
+// proportions (an average over the last few calls: one slow call moves them little). No share
+// drops below half an equal one, so every thread keeps running and being measured.
+void ThreadPool::update_shares() {
+  const size_t slots = shares_.size();
+  std::vector<double> units(slots, 0.0), seconds(slots, 0.0);
+  for (size_t c = 0; c + 1 < bounds_.size(); ++c) {
+    const ChunkRun& run = runs_[c];
+    if (run.slot < 0) return;
+    units[static_cast<size_t>(run.slot)] += static_cast<double>(bounds_[c + 1] - bounds_[c]);
+    seconds[static_cast<size_t>(run.slot)] = std::max(seconds[static_cast<size_t>(run.slot)], run.seconds);
+  }
+  std::vector<double> speed(slots);
+  double total = 0;
+  for (size_t s = 0; s < slots; ++s) {
+    if (units[s] <= 0 || seconds[s] <= 0) return;
+    speed[s] = units[s] / seconds[s];
+    total += speed[s];
+  }
+  const double floor = 0.5 / static_cast<double>(slots);
+  double sum = 0;
+  for (size_t s = 0; s < slots; ++s) {
+    shares_[s] = std::max(floor, 0.8 * shares_[s] + 0.2 * speed[s] / total);
+    sum += shares_[s];
+  }
+  for (double& share : shares_) share /= sum;
+}
+
+void ThreadPool::run_generation(int num_chunks) {
   error_ = nullptr;
   chunks_done_.store(0, std::memory_order_relaxed);
+  if (!bounds_.empty()) published_ = std::chrono::steady_clock::now();
   work_.store(pack_work(++generation_, num_chunks, 0));  // releases everything above
   if (sleeping_workers_.load() > 0) work_.notify_all();
-  run_chunks(generation_);
+  run_chunks(generation_, 0);
   const auto all_done = [&] { return chunks_done_.load(std::memory_order_acquire) == num_chunks; };
   if (!spin_until(spin_ns_, all_done)) {
     for (;;) {
@@ -99,32 +170,36 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
-void ThreadPool::run_chunks(uint32_t generation) {
+void ThreadPool::run_chunks(uint32_t generation, int slot) {
   uint64_t work = work_.load(std::memory_order_acquire);
   for (;;) {
     if (generation_of(work) != generation || claimed_of(work) >= chunks_of(work)) return;
     if (work_.compare_exchange_weak(work, work + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
-      run_chunk(claimed_of(work), chunks_of(work));
+      run_chunk(claimed_of(work), chunks_of(work), slot);
       work = work_.load(std::memory_order_acquire);
     }
   }
 }
 
-void ThreadPool::run_chunk(int64_t chunk, int num_chunks) {
-  const int64_t begin = chunk * chunk_size_;
-  const int64_t end = std::min(task_n_, begin + chunk_size_);
+void ThreadPool::run_chunk(int64_t chunk, int num_chunks, int slot) {
+  const bool balanced = !bounds_.empty();
+  const int64_t begin = balanced ? bounds_[static_cast<size_t>(chunk)] : chunk * chunk_size_;
+  const int64_t end = balanced ? bounds_[static_cast<size_t>(chunk) + 1] : std::min(task_n_, begin + chunk_size_);
   try {
     if (begin < end) (*task_)(begin, end);
   } catch (...) {
     std::lock_guard<std::mutex> lock(error_mutex_);
     if (!error_) error_ = std::current_exception();
   }
+  if (balanced) {
+    runs_[static_cast<size_t>(chunk)] = {slot, std::chrono::duration<double>(std::chrono::steady_clock::now() - published_).count()};
+  }
   // seq_cst with the caller's store to caller_sleeping_ before its last look at chunks_done_:
   // either it sees this chunk done or this thread sees it asleep and wakes it.
   if (chunks_done_.fetch_add(1) + 1 == num_chunks && caller_sleeping_.load()) chunks_done_.notify_one();
 }
 
-void ThreadPool::worker_loop(int /*worker_idx*/) {
+void ThreadPool::worker_loop(int worker_idx) {
   uint32_t seen_generation = 0;
   for (;;) {
     uint64_t work = 0;
@@ -140,7 +215,7 @@ void ThreadPool::worker_loop(int /*worker_idx*/) {
     }
     if (stopping_.load()) return;
     seen_generation = generation_of(work);
-    run_chunks(seen_generation);
+    run_chunks(seen_generation, worker_idx + 1);
   }
 }
 

@@ -1,9 +1,13 @@
 // A small fixed thread pool for CPU kernels. parallel_for splits [0, n) into contiguous
 // chunks whose boundaries depend only on n, the grain and the thread count, never on
 // timing, so a kernel that writes disjoint outputs per index is deterministic.
+// parallel_for_balanced sizes its chunks by the threads' measured speeds instead: only for
+// work whose every index comes out the same whichever thread computes it and wherever the
+// chunks end (the linear layers: docs/architecture.md "Threads").
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -33,11 +37,26 @@ class ThreadPool {
   // here once every range has finished (the first one; later ones are dropped).
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+  // Calls fn(begin, end) once per thread on contiguous ranges covering [0, n), sized by each
+  // thread's share: an average over earlier calls of its speed (indices per second from the
+  // call's start to the end of its range, so waking late counts as slow) relative to the
+  // others', so a thread on a slower core takes less and the threads finish together (a VM's
+  // vCPUs need not run at one speed: docs/architecture.md "Threads"). Boundaries are multiples of
+  // `quantum` (and n). The ranges depend on timing: fn must give every index the same result
+  // whichever range holds it. Exceptions as parallel_for; not reentrant either.
+  void parallel_for_balanced(int64_t n, int64_t quantum, const std::function<void(int64_t, int64_t)>& fn);
+  // The current shares (slot 0 the calling thread, slot i + 1 worker i), summing to 1.
+  std::vector<double> balanced_shares() const;
+
  private:
   void worker_loop(int worker_idx);
   void stop_workers();  // joins every started worker
-  void run_chunks(uint32_t generation);
-  void run_chunk(int64_t chunk, int num_chunks);
+  // Publishes a generation of num_chunks chunks of task_, runs chunks on the calling thread
+  // and returns when all are done (rethrowing the first exception).
+  void run_generation(int num_chunks);
+  void run_chunks(uint32_t generation, int slot);
+  void run_chunk(int64_t chunk, int num_chunks, int slot);
+  void update_shares();
 
   // The hand-off is lock-free (one compare-exchange per chunk; threads sleep in futex waits
   // only after spinning spin_ns_). `work_` packs the generation (bits 32-63),
@@ -58,6 +77,18 @@ class ThreadPool {
   std::mutex error_mutex_;
   std::exception_ptr error_;  // the first exception of this parallel_for
   int64_t spin_ns_ = 0;
+  // parallel_for_balanced: the shares of the thread slots; the current call's chunk bounds
+  // (bounds_[c], bounds_[c + 1]; empty in parallel_for), when it was published, and who ran
+  // each chunk and when it ended, in seconds after published_ (written by that chunk's thread
+  // before it counts the chunk done).
+  struct ChunkRun {
+    int slot = -1;
+    double seconds = 0;
+  };
+  std::chrono::steady_clock::time_point published_;
+  std::vector<double> shares_;
+  std::vector<int64_t> bounds_;
+  std::vector<ChunkRun> runs_;
 };
 
 // How long an idle thread spins before sleeping, in microseconds: MOERT_SPIN_US (default

@@ -119,22 +119,29 @@ void apply_linears(std::span<const LinearJob> jobs, ThreadPool& pool, const Feat
     total += jobs[j].weight->out_features();
     max_k = std::max(max_k, jobs[j].weight->in_features());
   }
-  // Every thread takes the same share of every job's features (part p of P: features
-  // [N p / P, N (p + 1) / P) rounded down to a multiple of 4), so the threads stay balanced
-  // when the jobs differ in rows (a prefill's experts get unequal token counts).
-  const int64_t parts = std::min<int64_t>(pool.num_threads(), std::max<int64_t>(1, total / linear_row_grain(max_k)));
-  auto bound = [&](int64_t n, int64_t part) { return part == parts ? n : n * part / parts / 4 * 4; };
-  pool.parallel_for(parts, 1, [&](int64_t first_part, int64_t end_part) {
-    for (int64_t part = first_part; part < end_part; ++part) {
-      for (size_t j = 0; j < jobs.size(); ++j) {
-        const int64_t n = jobs[j].weight->out_features();
-        const int64_t begin = bound(n, part), end = bound(n, part + 1);
-        if (begin < end) {
-          job_rows(jobs[j], inputs[j], begin, end);
-          if (features_done) features_done(j, begin, end);
-        }
+  // Every thread takes the same fraction of every job's features (fraction [u0, u1) of
+  // kShareUnits: features [N u0 / kShareUnits, N u1 / kShareUnits) rounded down to a multiple of
+  // 4), so the threads stay balanced when the jobs differ in rows (a prefill's experts get
+  // unequal token counts). The fractions follow the threads' measured speeds
+  // (ThreadPool::parallel_for_balanced): a feature's bits do not depend on which thread or
+  // share computes it (core/cpu/dot.h, quant/cpu/int8_linear.h).
+  constexpr int64_t kShareUnits = int64_t{1} << 16;
+  auto bound = [&](int64_t n, int64_t unit) { return unit == kShareUnits ? n : n * unit / kShareUnits / 4 * 4; };
+  const auto run_units = [&](int64_t first_unit, int64_t end_unit) {
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const int64_t n = jobs[j].weight->out_features();
+      const int64_t begin = bound(n, first_unit), end = bound(n, end_unit);
+      if (begin < end) {
+        job_rows(jobs[j], inputs[j], begin, end);
+        if (features_done) features_done(j, begin, end);
       }
     }
+  };
+  const int64_t parts = std::min<int64_t>(pool.num_threads(), std::max<int64_t>(1, total / linear_row_grain(max_k)));
+  if (parts == pool.num_threads()) return pool.parallel_for_balanced(kShareUnits, 1, run_units);
+  // Too little work for every thread: `parts` equal shares.
+  pool.parallel_for(parts, 1, [&](int64_t first_part, int64_t end_part) {
+    run_units(first_part * kShareUnits / parts, end_part * kShareUnits / parts);
   });
 }
 

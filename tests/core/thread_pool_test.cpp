@@ -12,6 +12,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 namespace moert {
 namespace {
@@ -101,6 +102,68 @@ TEST(ThreadPool, ExceptionOnAnyThreadReachesTheCaller) {
   std::atomic<int64_t> total{0};
   pool.parallel_for(30, 10, [&](int64_t begin, int64_t end) { total += end - begin; });
   EXPECT_EQ(total.load(), 30);
+}
+
+// parallel_for_balanced: every index once, one chunk per thread, bounds in whole quanta.
+TEST(ThreadPool, BalancedCoversEveryIndexOnceInQuanta) {
+  for (int threads : {1, 2, 3, 7}) {
+    ThreadPool pool(threads);
+    for (int64_t quantum : {1, 4}) {
+      for (int64_t n : {0, 1, 5, 64, 1001, 65536}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        std::atomic<int> calls{0};
+        for (int round = 0; round < 3; ++round) {
+          pool.parallel_for_balanced(n, quantum, [&](int64_t begin, int64_t end) {
+            ASSERT_LE(begin, end);
+            ASSERT_EQ(begin % quantum, 0) << begin;
+            ASSERT_TRUE(end % quantum == 0 || end == n) << end;
+            calls++;
+            for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)]++;
+          });
+        }
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 3) << "n=" << n << " i=" << i;
+        if (n >= pool.num_threads() * quantum) EXPECT_EQ(calls.load(), 3 * pool.num_threads()) << "n=" << n;
+      }
+    }
+  }
+}
+
+// The shares follow the threads' speeds: with the calling thread made eight times slower per
+// index, its share falls well below half (to the floor, a quarter), and rises well above half
+// once the worker is the slow one. The work sleeps rather than spins, so other processes on the
+// machine (ctest -j) disturb it by no more than their wake-up delays.
+TEST(ThreadPool, BalancedSharesFollowTheThreadsSpeeds) {
+  ThreadPool pool(2);
+  if (pool.num_threads() < 2) GTEST_SKIP() << "one thread";
+  const std::thread::id caller = std::this_thread::get_id();
+  const auto run = [&](bool caller_slow) {
+    for (int round = 0; round < 60; ++round) {
+      pool.parallel_for_balanced(4096, 1, [&](int64_t begin, int64_t end) {
+        const bool slow = (std::this_thread::get_id() == caller) == caller_slow;
+        std::this_thread::sleep_for(std::chrono::nanoseconds((end - begin) * (slow ? 2000 : 250)));
+      });
+    }
+    return pool.balanced_shares();
+  };
+  EXPECT_EQ(pool.balanced_shares(), (std::vector<double>{0.5, 0.5}));
+  const std::vector<double> caller_slow = run(true);
+  EXPECT_LT(caller_slow[0], 0.4);
+  EXPECT_NEAR(caller_slow[0] + caller_slow[1], 1.0, 1e-9);
+  const std::vector<double> worker_slow = run(false);
+  EXPECT_GT(worker_slow[0], 0.6);
+}
+
+TEST(ThreadPool, BalancedExceptionReachesTheCaller) {
+  ThreadPool pool(3);
+  EXPECT_THROW(pool.parallel_for_balanced(300, 1,
+                                          [&](int64_t begin, int64_t) {
+                                            if (begin == 0) throw std::runtime_error("chunk failed");
+                                          }),
+               std::runtime_error);
+  std::atomic<int64_t> total{0};
+  pool.parallel_for_balanced(300, 1, [&](int64_t begin, int64_t end) { total += end - begin; });
+  pool.parallel_for(30, 10, [&](int64_t begin, int64_t end) { total += end - begin; });
+  EXPECT_EQ(total.load(), 330);
 }
 
 }  // namespace
