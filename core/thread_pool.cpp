@@ -120,10 +120,10 @@ std::vector<double> ThreadPool::balanced_shares() const {
 
 // Each slot's speed in the call just done: the indices of the chunks it ran per second from the
 // call's start to the end of its last chunk (so a worker that wakes late counts as slower: what
-// is balanced is when the threads finish). When
-// every slot ran a non-empty chunk, the shares move a fifth of the way toward the speeds'
-// proportions (an average over the last few calls: one slow call moves them little). No share
-// drops below half an equal one, so every thread keeps running and being measured.
+// is balanced is when the threads finish). When every slot ran a non-empty chunk, the shares
+// move a fifth of the way toward the speeds' proportions (an average over the last few calls:
+// one slow call moves them little). No share drops below half an equal one, so every thread
+// keeps running and being measured.
 void ThreadPool::update_shares() {
   const size_t slots = shares_.size();
   std::vector<double> units(slots, 0.0), seconds(slots, 0.0);

@@ -154,7 +154,7 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void finish_avx2(
 
 // rows x cols accumulators of two registers each (lanes 0-7, 8-15): x rows against `cols`
 // weight rows (w_rows[c]); out[r * cols + c]. One half of the lanes at a time keeps the
-// weights of a half, one x register and 4 * rows * cols accumulators within the 16 registers.
+// weights of a half, one x register and 2 * rows * cols accumulators within the 16 registers.
 // The single-row tile (batch-1 decode: eight independent FMA chains over one weight stream).
 template <WeightKind kind, int rows, int cols>
 __attribute__((target("avx2,fma,f16c"))) void dot_block_both_halves_avx2(const float* x, int64_t x_stride, int64_t k,
