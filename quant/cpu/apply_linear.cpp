@@ -54,14 +54,9 @@ void job_rows(const LinearJob& job, const JobInput& input, int64_t begin, int64_
 
 void apply_linear(const LinearWeight& weight, const float* x, int64_t num_rows, const float* bias, float* y,
                   ThreadPool& pool) {
-  if (activations_of(weight) != ActivationPrecision::kF32) {
-    const LinearJob job{&weight, x, num_rows, bias, y};
-    apply_linears({&job, 1}, pool);
-  } else if (weight.packed) {
-    quantized_linear_forward(x, num_rows, *weight.packed, bias, y, pool);
-  } else {
-    linear_forward(x, num_rows, weight.dense, bias, y, pool);
-  }
+  // One job through apply_linears: the same shares, balanced by the threads' speeds, as a group.
+  const LinearJob job{&weight, x, num_rows, bias, y};
+  apply_linears({&job, 1}, pool);
 }
 
 void apply_linears(std::span<const LinearJob> jobs, ThreadPool& pool, const FeaturesDone& features_done) {
