@@ -46,6 +46,18 @@ struct Problem {
   int64_t rows, n, k;
 };
 
+// Fills a weight matrix of `dtype` with normal samples: w16 holds the BF16/F16 codes, w the
+// values they stand for (the samples themselves for F32). Returns the data the kernel reads.
+void* fill_weights(DType dtype, std::mt19937& rng, std::vector<float>& w, std::vector<uint16_t>& w16) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (size_t i = 0; i < w.size(); ++i) {
+    const float value = normal(rng);
+    w16[i] = dtype == DType::kBF16 ? f32_to_bf16(value) : f32_to_f16(value);
+    w[i] = dtype == DType::kF32 ? value : dtype == DType::kBF16 ? bf16_to_f32(w16[i]) : f16_to_f32(w16[i]);
+  }
+  return dtype == DType::kF32 ? static_cast<void*>(w.data()) : static_cast<void*>(w16.data());
+}
+
 TEST(Linear, MatchesFloat64ReferenceForEveryWeightType) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -57,12 +69,7 @@ TEST(Linear, MatchesFloat64ReferenceForEveryWeightType) {
     for (float& v : bias) v = normal(rng);
     for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
       std::vector<uint16_t> w16(w.size());
-      for (size_t i = 0; i < w.size(); ++i) {
-        const float value = normal(rng);
-        w16[i] = dtype == DType::kBF16 ? f32_to_bf16(value) : f32_to_f16(value);
-        w[i] = dtype == DType::kF32 ? value : dtype == DType::kBF16 ? bf16_to_f32(w16[i]) : f16_to_f32(w16[i]);
-      }
-      void* data = dtype == DType::kF32 ? static_cast<void*>(w.data()) : static_cast<void*>(w16.data());
+      void* data = fill_weights(dtype, rng, w, w16);
       const TensorView view = TensorView::contiguous(dtype, {p.n, p.k}, data);
       std::vector<float> y(static_cast<size_t>(p.rows * p.n));
       linear_forward(x.data(), p.rows, view, bias.data(), y.data(), pool);
@@ -139,12 +146,7 @@ TEST(Linear, EveryOutputIsTheCanonicalDot) {
     std::vector<uint16_t> w16(w.size());
     for (float& v : x) v = normal(rng);
     for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
-      for (size_t i = 0; i < w.size(); ++i) {
-        const float value = normal(rng);
-        w16[i] = dtype == DType::kBF16 ? f32_to_bf16(value) : f32_to_f16(value);
-        w[i] = dtype == DType::kF32 ? value : dtype == DType::kBF16 ? bf16_to_f32(w16[i]) : f16_to_f32(w16[i]);
-      }
-      void* data = dtype == DType::kF32 ? static_cast<void*>(w.data()) : static_cast<void*>(w16.data());
+      void* data = fill_weights(dtype, rng, w, w16);
       linear_forward(x.data(), rows, TensorView::contiguous(dtype, {n, k}, data), nullptr, y.data(), pool);
       for (int64_t t = 0; t < rows; ++t) {
         for (int64_t j = 0; j < n; ++j) {
