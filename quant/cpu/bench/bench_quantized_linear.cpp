@@ -8,7 +8,7 @@
 // The *_int8 rows are the int8-activation mode (quant/cpu/int8_linear.h, CPU code order,
 // through apply_linear: x's quantization included); fp8_block_bf16 is the bf16-activation mode
 // of the FP8 weights (quant/cpu/bf16_linear.h, codes marked finite, x's rounding included).
-//   bench_quantized_linear [experts=16] [min_seconds=0.3]
+//   bench_quantized_linear [experts=16] [min_seconds=0.3] [formats: comma-separated names, default all]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -133,6 +133,7 @@ Weights make_weights(const std::string& name, int64_t matrices, int64_t n, int64
 int main(int argc, char** argv) {
   const int64_t experts = argc > 1 ? std::atoll(argv[1]) : 16;
   const double min_seconds = argc > 2 ? std::atof(argv[2]) : 0.3;
+  const std::string only = argc > 3 ? "," + std::string(argv[3]) + "," : "";
   const int64_t n = 1024, k = 1024, matrices_per_expert = 3;  // gate, up, down
   const int64_t matrices = experts * matrices_per_expert;
 
@@ -150,6 +151,7 @@ int main(int argc, char** argv) {
   std::vector<Weights> all;
   for (const char* name : {"bf16", "bf16_bf16", "nvfp4", "nvfp4_cpu", "nvfp4_int8", "mxfp4", "mxfp4_cpu", "mxfp4_int8", "fp8_block",
                            "fp8_block_loaded", "fp8_block_bf16"}) {
+    if (!only.empty() && only.find("," + std::string(name) + ",") == std::string::npos) continue;
     all.push_back(make_weights(name, matrices, n, k, rng));
   }
 

@@ -428,6 +428,14 @@ TEST(QuantizedLinear, Fp8TinyAndLargeScales) {
   dequantize_view(o);
   ASSERT_EQ(std::fpclassify(o.dequant[1]), FP_SUBNORMAL);
   check_weight(o, 3, false, rng, "fp8_block tiny and large scales");
+  // Block scales at other edges: the largest float below 2^8, the smallest subnormal, a
+  // negative one.
+  Owned edge = quantize(WeightFormat::kFp8Block, 20, 300, rng);
+  edge.block_scale_inv[0] = 0x1.fffffep7f;
+  edge.block_scale_inv[1] = 0x1p-149f;
+  edge.block_scale_inv[2] = -0x1.8p-3f;
+  dequantize_view(edge);
+  check_weight(edge, 3, false, rng, "fp8_block edge scales");
   for (float scale : {0x1.abcdep-127f, 0x1.5p20f}) {
     Owned t = quantize(WeightFormat::kFp8Tensor, 20, 300, rng);
     t.view.global_scale = scale;
