@@ -9,6 +9,7 @@
 // through apply_linear: x's quantization included); fp8_block_bf16 is the bf16-activation mode
 // of the FP8 weights (quant/cpu/bf16_linear.h, codes marked finite, x's rounding included).
 //   bench_quantized_linear [experts=16] [min_seconds=0.3] [formats: comma-separated names, default all]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -134,6 +135,19 @@ int main(int argc, char** argv) {
   const int64_t experts = argc > 1 ? std::atoll(argv[1]) : 16;
   const double min_seconds = argc > 2 ? std::atof(argv[2]) : 0.3;
   const std::string only = argc > 3 ? "," + std::string(argv[3]) + "," : "";
+  const std::vector<std::string> names = {"bf16",      "bf16_bf16", "nvfp4",     "nvfp4_cpu",        "nvfp4_int8",
+                                          "mxfp4",     "mxfp4_cpu", "mxfp4_int8", "fp8_block", "fp8_block_loaded",
+                                          "fp8_block_bf16"};
+  // Every name asked for must be one of them: a typo would otherwise run nothing, silently.
+  for (size_t at = 1; at < only.size();) {
+    const size_t next = only.find(',', at);
+    const std::string asked = only.substr(at, next - at);
+    if (std::find(names.begin(), names.end(), asked) == names.end()) {
+      std::fprintf(stderr, "bench_quantized_linear: unknown format '%s'\n", asked.c_str());
+      return 2;
+    }
+    at = next + 1;
+  }
   const int64_t n = 1024, k = 1024, matrices_per_expert = 3;  // gate, up, down
   const int64_t matrices = experts * matrices_per_expert;
 
@@ -149,9 +163,8 @@ int main(int argc, char** argv) {
 
   std::mt19937 rng(1234);
   std::vector<Weights> all;
-  for (const char* name : {"bf16", "bf16_bf16", "nvfp4", "nvfp4_cpu", "nvfp4_int8", "mxfp4", "mxfp4_cpu", "mxfp4_int8", "fp8_block",
-                           "fp8_block_loaded", "fp8_block_bf16"}) {
-    if (!only.empty() && only.find("," + std::string(name) + ",") == std::string::npos) continue;
+  for (const std::string& name : names) {
+    if (!only.empty() && only.find("," + name + ",") == std::string::npos) continue;
     all.push_back(make_weights(name, matrices, n, k, rng));
   }
 
