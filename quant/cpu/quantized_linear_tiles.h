@@ -135,12 +135,17 @@ inline void prefetch_stream_at(const uint8_t* stream, int64_t offset, int cols, 
 }
 
 // ---- The row driver, shared by every path ------------------------------------------------------
-// Kernel: kRows (x rows per tile, 2 or 4), kCols (weight rows per tile) and
-// tile<f, rows, cols>(x, k, w, out): out[r * cols + c] = dot(x row r, weight row w[c]).
+// Kernel: kRows (x rows per tile, 2 or 4), kCols (weight rows per tile), optionally kWideCols
+// (weight rows per one-x-row tile, row_driver.h) and tile<f, rows, cols>(x, k, w, out):
+// out[r * cols + c] = dot(x row r, weight row w[c]).
 template <typename Kernel, WeightFormat f, int cols>
 void run_tile(int rows, const float* x, int64_t k, const RowRef* w, float* out) {
   static_assert(Kernel::kRows == 2 || Kernel::kRows == 4);
-  with_tile_rows<Kernel::kRows>(rows, [&](auto r) { Kernel::template tile<f, decltype(r)::value, cols>(x, k, w, out); });
+  if constexpr (cols > Kernel::kCols) {  // a wide tile: one x row (drive_rows)
+    return with_tile_rows<1>(rows, [&](auto r) { Kernel::template tile<f, decltype(r)::value, cols>(x, k, w, out); });
+  } else {
+    with_tile_rows<Kernel::kRows>(rows, [&](auto r) { Kernel::template tile<f, decltype(r)::value, cols>(x, k, w, out); });
+  }
 }
 
 // Output features [begin, end) of y = x . W^T (+ bias), on the calling thread.
@@ -148,7 +153,7 @@ template <typename Kernel, WeightFormat f>
 void forward_rows(const float* x, int64_t num_rows, const QuantizedWeightView& w, const float* bias, float* y,
                   int64_t begin, int64_t end) {
   const int64_t k = w.cols;
-  drive_rows<Kernel::kRows, Kernel::kCols>(
+  drive_rows<Kernel::kRows, Kernel::kCols, wide_cols<Kernel>()>(
       num_rows, w.rows, begin, end, bias, y, shared_row_ref<f>(w), [&](RowRef& r, int64_t n) { point_at<f>(r, w, n); },
       [&](int rows, int64_t t, const RowRef* refs, float* dots, auto cols) {
         run_tile<Kernel, f, decltype(cols)::value>(rows, x + t * k, k, refs, dots);

@@ -39,38 +39,61 @@ void with_tile_rows(int rows, Tile tile) {
   MOERT_CHECK(false, "tile rows = " << rows << " (at most " << kMaxRows << ")");
 }
 
-// run_tile(rows, t, refs, dots, std::integral_constant<int, cols>): dots[r * cols + c] = the
-// dot product of x row t + r with weight row refs[c], for r < rows, c < cols.
-template <int kRows, int kCols, typename Ref, typename PointAt, typename RunTile>
-void drive_rows(int64_t num_rows, int64_t n, int64_t begin, int64_t end, const float* bias, float* y,
-                const Ref& shared, PointAt point_at, RunTile run_tile) {
-  float dots[kRows * kCols];
-  Ref refs[kCols];
-  std::fill_n(refs, kCols, shared);
-  for (int64_t t0 = 0; t0 < num_rows; t0 += cpu::dot_detail::kRowTile) {
-    const int64_t t_end = std::min(num_rows, t0 + cpu::dot_detail::kRowTile);
-    int64_t col = begin;
-    for (; kCols > 1 && col + kCols <= end; col += kCols) {
-      for (int c = 0; c < kCols; ++c) point_at(refs[c], col + c);
-      for (int64_t t = t0; t < t_end; t += kRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kRows, t_end - t));
-        run_tile(rows, t, refs, dots, std::integral_constant<int, kCols>{});
-        for (int r = 0; r < rows; ++r) {
-          for (int c = 0; c < kCols; ++c) {
-            y[(t + r) * n + col + c] = dots[r * kCols + c] + (bias != nullptr ? bias[col + c] : 0.0f);
-          }
+// A kernel's column count for one-x-row tiles: Kernel::kWideCols where it declares one.
+template <typename Kernel>
+constexpr int wide_cols() {
+  if constexpr (requires { Kernel::kWideCols; }) {
+    return Kernel::kWideCols;
+  } else {
+    return Kernel::kCols;
+  }
+}
+
+// Tiles of `cols` weight rows over output features [col, end) for x rows [t0, t_end); returns
+// the first feature left for narrower tiles.
+template <int cols, int kRows, typename Ref, typename PointAt, typename RunTile>
+int64_t drive_column_tiles(int64_t t0, int64_t t_end, int64_t n, int64_t col, int64_t end, const float* bias, float* y,
+                           Ref* refs, float* dots, PointAt& point_at, RunTile& run_tile) {
+  for (; col + cols <= end; col += cols) {
+    for (int c = 0; c < cols; ++c) point_at(refs[c], col + c);
+    for (int64_t t = t0; t < t_end; t += kRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kRows, t_end - t));
+      run_tile(rows, t, refs, dots, std::integral_constant<int, cols>{});
+      for (int r = 0; r < rows; ++r) {
+        for (int c = 0; c < cols; ++c) {
+          y[(t + r) * n + col + c] = dots[r * cols + c] + (bias != nullptr ? bias[col + c] : 0.0f);
         }
       }
     }
-    for (; col < end; ++col) {
-      point_at(refs[0], col);
-      const float b = bias != nullptr ? bias[col] : 0.0f;
-      for (int64_t t = t0; t < t_end; t += kRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kRows, t_end - t));
-        run_tile(rows, t, refs, dots, std::integral_constant<int, 1>{});
-        for (int r = 0; r < rows; ++r) y[(t + r) * n + col] = dots[r] + b;
+  }
+  return col;
+}
+
+// run_tile(rows, t, refs, dots, std::integral_constant<int, cols>): dots[r * cols + c] = the
+// dot product of x row t + r with weight row refs[c], for r < rows, c < cols. With a single x
+// row (batch-1 decode) the tiles are kWideCols wide first: each weight row is one chain of
+// dependent FMAs per lane (the canonical order), so a one-row tile needs more columns than
+// a multi-row one to keep the FMA units busy (docs/perf/cpu-roofline.md, "Sixteenth session").
+// run_tile then sees rows == 1 whenever cols == kWideCols > kCols.
+template <int kRows, int kCols, int kWideCols = kCols, typename Ref, typename PointAt, typename RunTile>
+void drive_rows(int64_t num_rows, int64_t n, int64_t begin, int64_t end, const float* bias, float* y,
+                const Ref& shared, PointAt point_at, RunTile run_tile) {
+  static_assert(kWideCols >= kCols);
+  float dots[std::max(kRows * kCols, kWideCols)];
+  Ref refs[kWideCols];
+  std::fill_n(refs, kWideCols, shared);
+  for (int64_t t0 = 0; t0 < num_rows; t0 += cpu::dot_detail::kRowTile) {
+    const int64_t t_end = std::min(num_rows, t0 + cpu::dot_detail::kRowTile);
+    int64_t col = begin;
+    if constexpr (kWideCols > kCols) {
+      if (t_end - t0 == 1) {
+        col = drive_column_tiles<kWideCols, kRows>(t0, t_end, n, col, end, bias, y, refs, dots, point_at, run_tile);
       }
     }
+    if constexpr (kCols > 1) {
+      col = drive_column_tiles<kCols, kRows>(t0, t_end, n, col, end, bias, y, refs, dots, point_at, run_tile);
+    }
+    drive_column_tiles<1, kRows>(t0, t_end, n, col, end, bias, y, refs, dots, point_at, run_tile);
   }
 }
 

@@ -530,6 +530,7 @@ void tile_avx2(const float* x, int64_t x_stride, int64_t k, const RowRef* w, flo
 struct Avx512Kernel {
   static constexpr int kRows = 4;
   static constexpr int kCols = 4;
+  static constexpr int kWideCols = 8;  // 8 accumulator chains at batch 1 (row_driver.h)
   template <WeightFormat f, int rows, int cols>
   static void tile(const float* x, int64_t k, const RowRef* w, float* out) {
     tile_avx512<f, rows, cols>(x, k, k, w, out);

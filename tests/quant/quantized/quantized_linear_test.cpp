@@ -255,8 +255,9 @@ void check_weight(const Owned& o, int64_t t, bool with_bias, Rng& rng, const std
 
 void sweep(WeightFormat format, const std::vector<int64_t>& ks) {
   Rng rng(static_cast<uint64_t>(format) * 1000 + 7);
+  // N = 13: one 8-wide batch-1 tile, one 4-wide, one single feature (row_driver.h); 17, 300: other mixes.
   for (int64_t t : {1, 3, 8, 33}) {
-    for (int64_t n : {1, 17, 64, 300}) {
+    for (int64_t n : {1, 13, 17, 64, 300}) {
       for (int64_t k : ks) {
         const Owned o = quantize(format, n, k, rng);
         const std::string what = std::string(weight_format_name(format)) + " T=" + std::to_string(t) +
