@@ -34,16 +34,16 @@ inline float weight_value(uint8_t code) { return e4m3_decode(code) * 256.0f; }
 // s_b * 2^-8 of 128-column block b of row r.
 inline float block_factor(const RowRef& r, int64_t b) { return r.fp8_scales[b * r.fp8_scale_stride] * 0x1p-8f; }
 
-// Kernel: kRows, kCols and tile<rows, cols>(x, t, w, out): out[r * cols + c] = the lane tree
-// of x row t + r against weight row w[c] (bias not added).
+// Kernel: kRows, kCols, optionally kWideCols (row_driver.h) and tile<rows, cols>(x, t, w, out):
+// out[r * cols + c] = the lane tree of x row t + r against weight row w[c] (bias not added).
 template <typename Kernel, WeightFormat f>
 void bf16_forward_rows(const Bf16RowsView& x, const QuantizedWeightView& w, const float* bias, float* y,
                        int64_t begin, int64_t end) {
-  drive_rows<Kernel::kRows, Kernel::kCols>(
+  drive_rows<Kernel::kRows, Kernel::kCols, wide_cols<Kernel>()>(
       x.rows, w.rows, begin, end, bias, y, qlinear_detail::shared_row_ref<f>(w),
       [&](RowRef& r, int64_t n) { qlinear_detail::point_at<f>(r, w, n); },
       [&](int rows, int64_t t, const RowRef* refs, float* dots, auto cols) {
-        with_tile_rows<Kernel::kRows>(rows, [&](auto r) {
+        with_driven_tile_rows<Kernel::kRows, Kernel::kCols, decltype(cols)::value>(rows, [&](auto r) {
           Kernel::template tile<decltype(r)::value, decltype(cols)::value>(x, t, refs, dots);
         });
       });

@@ -130,16 +130,16 @@ void quantize_rows(const float* x, int64_t rows, int64_t cols, int8_t* codes, fl
 static_assert(kInt8GroupLanes == cpu::dot_detail::kLanes);
 using cpu::dot_detail::reduce_lanes;
 
-// Kernel: kRows, kCols and tile<rows, cols>(x, t, cols, out): out[r * cols + c] = the lane
-// tree of x row t + r against weight row cols[c] (bias not added).
+// Kernel: kRows, kCols, optionally kWideCols (row_driver.h) and tile<rows, cols>(x, t, cols, out):
+// out[r * cols + c] = the lane tree of x row t + r against weight row cols[c] (bias not added).
 template <typename Kernel>
 void int8_forward_rows(const Int8RowsView& x, const QuantizedWeightView& w, const float* bias, float* y, int64_t begin,
                        int64_t end) {
-  drive_rows<Kernel::kRows, Kernel::kCols>(
+  drive_rows<Kernel::kRows, Kernel::kCols, wide_cols<Kernel>()>(
       x.rows, w.rows, begin, end, bias, y, shared_int8_col(w),
       [&](Int8Col& c, int64_t n) { point_int8_col(c, w, n); },
       [&](int rows, int64_t t, const Int8Col* refs, float* dots, auto cols) {
-        with_tile_rows<Kernel::kRows>(rows, [&](auto r) {
+        with_driven_tile_rows<Kernel::kRows, Kernel::kCols, decltype(cols)::value>(rows, [&](auto r) {
           Kernel::template tile<decltype(r)::value, decltype(cols)::value>(x, t, refs, dots);
         });
       });

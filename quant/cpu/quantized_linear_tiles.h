@@ -141,11 +141,8 @@ inline void prefetch_stream_at(const uint8_t* stream, int64_t offset, int cols, 
 template <typename Kernel, WeightFormat f, int cols>
 void run_tile(int rows, const float* x, int64_t k, const RowRef* w, float* out) {
   static_assert(Kernel::kRows == 2 || Kernel::kRows == 4);
-  if constexpr (cols > Kernel::kCols) {  // a wide tile: one x row (drive_rows)
-    return with_tile_rows<1>(rows, [&](auto r) { Kernel::template tile<f, decltype(r)::value, cols>(x, k, w, out); });
-  } else {
-    with_tile_rows<Kernel::kRows>(rows, [&](auto r) { Kernel::template tile<f, decltype(r)::value, cols>(x, k, w, out); });
-  }
+  with_driven_tile_rows<Kernel::kRows, Kernel::kCols, cols>(
+      rows, [&](auto r) { Kernel::template tile<f, decltype(r)::value, cols>(x, k, w, out); });
 }
 
 // Output features [begin, end) of y = x . W^T (+ bias), on the calling thread.

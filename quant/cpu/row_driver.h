@@ -39,6 +39,17 @@ void with_tile_rows(int rows, Tile tile) {
   MOERT_CHECK(false, "tile rows = " << rows << " (at most " << kMaxRows << ")");
 }
 
+// with_tile_rows for a tile of `cols` weight rows under drive_rows<kRows, kCols, ...>: a wide
+// tile (cols > kCols) always has one x row, so only that form is instantiated.
+template <int kRows, int kCols, int cols, typename Tile>
+void with_driven_tile_rows(int rows, Tile tile) {
+  if constexpr (cols > kCols) {
+    with_tile_rows<1>(rows, tile);
+  } else {
+    with_tile_rows<kRows>(rows, tile);
+  }
+}
+
 // A kernel's column count for one-x-row tiles: Kernel::kWideCols where it declares one.
 template <typename Kernel>
 constexpr int wide_cols() {

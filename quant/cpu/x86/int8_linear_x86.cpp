@@ -262,6 +262,7 @@ template <bool kVnni>
 struct Avx512Int8Kernel {
   static constexpr int kRows = 4;
   static constexpr int kCols = 4;
+  static constexpr int kWideCols = 8;  // batch-1 tiles: 8 accumulator chains (row_driver.h)
   template <int rows, int cols>
   static void tile(const Int8RowsView& x, int64_t t, const Int8Col* w, float* out) {
     with_tile_form(w[0], [&](auto nvfp4, auto checkpoint_order) {
