@@ -118,12 +118,36 @@ std::vector<double> ThreadPool::balanced_shares() const {
   return shares_;
 }
 
-// Each slot's speed in the call just done: the indices of the chunks it ran per second from the
-// call's start to the end of its last chunk (so a worker that wakes late counts as slower: what
-// is balanced is when the threads finish). When every slot ran a non-empty chunk, the shares
-// move a fifth of the way toward the speeds' proportions (an average over the last few calls:
-// one slow call moves them little). No share drops below half an equal one, so every thread
-// keeps running and being measured.
+// Calls shorter than this move the shares proportionally less: in a short call a worker's
+// wake-up is a large part of its time, and a decode step's short jobs would otherwise pull the
+// shares of its long ones away from balance (docs/perf/cpu-roofline.md, "Sixteenth session").
+constexpr double kFullStepSeconds = 200e-6;
+
+std::vector<double> balanced_shares_after(const std::vector<double>& shares, const std::vector<double>& units,
+                                          const std::vector<double>& seconds) {
+  const size_t slots = shares.size();
+  std::vector<double> speed(slots);
+  double total = 0;
+  for (size_t s = 0; s < slots; ++s) {
+    if (units[s] <= 0 || seconds[s] <= 0) return shares;
+    speed[s] = units[s] / seconds[s];
+    total += speed[s];
+  }
+  const double floor = 0.5 / static_cast<double>(slots);
+  const double call_seconds = *std::max_element(seconds.begin(), seconds.end());
+  const double step = 0.2 * std::min(1.0, call_seconds / kFullStepSeconds);
+  std::vector<double> next(slots);
+  double sum = 0;
+  for (size_t s = 0; s < slots; ++s) {
+    next[s] = std::max(floor, (1.0 - step) * shares[s] + step * speed[s] / total);
+    sum += next[s];
+  }
+  for (double& share : next) share /= sum;
+  return next;
+}
+
+// Each slot's units and the end of its last chunk in the call just done (so a worker that
+// wakes late counts as slower: what is balanced is when the threads finish).
 void ThreadPool::update_shares() {
   const size_t slots = shares_.size();
   std::vector<double> units(slots, 0.0), seconds(slots, 0.0);
@@ -133,20 +157,7 @@ void ThreadPool::update_shares() {
     units[static_cast<size_t>(run.slot)] += static_cast<double>(bounds_[c + 1] - bounds_[c]);
     seconds[static_cast<size_t>(run.slot)] = std::max(seconds[static_cast<size_t>(run.slot)], run.seconds);
   }
-  std::vector<double> speed(slots);
-  double total = 0;
-  for (size_t s = 0; s < slots; ++s) {
-    if (units[s] <= 0 || seconds[s] <= 0) return;
-    speed[s] = units[s] / seconds[s];
-    total += speed[s];
-  }
-  const double floor = 0.5 / static_cast<double>(slots);
-  double sum = 0;
-  for (size_t s = 0; s < slots; ++s) {
-    shares_[s] = std::max(floor, 0.8 * shares_[s] + 0.2 * speed[s] / total);
-    sum += shares_[s];
-  }
-  for (double& share : shares_) share /= sum;
+  shares_ = balanced_shares_after(shares_, units, seconds);
 }
 
 void ThreadPool::run_generation(int num_chunks) {

@@ -91,6 +91,15 @@ class ThreadPool {
   std::vector<ChunkRun> runs_;
 };
 
+// The shares after one parallel_for_balanced call in which slot s ran units[s] indices and
+// finished seconds[s] after the call's start: when every slot ran some, they move toward the
+// slots' speeds (units / seconds) in proportion, a fifth of the way for a call of 200 us or
+// more and proportionally less for a shorter one (an average over the last calls, weighted by
+// their length). No share drops below half an equal one, so every thread keeps running and
+// being measured; the result sums to 1. Unchanged when a slot ran nothing.
+std::vector<double> balanced_shares_after(const std::vector<double>& shares, const std::vector<double>& units,
+                                          const std::vector<double>& seconds);
+
 // How long an idle thread spins before sleeping, in microseconds: MOERT_SPIN_US (default
 // 50; 0 = sleep at once, best when ranks outnumber cores). Spinning saves the futex
 // round trip between the many short kernels of a decode step.

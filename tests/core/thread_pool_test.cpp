@@ -153,6 +153,26 @@ TEST(ThreadPool, BalancedSharesFollowTheThreadsSpeeds) {
   EXPECT_GT(worker_slow[0], 0.6);
 }
 
+// The share update: a long call moves the shares a fifth of the way toward the speeds, a call
+// of a tenth of that length a tenth as far (a worker's wake-up weighs most in short calls), the
+// floor holds, and a slot that ran nothing leaves them as they were.
+TEST(ThreadPool, SharesMoveByTheCallsLength) {
+  const std::vector<double> even{0.5, 0.5};
+  const std::vector<double> units{32, 32};
+  // speeds 2 : 1 -> proportions 2/3, 1/3
+  const std::vector<double> after_long = balanced_shares_after(even, units, {1e-3, 2e-3});
+  EXPECT_NEAR(after_long[0], 0.8 * 0.5 + 0.2 * 2.0 / 3.0, 1e-12);
+  EXPECT_NEAR(after_long[1], 0.8 * 0.5 + 0.2 / 3.0, 1e-12);
+  const std::vector<double> after_short = balanced_shares_after(even, units, {10e-6, 20e-6});
+  EXPECT_NEAR(after_short[0], 0.98 * 0.5 + 0.02 * 2.0 / 3.0, 1e-12);
+  EXPECT_NEAR(after_short[0] + after_short[1], 1.0, 1e-12);
+  // a slot 100 times slower: the proportion is ~1% but the share stops at the floor (then renormalised)
+  // (0.8 * 0.3 + 0.2 / 101 < 0.25)
+  const std::vector<double> floored = balanced_shares_after({0.7, 0.3}, units, {1e-3, 100e-3});
+  EXPECT_NEAR(floored[1] / floored[0], 0.25 / (0.8 * 0.7 + 0.2 * 100.0 / 101.0), 1e-12);
+  EXPECT_EQ(balanced_shares_after(even, {64, 0}, {1e-3, 0.0}), even);
+}
+
 TEST(ThreadPool, BalancedExceptionReachesTheCaller) {
   ThreadPool pool(3);
   EXPECT_THROW(pool.parallel_for_balanced(300, 1,
