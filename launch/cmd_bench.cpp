@@ -2,7 +2,7 @@
 // parallelism under mpirun / srun, as `moert run` serves). Rank 0 makes or reads the
 // requests, hands them out, gathers every request's timings and reports once: per batch
 // size (the concurrency limit) output and total throughput and TTFT / TPOT / ITL / E2E
-// percentiles (runtime/bench/bench_stats.h), as text, JSON, CSV and a plot.
+// percentiles (launch/serving/bench_stats.h), as text, JSON, CSV and a plot.
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,10 +22,9 @@
 #include "launch/commands.h"
 #include "launch/engine_options.h"
 #include "launch/job.h"
-#include "launch/spec_options.h"
-#include "runtime/bench/bench_stats.h"
-#include "runtime/engine/request_io.h"
-#include "runtime/model/weights.h"
+#include "launch/rank_worker.h"
+#include "launch/serving/bench_stats.h"
+#include "launch/serving/request_io.h"
 #include "runtime/sampling/sampler.h"
 
 #ifndef MOERT_BUILD_COMMIT
@@ -83,6 +82,25 @@ std::vector<std::string> make_request_lines(const BenchOptions& o, const std::ve
   return lines;
 }
 
+// The --input file's request lines (rank 0), each checked as `moert run` would parse it.
+// Throws CommandError naming the file and line.
+std::vector<std::string> read_bench_input(const std::string& path) {
+  check_input_file(path);
+  std::ifstream input(path);
+  if (!input) throw CommandError("cannot open input " + path);
+  std::vector<std::string> lines;
+  int line_number = 0;
+  for (std::string line; std::getline(input, line);) {
+    ++line_number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const Status parsed = serving::parse_request_line(line).status();
+    if (!parsed.is_ok()) throw CommandError(path + " line " + std::to_string(line_number) + ": " + parsed.message());
+    lines.push_back(line);
+  }
+  if (lines.empty()) throw CommandError(path + " holds no requests");
+  return lines;
+}
+
 std::string hostname() {
   char name[256] = {0};
   return gethostname(name, sizeof(name) - 1) == 0 ? name : "unknown";
@@ -93,8 +111,7 @@ std::string hostname() {
 int run_bench(const std::vector<std::string>& args) {
   po::options_description options("moert bench options");
   BenchOptions o;
-  EngineOptions engine_options;
-  SpecOptions spec_options;
+  RankWorkerOptions worker_options;
   options.add_options()
       ("help,h", "show this help")
       ("model", po::value(&o.model_dir)->required(), "Hugging Face model directory (e.g. from moert make-model)")
@@ -112,8 +129,8 @@ int run_bench(const std::vector<std::string>& args) {
       ("json", po::value(&o.json_path), "write {\"config\": ..., \"results\": [...]} here (rank 0)")
       ("csv", po::value(&o.csv_path), "write one CSV row per result here (rank 0)")
       ("plot", po::value(&o.plot_path), "write a PNG: throughput vs batch size, TPOT vs throughput (gnuplot)");
-  add_engine_options(options, engine_options);
-  add_spec_options(options, spec_options);
+  add_engine_options(options, worker_options.engine);
+  add_spec_options(options, worker_options.spec);
   po::variables_map vm;
   if (!parse_command_line(args, options, &vm)) return 0;
   if (o.input_len < 1 || o.output_len < 1) throw CommandError("--input-len and --output-len must be >= 1");
@@ -123,7 +140,7 @@ int run_bench(const std::vector<std::string>& args) {
     throw CommandError("--len-dist '" + o.len_dist + "' is not fixed or uniform");
   }
   if (!(o.len_range >= 0.0 && o.len_range < 1.0)) throw CommandError("--len-range must be in [0, 1)");
-  std::vector<int> batch_sizes = o.batch_sizes.empty() ? std::vector<int>{engine_options.max_seqs}
+  std::vector<int> batch_sizes = o.batch_sizes.empty() ? std::vector<int>{worker_options.engine.max_seqs}
                                                        : parse_int_list(o.batch_sizes, "batch-sizes");
   for (int b : batch_sizes) {
     if (b < 1) throw CommandError("--batch-sizes entries must be >= 1 (got " + std::to_string(b) + ")");
@@ -133,73 +150,40 @@ int run_bench(const std::vector<std::string>& args) {
   comm::Transport& transport = *job_transport.transport;
   const bool root = transport.rank() == 0;
   const int ranks = transport.world_size();
+  worker_options.model_dir = o.model_dir;
 
-  std::unique_ptr<LoadedModel> loaded;
-  std::optional<engine::EngineConfig> config;
-  std::unique_ptr<backend::Backend> device_backend;  // null: the CPU backend over `pool`
-  std::optional<experts::ExpertPlacement> placement;
-  std::unique_ptr<SpecSetup> spec_setup;
+  std::unique_ptr<RankWorker> worker;
   std::vector<std::string> input_lines;
-  int threads = 1;
   std::optional<std::string> setup_error;
   try {
-    const ActivationModes activations = resolve_activation_modes(
-        engine_options.fp4_activations, engine_options.fp8_activations, engine_options.bf16_activations,
-        engine_options.device);
-    const WeightMemory weight_memory = resolve_weight_memory(engine_options.weight_memory, engine_options.device);
-    device_backend = open_device_backend(engine_options.device);
-    // The CPU kernels' FP4 code order only where the CPU backend computes (null backend), and
-    // there only for the routed experts this rank computes (lay_out_for_cpu_rank, below).
-    loaded = load_model_for(o.model_dir, device_backend.get(), /*cpu_layout_later=*/true, activations);
-    config = resolve_engine_config(engine_options, loaded->config,
-                                   device_backend ? device_backend->preferred_kv_cache_dtype() : DType::kF32);
-    config->forward_when_idle = true;
-    config->record_token_times = true;
-    spec_setup = std::make_unique<SpecSetup>(spec_options, loaded->config, &*config, device_backend.get(), weight_memory);
-    threads = resolve_threads(engine_options);
-    placement = value_or_throw(experts::contiguous_placement(loaded->config.num_experts(), ranks));
-    lay_out_for_cpu_rank(*loaded, device_backend.get(), *placement, transport.rank(), weight_memory);
-    if (root && !o.input_path.empty()) {
-      check_input_file(o.input_path);
-      std::ifstream input(o.input_path);
-      if (!input) throw CommandError("cannot open input " + o.input_path);
-      int line_number = 0;
-      for (std::string line; std::getline(input, line);) {
-        ++line_number;
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        const Status parsed = engine::parse_request_line(line).status();
-        if (!parsed.is_ok()) throw CommandError(o.input_path + " line " + std::to_string(line_number) + ": " + parsed.message());
-        input_lines.push_back(line);
-      }
-      if (input_lines.empty()) throw CommandError(o.input_path + " holds no requests");
-    }
+    worker = std::make_unique<RankWorker>(transport, worker_options);
+    worker->engine_config().record_token_times = true;
+    if (root && !o.input_path.empty()) input_lines = read_bench_input(o.input_path);
   } catch (const CommandError& e) {
     setup_error = e.what();
   }
   agree_on_setup(transport, setup_error);
-  const LoadedModel& model = *loaded;
+  const LoadedModel& model = worker->model();
+  const engine::EngineConfig& config = worker->engine_config();
+  const SpecOptions& spec_options = worker_options.spec;
+  const int threads = worker->threads();
   if (root) {
     std::cout << "model: " << describe_model_config(model.config) << "\n"
-              << describe_engine_config(*config, threads) << ", device " << engine_options.device
-              << describe_weight_modes(engine_options) << ", " << ranks << " rank(s)\n"
-              << spec_setup->describe() << "\n";
+              << describe_engine_config(config, threads) << ", device " << worker_options.engine.device
+              << describe_weight_modes(worker_options.engine) << ", " << ranks << " rank(s)\n"
+              << worker->spec().describe() << "\n";
   }
-  ThreadPool pool(threads);
-  TransformerForward forward(model.config, model.weights, pool, device_backend.get());
-  const std::unique_ptr<comm::Transport> row_transport =
-      open_row_transport(engine_options.ep_transport, device_backend.get(), transport);
-  parallel::ExpertParallelExperts experts(model.config, std::move(*placement), transport, row_transport.get());
-  forward.set_routed_experts(&experts);
-  spec::Proposer* proposer = spec_setup->start(pool, *config, device_backend.get());
+  worker->start();
+  TransformerForward& forward = worker->forward();
+  spec::Proposer* proposer = worker->proposer();
   parallel::BatchJobConfig job;
-  job.progress_interval_s = 0.0;
 
-  std::vector<bench::BenchResult> results;
+  std::vector<serving::BenchResult> results;
   for (const int batch_size : batch_sizes) {
-    engine::EngineConfig run_config = *config;
+    engine::EngineConfig run_config = config;
     run_config.scheduler.max_seqs = (batch_size + ranks - 1) / ranks;  // the limit over all ranks
     const int num_requests = o.num_requests > 0 ? o.num_requests : std::max(8, 4 * batch_size);
-    std::vector<bench::RunMeasurement> timed;
+    std::vector<serving::RunMeasurement> timed;
     engine::EngineStats last_totals;  // of the last timed run, for the engine and spec summaries
     double last_wall_s = 0.0;
     for (int run = 0; run < o.warmup + o.repeats; ++run) {
@@ -208,21 +192,21 @@ int run_bench(const std::vector<std::string>& args) {
       RequestBatch batch;
       if (root) {
         for (std::string& line : make_request_lines(o, input_lines, model.config.vocab_size, num_requests, batch_size, run)) {
-          Result<engine::Request> request = engine::parse_request_line(line);
+          Result<engine::Request> request = serving::parse_request_line(line);
           const Status fits = request.is_ok() ? engine.check_request(*request) : request.status();
           if (!fits.is_ok()) transport.abort(1, "bench request: " + fits.message());
           batch.add(std::move(line), *request, run_config.block_size);
         }
       }
-      bench::RunMeasurement measurement;
+      serving::RunMeasurement measurement;
       const auto start = std::chrono::steady_clock::now();
-      Result<parallel::BatchJobReport> report = serve_request_lines(
-          transport, engine, forward, experts, job, batch, [&](const std::string& line) -> Status {
-            Result<bench::RequestTiming> timing = bench::timing_from_output_line(line);
-            if (!timing.is_ok()) return timing.status();
-            measurement.requests.push_back(std::move(timing).value());
-            return Status::ok();
-          });
+      parallel::CoordinatorEvents events;
+      events.on_output = [&](const engine::RequestOutput& output) {
+        measurement.requests.push_back(serving::request_timing(output));
+        return Status::ok();
+      };
+      Result<parallel::BatchJobReport> report =
+          serve_request_lines(transport, engine, forward, worker->experts(), job, batch, events);
       measurement.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (!report.is_ok()) throw CommandError(report.status().message());
       if (root) {
@@ -233,8 +217,8 @@ int run_bench(const std::vector<std::string>& args) {
     }
     if (!root) continue;
     std::cout << engine_summary(last_totals, run_config, model.config, last_wall_s) << "\n";
-    if (spec_setup->enabled()) std::cout << spec_setup->summary(last_totals) << "\n";
-    const bench::BenchResult result = bench::aggregate(timed, ranks, batch_size);
+    if (worker->spec().enabled()) std::cout << worker->spec().summary(last_totals) << "\n";
+    const serving::BenchResult result = serving::aggregate(timed, ranks, batch_size);
     results.push_back(result);
     std::printf("bench: ranks=%d batch_size=%d requests=%lld input_len=%.1f output_len=%.1f threads=%d spec=%s "
                 "spec_k=%s wall_s=%.3f input_tok_s=%.1f output_tok_s=%.1f total_tok_s=%.1f ttft_ms_p50=%.2f "
@@ -253,13 +237,13 @@ int run_bench(const std::vector<std::string>& args) {
       {"model", o.model_dir},
       {"architecture", architecture_name(model.config.arch)},
       {"weight_formats", describe_weight_formats(model.weights)},
-      {"kv_cache_dtype", attention::kv_cache_dtype_name(config->kv_cache_dtype)},
+      {"kv_cache_dtype", attention::kv_cache_dtype_name(config.kv_cache_dtype)},
       {"device", std::string("cpu (") + cpu::cpu_isa_name() + ")"},
       {"ranks", ranks},
       {"threads_per_rank", threads},
-      {"block_size", config->block_size},
-      {"max_batched_tokens", config->scheduler.max_batched_tokens},
-      {"prefix_caching", config->enable_prefix_caching},
+      {"block_size", config.block_size},
+      {"max_batched_tokens", config.scheduler.max_batched_tokens},
+      {"prefix_caching", config.enable_prefix_caching},
       {"spec", spec_options.method},
       {"spec_k", spec_options.num_draft},
       {"input", o.input_path.empty() ? nlohmann::json("synthetic") : nlohmann::json(o.input_path)},
@@ -272,11 +256,11 @@ int run_bench(const std::vector<std::string>& args) {
       {"commit", MOERT_BUILD_COMMIT},
       {"host", hostname()}};
   nlohmann::json document = {{"config", bench_config}, {"results", nlohmann::json::array()}};
-  for (const bench::BenchResult& r : results) document["results"].push_back(bench::result_to_json(r));
+  for (const serving::BenchResult& r : results) document["results"].push_back(serving::result_to_json(r));
   if (!o.json_path.empty()) throw_if_error(write_text_file(o.json_path, document.dump(2) + "\n"));
   if (!o.csv_path.empty()) {
-    std::string csv = bench::csv_header() + "\n";
-    for (const bench::BenchResult& r : results) csv += bench::csv_row(r) + "\n";
+    std::string csv = serving::csv_header() + "\n";
+    for (const serving::BenchResult& r : results) csv += serving::csv_row(r) + "\n";
     throw_if_error(write_text_file(o.csv_path, csv));
   }
   if (!o.plot_path.empty()) throw_if_error(plot_bench_results(document, o.plot_path));

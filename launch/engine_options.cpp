@@ -14,7 +14,7 @@
 #include "core/thread_pool.h"
 #include "runtime/backend/backend_factory.h"
 #include "runtime/comm/mpi_transport.h"
-#include "runtime/engine/model_runner.h"
+#include "runtime/runner/model_runner.h"
 
 namespace po = boost::program_options;
 
@@ -165,15 +165,15 @@ engine::EngineConfig resolve_engine_config(const EngineOptions& v, const ModelCo
   c.enable_prefix_caching = !v.no_prefix_caching;
   c.scheduler.max_batched_tokens = v.max_batched_tokens;
   c.scheduler.max_seqs = v.max_seqs;
-  if (v.cuda_graph_max_batch < 0 || v.cuda_graph_max_batch > engine::kMaxStepGraphBatch) {
+  if (v.cuda_graph_max_batch < 0 || v.cuda_graph_max_batch > runner::kMaxStepGraphBatch) {
     throw CommandError("--cuda-graph-max-batch = " + std::to_string(v.cuda_graph_max_batch) + " must be in [0, " +
-                       std::to_string(engine::kMaxStepGraphBatch) + "]");
+                       std::to_string(runner::kMaxStepGraphBatch) + "]");
   }
   c.step_graph_max_batch = v.device == "cuda" && !v.enforce_eager ? v.cuda_graph_max_batch : 0;
   if (v.block_size < 1) throw CommandError("--block-size = " + std::to_string(v.block_size) + " must be >= 1");
   if (v.kv_blocks < 0) throw CommandError("--kv-blocks = " + std::to_string(v.kv_blocks) + " must be >= 0");
   // One block over every layer: the pool's unit from MiB, and its size for the memory check.
-  const Result<int64_t> block_bytes = engine::kv_cache_bytes_per_block(model, c.block_size, c.kv_cache_dtype);
+  const Result<int64_t> block_bytes = runner::kv_cache_bytes_per_block(model, c.block_size, c.kv_cache_dtype);
   if (!block_bytes.is_ok()) throw CommandError(block_bytes.status().message());
   if (v.kv_blocks > 0) {
     c.num_kv_blocks = v.kv_blocks;
@@ -253,7 +253,7 @@ std::string describe_engine_config(const engine::EngineConfig& c, int threads) {
 
 std::string engine_summary(const engine::EngineStats& s, const engine::EngineConfig& c, const ModelConfig& model,
                            double wall_s) {
-  const Result<int64_t> kv_bytes = engine::kv_cache_bytes_per_token(model, c.kv_cache_dtype);
+  const Result<int64_t> kv_bytes = runner::kv_cache_bytes_per_token(model, c.kv_cache_dtype);
   const double wall = wall_s > 0 ? wall_s : 1e-9;
   const double hit_rate = s.prefix_query_tokens > 0 ? static_cast<double>(s.prefix_hit_tokens) / s.prefix_query_tokens : 0.0;
   char text[1024];

@@ -12,7 +12,7 @@
 
 #include "launch/commands.h"
 #include "runtime/comm/self_transport.h"
-#include "runtime/engine/request_io.h"
+#include "launch/serving/request_io.h"
 
 namespace moert::launch {
 
@@ -50,7 +50,7 @@ void RequestBatch::add(std::string line, const engine::Request& request, int blo
 Result<parallel::BatchJobReport> serve_request_lines(comm::Transport& transport, engine::Engine& engine,
                                                      TransformerForward& model, parallel::ExpertParallelExperts& experts,
                                                      const parallel::BatchJobConfig& job, const RequestBatch& batch,
-                                                     const std::function<Status(const std::string&)>& write_line) {
+                                                     const parallel::CoordinatorEvents& events) {
   // Empty keys: the free-block rule alone (cache-aware routing needs the prefix cache).
   const bool cache_aware = job.prefix_routing && engine.config().enable_prefix_caching;
   Result<std::vector<std::string>> mine = parallel::distribute_request_lines(
@@ -58,15 +58,13 @@ Result<parallel::BatchJobReport> serve_request_lines(comm::Transport& transport,
       engine.config().num_kv_blocks - 1, nullptr);
   if (!mine.is_ok()) transport.abort(1, "distributing requests: " + mine.status().message());
   for (const std::string& line : *mine) {
-    Result<engine::Request> request = engine::parse_request_line(line);
+    Result<engine::Request> request = serving::parse_request_line(line);
     const Status added = request.is_ok() ? engine.add_request(std::move(request).value()) : request.status();
     if (!added.is_ok()) {
       transport.abort(1, "rank " + std::to_string(transport.rank()) + " cannot take a request: " + added.message());
     }
   }
-  parallel::BatchJobConfig config = job;
-  config.total_requests = static_cast<int64_t>(batch.size());  // rank 0 holds them all
-  return parallel::serve_in_lockstep(transport, engine, model, experts, config, write_line);
+  return parallel::serve_in_lockstep(transport, engine, model, experts, job, events);
 }
 
 JobFields job_fields(const LoadedModel& model, const engine::EngineConfig& engine, const SpecOptions& spec_options,
@@ -107,8 +105,8 @@ std::string text_files_digest(const std::string& model_dir, const std::string& m
   return digest.hex();
 }
 
-engine::OutputManifest output_manifest(const JobFields& fields) {
-  engine::OutputManifest manifest;
+serving::OutputManifest output_manifest(const JobFields& fields) {
+  serving::OutputManifest manifest;
   for (const char* key : {"model", "kv_cache_dtype", "spec", "spec_k", "spec_max_k", "spec_ngram", "draft_model", "balance",
                           "balance_gamma", "text"}) {
     if (fields.count(key) > 0) manifest[key] = fields.at(key);

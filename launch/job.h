@@ -13,7 +13,7 @@
 #include "experts/placement/placement.h"
 #include "launch/spec_options.h"
 #include "runtime/comm/mpi_transport.h"
-#include "runtime/engine/output_file.h"
+#include "launch/serving/output_file.h"
 #include "runtime/model/weights.h"
 #include "runtime/comm/transport.h"
 #include "runtime/engine/engine.h"
@@ -44,13 +44,12 @@ struct RequestBatch {
 };
 
 // Collective: rank 0 passes the batch, the others an empty one. Each rank adds its share to
-// `engine`, then all serve in lock-step;
-// write_line is called at rank 0 for every finished request. A rank that cannot take a
-// request aborts the job naming it.
+// `engine`, then all serve in lock-step; `events` are called at rank 0 (on_output for every
+// finished request). A rank that cannot take a request aborts the job naming it.
 Result<parallel::BatchJobReport> serve_request_lines(comm::Transport& transport, engine::Engine& engine,
                                                      TransformerForward& model, parallel::ExpertParallelExperts& experts,
                                                      const parallel::BatchJobConfig& job, const RequestBatch& batch,
-                                                     const std::function<Status(const std::string&)>& write_line);
+                                                     const parallel::CoordinatorEvents& events);
 
 // What every rank of a job must agree on, name -> value: the moert build, the model (its
 // digest), the engine and speculation options, balancing, the placement, the routing.
@@ -63,8 +62,8 @@ JobFields job_fields(const LoadedModel& model, const engine::EngineConfig& engin
 // (--generation-config): the "text" field of a job, which changes results.
 std::string text_files_digest(const std::string& model_dir, const std::string& mode);
 // The fields that change results (model, KV dtype, speculation, bias balancing, text): what an
-// output's manifest records (runtime/engine/output_file.h) besides the input's digest.
-engine::OutputManifest output_manifest(const JobFields& fields);
+// output's manifest records (launch/serving/output_file.h) besides the input's digest.
+serving::OutputManifest output_manifest(const JobFields& fields);
 // Collective: rank 0 compares every rank's fields with its own; on any difference every rank
 // throws CommandError naming the first differing rank, field and both values.
 void agree_on_job_fields(comm::Transport& transport, const JobFields& fields);

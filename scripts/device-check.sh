@@ -62,7 +62,7 @@ else
   bin="$out/bin"
   mkdir -p "$bin"
   for t in launch/moert tests/runtime/backend/backend_conformance_cuda_test tests/launch/cli_cuda_test \
-           runtime/bench_cuda_decode_attention runtime/comm/bench_nccl_round_trip runtime/bench_cuda_linear; do cp "$repo/build-device/$t" "$bin/"; done
+           runtime/backend/cuda/bench_cuda_decode_attention runtime/comm/bench_nccl_round_trip runtime/backend/cuda/bench_cuda_linear; do cp "$repo/build-device/$t" "$bin/"; done
 fi
 if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
   nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)

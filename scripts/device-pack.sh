@@ -24,7 +24,7 @@ cmake --build "$build" -j"$(nproc)" --target moert backend_conformance_cuda_test
 rm -rf "$repo/.device"
 mkdir -p "$repo/.device/bundle/bin" "$repo/.device/bundle/lib"
 for binary in launch/moert tests/runtime/backend/backend_conformance_cuda_test tests/launch/cli_cuda_test \
-              runtime/bench_cuda_decode_attention runtime/comm/bench_nccl_round_trip runtime/bench_cuda_linear; do
+              runtime/backend/cuda/bench_cuda_decode_attention runtime/comm/bench_nccl_round_trip runtime/backend/cuda/bench_cuda_linear; do
   cp "$build/$binary" "$repo/.device/bundle/bin/"
 done
 strip "$repo"/.device/bundle/bin/*

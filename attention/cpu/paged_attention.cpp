@@ -23,7 +23,7 @@ namespace {
 // The smallest power of two >= x (x > 0, finite), exactly: frexp gives x = m * 2^e with m in
 // [0.5, 1), so x is 2^(e - 1) when m == 0.5 and lies below 2^e otherwise. (log2 / ceil would
 // depend on the rounding of log2 just above a power of two.) The CUDA twin is
-// runtime/cuda/device_math.h power_of_two_at_least.
+// core/cuda/device_math.h power_of_two_at_least.
 float power_of_two_at_least(float x) {
   int exponent = 0;
   const float mantissa = std::frexp(x, &exponent);

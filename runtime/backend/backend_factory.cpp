@@ -3,7 +3,7 @@
 #include "core/log.h"
 
 #if defined(MOERT_HAS_CUDA_BACKEND)
-#include "runtime/cuda/cuda_backend.h"
+#include "runtime/backend/cuda/cuda_backend.h"
 #endif
 #if defined(MOERT_HAS_NCCL_TRANSPORT)
 #include "runtime/comm/nccl_transport.h"

@@ -36,7 +36,7 @@ Status validate_engine_config(const EngineConfig& c) {
 Engine::Engine(const TransformerForward& model, const EngineConfig& config)
     : model_(model),
       config_(config),
-      kv_(config.num_kv_blocks, config.block_size, config.enable_prefix_caching, kv_group_layouts(model.config())),
+      kv_(config.num_kv_blocks, config.block_size, config.enable_prefix_caching, runner::kv_group_layouts(model.config())),
       scheduler_(
           [&] {
             SchedulerConfig scheduler = config.scheduler;
@@ -45,8 +45,8 @@ Engine::Engine(const TransformerForward& model, const EngineConfig& config)
           }(),
           kv_),
       depth_(config.spec) {
-  Result<std::unique_ptr<PagedModelRunner>> runner =
-      PagedModelRunner::create(model, {config.num_kv_blocks, config.block_size, config.kv_cache_dtype});
+  Result<std::unique_ptr<runner::PagedModelRunner>> runner =
+      runner::PagedModelRunner::create(model, {config.num_kv_blocks, config.block_size, config.kv_cache_dtype});
   MOERT_CHECK(runner.is_ok(), "" << runner.status().to_string());
   (*runner)->enable_step_graphs(config.step_graph_max_batch);
   runner_ = std::move(runner).value();
@@ -191,7 +191,7 @@ Result<std::vector<RequestOutput>> Engine::step() {
   }
   bool verifies = false;
   for (const ScheduledChunk& scheduled : plan.chunks) verifies = verifies || scheduled.num_spec_tokens > 0;
-  const RunnerBatch batch = runner_batch(plan);
+  const runner::RunnerBatch batch = runner_batch(plan);
   const int64_t num_tokens = plan.num_tokens();
   const auto forward_start = std::chrono::steady_clock::now();
   // Plain draws are made on the backend: the step's logits then never leave its device.
@@ -241,22 +241,22 @@ Result<std::vector<RequestOutput>> Engine::step() {
   return finished;
 }
 
-Status Engine::idle_forward() { return runner_->run(RunnerBatch{kv_.take_pending_copies(), {}}).status(); }
+Status Engine::idle_forward() { return runner_->run(runner::RunnerBatch{kv_.take_pending_copies(), {}}).status(); }
 
 // One chunk per sequence; a speculative chunk ends with the drafts and wants logits for its
 // last token and every draft.
-RunnerBatch Engine::runner_batch(const StepPlan& plan) {
-  RunnerBatch batch;
+runner::RunnerBatch Engine::runner_batch(const StepPlan& plan) {
+  runner::RunnerBatch batch;
   batch.block_copies = kv_.take_pending_copies();
   for (const ScheduledChunk& scheduled : plan.chunks) {
     const SequenceState& state = scheduler_.sequence(scheduled.seq);
-    SequenceChunk chunk;
+    runner::SequenceChunk chunk;
     chunk.start = scheduled.start;
     const auto first = state.tokens.begin() + scheduled.start;
     chunk.tokens.assign(first, first + (scheduled.num_tokens - scheduled.num_spec_tokens));
     chunk.tokens.insert(chunk.tokens.end(), state.spec_tokens.begin(), state.spec_tokens.end());
     chunk.num_logit_rows = scheduled.samples ? static_cast<int>(1 + scheduled.num_spec_tokens) : 0;
-    chunk.block_tables = chunk_block_tables(kv_, scheduled.seq, chunk.start + static_cast<int64_t>(chunk.tokens.size()));
+    chunk.block_tables = runner::chunk_block_tables(kv_, scheduled.seq, chunk.start + static_cast<int64_t>(chunk.tokens.size()));
     batch.chunks.push_back(std::move(chunk));
   }
   return batch;
@@ -343,7 +343,6 @@ void Engine::finish_request(int64_t request_idx, std::vector<RequestOutput>& fin
   RequestOutput output;
   output.id = state.request.id;
   output.id_json = state.request.id_json;
-  output.openai_json = state.request.openai_json;
   output.prompt_tokens = static_cast<int64_t>(state.request.prompt.size());
   for (const SampleOutput& s : state.samples) output.output_tokens += static_cast<int64_t>(s.token_ids.size());
   output.cached_prompt_tokens = state.cached_prompt_tokens;

@@ -18,7 +18,7 @@
 
 #include "attention/cache/kv_cache_manager.h"
 #include "attention/paged_kv.h"
-#include "runtime/engine/model_runner.h"
+#include "runtime/runner/model_runner.h"
 #include "core/status.h"
 #include "runtime/engine/scheduler.h"
 #include "runtime/engine/token_text.h"
@@ -37,9 +37,6 @@ struct Request {
   std::vector<int32_t> prompt;
   sampling::SamplingParams params;
   uint64_t default_seed = 0;  // used when params.seed == -1 (derived from the id by the reader)
-  // The OpenAI batch request this came from, as a JSON object (request_io.h, "openai"): its
-  // result is written in the OpenAI batch output shape. Empty: moert's own format.
-  std::string openai_json;
 };
 
 struct SampleOutput {
@@ -58,7 +55,6 @@ struct SampleOutput {
 struct RequestOutput {
   std::string id;
   std::string id_json;  // Request::id_json
-  std::string openai_json;  // Request::openai_json
   std::vector<SampleOutput> outputs;  // [n], by sample index
   int64_t prompt_tokens = 0;
   int64_t output_tokens = 0;          // over all samples
@@ -82,7 +78,7 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   bool record_token_times = false;  // fill RequestOutput::token_times_s (benchmarks)
   // Decode steps of up to this many sequences run as step graphs where the backend records
-  // them (CUDA graphs; PagedModelRunner::enable_step_graphs); 0: every step eagerly.
+  // them (CUDA graphs; runner::PagedModelRunner::enable_step_graphs); 0: every step eagerly.
   int step_graph_max_batch = 0;
   // Expert-parallel ranks step in lock-step: run the model (with no tokens) even when
   // this rank has nothing scheduled, so it takes part in every MoE layer's exchanges.
@@ -112,7 +108,7 @@ struct EngineStats {
   int64_t prefix_hit_tokens = 0;
   double forward_s = 0.0;
   double sample_s = 0.0;
-  StepGraphStats step_graphs;    // the target model's decode steps as step graphs
+  runner::StepGraphStats step_graphs;    // the target model's decode steps as step graphs
   // Speculative decoding.
   spec::AcceptanceStats acceptance;  // per verified pass (a pass = one sequence's K drafts)
   int64_t spec_steps = 0;            // steps that verified at least one draft
@@ -124,7 +120,7 @@ struct EngineStats {
 class Engine {
  public:
   // model must outlive the engine. Precondition: validate_engine_config(config) and
-  // PagedModelRunner::create accept the config for this model (checked).
+  // runner::PagedModelRunner::create accept the config for this model (checked).
   Engine(const TransformerForward& model, const EngineConfig& config);
 
   // Errors name the request id: token ids outside the vocabulary, prompt + max_tokens past
@@ -204,7 +200,7 @@ class Engine {
   bool search_stop_strings(RequestState& state, int sample_idx);
   void record_kv_stats();
   // This step's chunks as the runner wants them (block tables copied from the cache).
-  RunnerBatch runner_batch(const StepPlan& plan);
+  runner::RunnerBatch runner_batch(const StepPlan& plan);
   // A forward with no tokens (see EngineConfig::forward_when_idle).
   Status idle_forward();
 
@@ -212,7 +208,7 @@ class Engine {
   EngineConfig config_;
   attention::KvCacheManager kv_;
   Scheduler scheduler_;
-  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<runner::ModelRunner> runner_;
   std::unordered_map<int64_t, RequestState> requests_;
   std::unordered_map<SeqId, SeqOwner> owners_;
   int64_t next_request_idx_ = 0;

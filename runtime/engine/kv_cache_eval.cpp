@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "runtime/engine/model_runner.h"
+#include "runtime/runner/model_runner.h"
 
 namespace moert::engine {
 namespace {
@@ -13,9 +13,9 @@ Result<std::vector<float>> paged_logits(const TransformerForward& model, DType d
                                         const std::vector<int32_t>& tokens) {
   const int64_t length = static_cast<int64_t>(tokens.size());
   const int num_pages = static_cast<int>((length + block_size - 1) / block_size);
-  const int num_groups = static_cast<int>(kv_group_layouts(model.config()).size());
-  MOERT_ASSIGN_OR_RETURN(std::unique_ptr<PagedModelRunner> runner,
-                         PagedModelRunner::create(model, {num_groups * num_pages + 1, block_size, dtype}));
+  const int num_groups = static_cast<int>(runner::kv_group_layouts(model.config()).size());
+  MOERT_ASSIGN_OR_RETURN(std::unique_ptr<runner::PagedModelRunner> runner,
+                         runner::PagedModelRunner::create(model, {num_groups * num_pages + 1, block_size, dtype}));
   std::vector<std::vector<int32_t>> tables(static_cast<size_t>(num_groups));  // group g: its own blocks
   for (int g = 0; g < num_groups; ++g) {
     for (int i = 0; i < num_pages; ++i) tables[static_cast<size_t>(g)].push_back(g * num_pages + i + 1);
@@ -24,7 +24,7 @@ Result<std::vector<float>> paged_logits(const TransformerForward& model, DType d
   std::vector<float> logits;
   for (int64_t start = 0; start < length;) {
     const int64_t size = start == 0 ? prefill : 1;
-    SequenceChunk chunk;
+    runner::SequenceChunk chunk;
     chunk.start = start;
     chunk.tokens.assign(tokens.begin() + start, tokens.begin() + start + size);
     chunk.num_logit_rows = static_cast<int>(size);

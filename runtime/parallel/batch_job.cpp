@@ -1,6 +1,5 @@
 #include "runtime/parallel/batch_job.h"
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <unordered_map>
@@ -9,17 +8,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
-#include "runtime/parallel/job_progress.h"
 #include "experts/placement/balance.h"
 #include "experts/placement/eplb.h"
 #include "experts/router.h"
 #include "core/check.h"
 #include "core/digest.h"
 #include "core/log.h"
-#include "runtime/engine/request_io.h"
+#include "runtime/parallel/request_output_codec.h"
 
 namespace moert::parallel {
 namespace {
@@ -65,21 +61,6 @@ void add_into(StepMetrics& total, const StepMetrics& step) {
   total.draft_s += step.draft_s;
   total.kv_used_blocks = step.kv_used_blocks;
   total.kv_pool_blocks = step.kv_pool_blocks;
-}
-
-std::string metrics_json(int64_t step, int rank, const StepMetrics& m, int64_t kv_cache_bytes_per_token) {
-  char text[640];
-  std::snprintf(text, sizeof(text),
-                "{\"step\": %lld, \"rank\": %d, \"tokens\": %lld, \"output_tokens\": %lld, \"finished\": %lld, "
-                "\"dispatch_bytes\": %lld, \"combine_bytes\": %lld, \"step_s\": %.6f, \"all_to_all_s\": %.6f, "
-                "\"expert_s\": %.6f, \"shared_s\": %.6f, \"spec_drafts\": %lld, \"spec_accepted\": %lld, "
-                "\"draft_s\": %.6f, \"kv_cache_bytes_per_token\": %lld}",
-                static_cast<long long>(step), rank, static_cast<long long>(m.scheduled_tokens),
-                static_cast<long long>(m.output_tokens), static_cast<long long>(m.finished_requests),
-                static_cast<long long>(m.dispatch_bytes), static_cast<long long>(m.combine_bytes), m.step_s,
-                m.all_to_all_s, m.expert_s, m.shared_s, static_cast<long long>(m.spec_drafts),
-                static_cast<long long>(m.spec_accepted), m.draft_s, static_cast<long long>(kv_cache_bytes_per_token));
-  return text;
 }
 
 // Engine statistics as plain int64/double fields in a fixed order, for one gather.
@@ -314,41 +295,16 @@ Result<std::vector<engine::RequestOutput>> run_step_and_measure(engine::Engine& 
   return outputs;
 }
 
-// What rank 0 has seen of the whole job so far, for the progress line.
-struct JobProgress {
-  int64_t finished_requests = 0;
-  int64_t output_tokens = 0;
-  int64_t spec_drafts = 0, spec_accepted = 0;
-  std::vector<int64_t> kv_used, kv_pool;  // [R], the last step's gauges
-};
-
-ProgressSnapshot progress_snapshot(const JobProgress& progress, const BatchJobConfig& config, double elapsed_s) {
-  ProgressSnapshot s;
-  s.finished_requests = progress.finished_requests;
-  s.total_requests = config.total_requests;
-  s.elapsed_s = elapsed_s;
-  s.output_tokens = progress.output_tokens;
-  for (int64_t used : progress.kv_used) s.kv_used_blocks += used;
-  for (int64_t pool : progress.kv_pool) s.kv_total_blocks += pool;
-  s.spec_drafts = progress.spec_drafts;
-  s.spec_accepted = progress.spec_accepted;
-  return s;
-}
-
-// Every rank's step record and finished output lines go to rank 0, which adds the records to
-// the per-rank totals and the metrics file and writes the lines (rank order, then the order
-// in which the rank finished them).
+// Every rank's step record and finished outputs go to rank 0, which adds the records to the
+// per-rank totals and the progress and hands records and outputs to `events` (rank order,
+// then the order in which the rank finished them).
 Status collect_step_at_root(comm::Transport& transport, const StepMetrics& mine,
-                            const std::vector<engine::RequestOutput>& outputs, std::ofstream* metrics,
-                            int64_t kv_cache_bytes_per_token, const engine::TokenText* token_text,
-                            const std::function<Status(const std::string&)>& write_line, BatchJobReport& report,
-                            JobProgress& progress) {
+                            const std::vector<engine::RequestOutput>& outputs, const CoordinatorEvents& events,
+                            BatchJobReport& report, JobProgress& progress, std::vector<int64_t>& kv_used,
+                            std::vector<int64_t>& kv_pool) {
   std::vector<uint8_t> blob;
   append_bytes(blob, &mine, sizeof(mine));
-  for (const engine::RequestOutput& output : outputs) {
-    const std::string line = engine::format_output_line(output, token_text) + "\n";
-    append_bytes(blob, line.data(), line.size());
-  }
+  encode_request_outputs(outputs, blob);
   Result<std::vector<std::vector<uint8_t>>> gathered = transport.gatherv(blob.data(), blob.size(), 0);
   if (!gathered.is_ok()) return gathered.status();
   if (transport.rank() != 0) return Status::ok();
@@ -359,21 +315,22 @@ Status collect_step_at_root(comm::Transport& transport, const StepMetrics& mine,
     if (!read_bytes(from, &offset, &theirs, sizeof(theirs))) {
       return internal_error("rank " + std::to_string(r) + " sent a truncated step record");
     }
+    Result<std::vector<engine::RequestOutput>> finished = decode_request_outputs(from.data(), from.size(), &offset);
+    if (!finished.is_ok()) return finished.status().with_context("from rank " + std::to_string(r));
     add_into(report.rank_totals[static_cast<size_t>(r)], theirs);
     progress.finished_requests += theirs.finished_requests;
     progress.output_tokens += theirs.output_tokens;
     progress.spec_drafts += theirs.spec_drafts;
     progress.spec_accepted += theirs.spec_accepted;
-    progress.kv_used.resize(static_cast<size_t>(transport.world_size()), 0);
-    progress.kv_pool.resize(static_cast<size_t>(transport.world_size()), 0);
-    progress.kv_used[static_cast<size_t>(r)] = theirs.kv_used_blocks;
-    progress.kv_pool[static_cast<size_t>(r)] = theirs.kv_pool_blocks;
-    if (metrics) *metrics << metrics_json(report.steps, r, theirs, kv_cache_bytes_per_token) << "\n";
-    const std::string text(reinterpret_cast<const char*>(from.data() + offset), from.size() - offset);
-    std::istringstream lines(text);
-    for (std::string line; std::getline(lines, line);) MOERT_RETURN_IF_ERROR(write_line(line));
+    kv_used[static_cast<size_t>(r)] = theirs.kv_used_blocks;
+    kv_pool[static_cast<size_t>(r)] = theirs.kv_pool_blocks;
+    if (events.on_step_metrics) MOERT_RETURN_IF_ERROR(events.on_step_metrics(report.steps, r, theirs));
+    for (const engine::RequestOutput& output : *finished) MOERT_RETURN_IF_ERROR(events.on_output(output));
   }
-  if (metrics) metrics->flush();
+  progress.kv_used_blocks = 0;
+  progress.kv_total_blocks = 0;
+  for (int64_t used : kv_used) progress.kv_used_blocks += used;
+  for (int64_t pool : kv_pool) progress.kv_total_blocks += pool;
   return Status::ok();
 }
 
@@ -488,8 +445,9 @@ Status gather_final_statistics(comm::Transport& transport, const engine::Engine&
 
 Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Engine& engine, TransformerForward& model,
                                          ExpertParallelExperts& experts, const BatchJobConfig& config,
-                                         const std::function<Status(const std::string&)>& write_line) {
+                                         const CoordinatorEvents& events) {
   MOERT_RETURN_IF_ERROR(validate_batch_job_config(config));
+  MOERT_CHECK(transport.rank() != 0 || events.on_output, "serve_in_lockstep needs an on_output handler at rank 0");
   MOERT_CHECK(engine.config().forward_when_idle, "serve_in_lockstep needs an engine with forward_when_idle");
   const int rank = transport.rank();
   const int world = transport.world_size();
@@ -516,19 +474,13 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
   // The model reads `bias` during every step; the guard detaches it on every return path.
   const ScopedSelectionBias bias_guard(model, config.balance == BalanceMode::kBias ? &bias : nullptr);
   std::vector<int64_t> window_loads(static_cast<size_t>(num_layers) * num_experts, 0);  // since the last placement
-  std::unique_ptr<std::ofstream> metrics;
-  if (root && !config.metrics_path.empty()) {
-    metrics = std::make_unique<std::ofstream>(config.metrics_path, std::ios::trunc);
-    if (!*metrics) return fail(io_error("cannot open metrics file " + config.metrics_path));
-  }
 
   int64_t unfinished = engine.has_unfinished() ? 1 : 0;
   const Status reduced = transport.all_reduce(&unfinished, 1, comm::ReduceOp::kSum);
   if (!reduced.is_ok()) return fail(reduced);
   const Clock::time_point start = Clock::now();
-  Clock::time_point last_progress = start;
   JobProgress progress;
-  const bool terminal = root && config.progress_bar_on_terminal && isatty(STDERR_FILENO) != 0;
+  std::vector<int64_t> kv_used(static_cast<size_t>(world), 0), kv_pool(static_cast<size_t>(world), 0);  // [R]
   StepBaseline baseline{experts.stats(), engine.stats()};
   std::vector<int64_t> reduce(1 + static_cast<size_t>(num_layers) * (num_experts + world));
   while (unfinished > 0) {
@@ -538,8 +490,7 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
     if (!outputs.is_ok()) return fail(outputs.status());
 
     // 2. Results and metrics to the coordinator.
-    const Status collected = collect_step_at_root(transport, mine, *outputs, metrics.get(), config.kv_cache_bytes_per_token, config.token_text,
-                                                   write_line, report, progress);
+    const Status collected = collect_step_at_root(transport, mine, *outputs, events, report, progress, kv_used, kv_pool);
     if (!collected.is_ok()) return fail(collected);
     ++report.steps;
 
@@ -565,19 +516,12 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
       }
     }
 
-    const Clock::time_point now_time = Clock::now();
-    // A terminal gets the bar redrawn at most 10 times a second; logs get a line per interval.
-    const double interval = terminal ? 0.1 : config.progress_interval_s;
-    if (root && config.progress_interval_s > 0 && (seconds_between(last_progress, now_time) >= interval || unfinished == 0)) {
-      const ProgressSnapshot snapshot = progress_snapshot(progress, config, seconds_between(start, now_time));
-      if (terminal) {
-        std::fprintf(stderr, "\r%s\033[K%s", format_progress_bar(snapshot).c_str(), unfinished == 0 ? "\n" : "");
-        std::fflush(stderr);
-      } else if (unfinished > 0) {
-        MOERT_INFO("progress: " << format_progress(snapshot) << ", step " << report.steps << ", MaxVio "
-                                << expert_loads.last_step_max_violation());
-      }
-      last_progress = now_time;
+    if (root && events.on_progress) {
+      progress.steps = report.steps;
+      progress.elapsed_s = seconds_between(start, Clock::now());
+      progress.finished = unfinished == 0;
+      progress.step_expert_max_violation = expert_loads.last_step_max_violation();
+      events.on_progress(progress);
     }
   }
   report.wall_s = seconds_between(start, Clock::now());
@@ -585,49 +529,6 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
   const Status gathered = gather_final_statistics(transport, engine, expert_loads, rank_loads, num_layers, report);
   if (!gathered.is_ok()) return fail(gathered);
   return report;
-}
-
-std::string format_job_summary(const BatchJobReport& report, const BatchJobConfig& config) {
-  std::ostringstream out;
-  char line[512];
-  int64_t output_tokens = 0, prompt_tokens = 0;
-  double step_s = 0.0, a2a_s = 0.0;
-  for (size_t r = 0; r < report.rank_totals.size(); ++r) {
-    const StepMetrics& m = report.rank_totals[r];
-    const engine::EngineStats& e = report.rank_engine_stats[r];
-    output_tokens += e.output_tokens;
-    prompt_tokens += e.prompt_tokens;
-    step_s += m.step_s;
-    a2a_s += m.all_to_all_s;
-    std::snprintf(line, sizeof(line),
-                  "rank %zu: %lld requests, %lld tokens computed, %lld output tokens, %lld preemptions, step %.2f s "
-                  "(all-to-all %.2f s = %.1f%%, routed experts %.2f s, shared experts %.2f s), sent %.2f MB dispatch "
-                  "+ %.2f MB combine\n",
-                  r, static_cast<long long>(m.finished_requests), static_cast<long long>(m.scheduled_tokens),
-                  static_cast<long long>(e.output_tokens), static_cast<long long>(e.preemptions), m.step_s,
-                  m.all_to_all_s, m.step_s > 0 ? 100.0 * m.all_to_all_s / m.step_s : 0.0, m.expert_s, m.shared_s,
-                  m.dispatch_bytes / 1e6, m.combine_bytes / 1e6);
-    out << line;
-  }
-  const double wall = report.wall_s > 0 ? report.wall_s : 1e-9;
-  std::snprintf(line, sizeof(line),
-                "job: %zu ranks, %lld lock-step iterations, %.2f s, output %.1f tok/s (%lld tokens), input %lld "
-                "tokens, all-to-all %.1f%% of step time\n",
-                report.rank_totals.size(), static_cast<long long>(report.steps), report.wall_s, output_tokens / wall,
-                static_cast<long long>(output_tokens), static_cast<long long>(prompt_tokens),
-                step_s > 0 ? 100.0 * a2a_s / step_s : 0.0);
-  out << line;
-  std::snprintf(line, sizeof(line),
-                "balance %s: expert MaxVio %.3f over the run, %.3f per step (mean over MoE layers); rank compute "
-                "MaxVio %.3f over the run, %.3f per step; %d placement(s) installed",
-                balance_mode_name(config.balance), report.expert_run_max_violation, report.expert_step_max_violation,
-                report.rank_run_max_violation, report.rank_step_max_violation, report.rebalances);
-  out << line << "\nexpert MaxVio by layer over the run:";
-  for (double layer : report.expert_run_max_violation_per_layer) {
-    std::snprintf(line, sizeof(line), " %.3f", layer);
-    out << line;
-  }
-  return out.str();
 }
 
 }  // namespace moert::parallel

@@ -1,18 +1,20 @@
 // One JSONL batch served by every rank of a job (data-parallel attention, expert-parallel
-// MoE). Rank 0 is the coordinator: it assigns requests, writes results, reports progress
-// and owns load balancing. Every function here is collective unless it says "pure": all
+// MoE). Rank 0 is the coordinator: it assigns requests, gathers results, step metrics and
+// progress (handed on as plain records, CoordinatorEvents: it formats nothing) and owns load
+// balancing. Every function here is collective unless it says "pure": all
 // ranks call it, in the same order.
 //
 // Lock-step protocol, per iteration, on every rank:
 //   1. engine.step(): one forward (an empty one on a rank without work), so every rank
 //      takes part in each MoE layer's dispatch and combine;
-//   2. gatherv at rank 0 of [StepMetrics | finished result lines]; rank 0 writes the lines;
+//   2. gatherv at rank 0 of [StepMetrics | finished RequestOutputs (request_output_codec.h)];
+//      rank 0 hands them to CoordinatorEvents;
 //   3. all_reduce(sum) of [unfinished flag | routed loads [L, E] | computed loads [L, R]];
 //   4. balancing (rank 0 decides, broadcasts): new router biases (--balance=bias) or, every
 //      balance_interval steps, a new placement with replicas (--balance=replicate).
 // The loop ends on every rank in the same iteration: when the reduced flag is 0.
-// Failure: a rank whose step or write fails aborts the whole job (Transport::abort) with
-// a message naming it; lines written before stay in the output file (flushed per line).
+// Failure: a rank whose step fails, or rank 0 whose event handler fails, aborts the whole job
+// (Transport::abort) with a message naming it.
 #pragma once
 
 #include <cstdint>
@@ -33,21 +35,11 @@ Result<BalanceMode> parse_balance_mode(const std::string& text);
 const char* balance_mode_name(BalanceMode mode);
 
 struct BatchJobConfig {
-  double progress_interval_s = 2.0;  // seconds between progress lines at rank 0 (<= 0: none)
   BalanceMode balance = BalanceMode::kNone;
   float balance_gamma = 0.001f;      // bias step per iteration (--balance=bias)
   int balance_interval = 16;         // steps between replica plans (--balance=replicate)
   int redundant_slots_per_rank = 1;  // extra expert slots per rank (--balance=replicate)
-  std::string metrics_path;          // per-step JSONL written by rank 0; empty: none
-  int64_t kv_cache_bytes_per_token = 0;  // reported in every metrics line (all layers, one token)
   bool prefix_routing = true;        // requests sharing a first block go to the same rank (assign_requests)
-  int64_t total_requests = 0;        // the job's requests (rank 0), for the progress ETA; 0: unknown
-  // Progress at rank 0 (job_progress.h), when progress_interval_s > 0: one line with a bar
-  // redrawn in place when stderr is a terminal (and this is true), else a log line every
-  // progress_interval_s.
-  bool progress_bar_on_terminal = true;
-  // Names tokens in the log-probabilities of result lines (request_io.h); may be null.
-  const engine::TokenText* token_text = nullptr;
 };
 // invalid_argument naming the option for gamma < 0, interval < 1, redundant slots < 0.
 Status validate_batch_job_config(const BatchJobConfig& config);
@@ -101,6 +93,32 @@ struct StepMetrics {
   int64_t kv_pool_blocks = 0;    // usable blocks of this rank's pool
 };
 
+// What rank 0 has seen of the whole job after a step (for progress displays).
+struct JobProgress {
+  int64_t steps = 0;               // lock-step iterations so far
+  double elapsed_s = 0.0;          // since the first step
+  bool finished = false;           // no rank has work left: the last call
+  int64_t finished_requests = 0;
+  int64_t output_tokens = 0;
+  int64_t kv_used_blocks = 0;      // over all ranks, after the last step
+  int64_t kv_total_blocks = 0;     // usable blocks over all ranks
+  int64_t spec_drafts = 0;         // draft tokens verified so far (0: not speculating)
+  int64_t spec_accepted = 0;
+  double step_expert_max_violation = 0.0;  // MaxVio of the last step's routed loads
+};
+
+// What the coordinator hands to the serving layer, at rank 0 only (other ranks' are not
+// called). The coordinator formats nothing: results, metrics and progress are plain records.
+struct CoordinatorEvents {
+  // Once per finished request: within a step in rank order, then in the order the rank
+  // finished them. A failed status ends the job on every rank.
+  std::function<Status(const engine::RequestOutput&)> on_output;
+  // Once per rank and step (may be empty): `step` counts from 0. A failed status ends the job.
+  std::function<Status(int64_t step, int rank, const StepMetrics&)> on_step_metrics;
+  // After every step (may be empty).
+  std::function<void(const JobProgress&)> on_progress;
+};
+
 struct BatchJobReport {  // complete at rank 0 only
   int64_t steps = 0;
   double wall_s = 0.0;
@@ -118,13 +136,9 @@ struct BatchJobReport {  // complete at rank 0 only
 
 // Collective: serves what was added to `engine` in lock-step with every other rank until
 // no rank has work. engine's forward must be `model` with `experts` as its routed experts
-// and engine.config().forward_when_idle set. write_line is called at rank 0 only, once
-// per finished request, in rank order within a step.
+// and engine.config().forward_when_idle set. `events` are called at rank 0 only.
 Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Engine& engine, TransformerForward& model,
                                          ExpertParallelExperts& experts, const BatchJobConfig& config,
-                                         const std::function<Status(const std::string&)>& write_line);
-
-// The summary lines of a report (rank 0).
-std::string format_job_summary(const BatchJobReport& report, const BatchJobConfig& config);
+                                         const CoordinatorEvents& events);
 
 }  // namespace moert::parallel

@@ -10,9 +10,9 @@ namespace moert::spec {
 DraftModelProposer::DraftModelProposer(const TransformerForward& draft, const DraftModelConfig& config)
     : draft_(draft),
       config_(config),
-      kv_(config.num_kv_blocks, config.block_size, config.enable_prefix_caching, engine::kv_group_layouts(draft.config())) {
-  Result<std::unique_ptr<engine::PagedModelRunner>> runner =
-      engine::PagedModelRunner::create(draft, {config.num_kv_blocks, config.block_size, config.kv_cache_dtype});
+      kv_(config.num_kv_blocks, config.block_size, config.enable_prefix_caching, runner::kv_group_layouts(draft.config())) {
+  Result<std::unique_ptr<runner::PagedModelRunner>> runner =
+      runner::PagedModelRunner::create(draft, {config.num_kv_blocks, config.block_size, config.kv_cache_dtype});
   MOERT_CHECK(runner.is_ok(), "draft model: " << runner.status().to_string());
   (*runner)->enable_step_graphs(config.step_graph_max_batch);
   runner_ = std::move(runner).value();
@@ -71,17 +71,17 @@ Result<std::vector<Draft>> DraftModelProposer::propose(std::span<const DraftRequ
   std::vector<attention::BlockCopy> copies = kv_.take_pending_copies();
   const int vocab = draft_.config().vocab_size;
   for (int round = 0; round < max_draft; ++round) {
-    engine::RunnerBatch batch;
+    runner::RunnerBatch batch;
     batch.block_copies = std::move(copies);
     copies.clear();
-    std::vector<engine::SequenceChunk>& chunks = batch.chunks;
+    std::vector<runner::SequenceChunk>& chunks = batch.chunks;
     std::vector<size_t> members;
     for (size_t i : active) {
       const DraftRequest& request = requests[i];
       if (round >= draft_lengths[i]) continue;
       SeqState& state = seqs_.at(request.seq);
       const int64_t length = static_cast<int64_t>(request.tokens.size());
-      engine::SequenceChunk chunk;
+      runner::SequenceChunk chunk;
       chunk.num_logit_rows = 1;
       if (round == 0) {
         chunk.start = state.num_computed;
@@ -91,7 +91,7 @@ Result<std::vector<Draft>> DraftModelProposer::propose(std::span<const DraftRequ
         chunk.tokens.push_back(drafts[i].tokens.back());
       }
       chunk.block_tables =
-          engine::chunk_block_tables(kv_, request.seq, chunk.start + static_cast<int64_t>(chunk.tokens.size()));
+          runner::chunk_block_tables(kv_, request.seq, chunk.start + static_cast<int64_t>(chunk.tokens.size()));
       chunks.push_back(std::move(chunk));
       members.push_back(i);
     }
@@ -117,7 +117,7 @@ Result<std::vector<Draft>> DraftModelProposer::propose(std::span<const DraftRequ
     }
   }
   // Copies of a call that drafted nothing still land (a later pass reads those blocks).
-  if (!copies.empty()) MOERT_RETURN_IF_ERROR(runner_->run(engine::RunnerBatch{std::move(copies), {}}).status());
+  if (!copies.empty()) MOERT_RETURN_IF_ERROR(runner_->run(runner::RunnerBatch{std::move(copies), {}}).status());
   // Only known tokens enter the draft's prefix cache.
   for (size_t i : active) {
     const DraftRequest& request = requests[i];

@@ -21,7 +21,7 @@
 #include <unordered_map>
 
 #include "attention/cache/kv_cache_manager.h"
-#include "runtime/engine/model_runner.h"
+#include "runtime/runner/model_runner.h"
 #include "runtime/speculative/proposer.h"
 
 namespace moert::spec {
@@ -31,7 +31,7 @@ struct DraftModelConfig {
   int block_size = 16;
   bool enable_prefix_caching = true;
   DType kv_cache_dtype = DType::kF32;
-  // The draft's decode rounds as step graphs (engine::PagedModelRunner::enable_step_graphs).
+  // The draft's decode rounds as step graphs (runner::PagedModelRunner::enable_step_graphs).
   int step_graph_max_batch = 0;
 };
 
@@ -39,12 +39,12 @@ class DraftModelProposer : public Proposer {
  public:
   // `draft` (its config, weights and pool) must outlive this object. Its vocabulary must be
   // the target's (checked by the caller, which can name both checkpoints). Precondition:
-  // PagedModelRunner::create accepts the draft and the cache config (checked).
+  // runner::PagedModelRunner::create accepts the draft and the cache config (checked).
   DraftModelProposer(const TransformerForward& draft, const DraftModelConfig& config);
 
   Result<std::vector<Draft>> propose(std::span<const DraftRequest> requests) override;
   // How the draft's decode rounds used step graphs.
-  engine::StepGraphStats step_graph_stats() const { return runner_->step_graph_stats(); }
+  runner::StepGraphStats step_graph_stats() const { return runner_->step_graph_stats(); }
   void release(ProposalSeqId seq) override;
   const char* name() const override { return "draft"; }
 
@@ -63,7 +63,7 @@ class DraftModelProposer : public Proposer {
   const TransformerForward& draft_;
   DraftModelConfig config_;
   attention::KvCacheManager kv_;
-  std::unique_ptr<engine::ModelRunner> runner_;
+  std::unique_ptr<runner::ModelRunner> runner_;
   std::unordered_map<ProposalSeqId, SeqState> seqs_;
   std::vector<double> scratch_;
 };

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/support/death_test.h"
+#include "tests/support/reference_routing.h"
 
 #include <cmath>
 #include <cstdint>
@@ -224,7 +225,38 @@ TEST(Router, RowsAreIndependentOfBatching) {
 
 TEST(Router, ZeroTokensWritesNothing) {
   const RouterConfig config = softmax_config(8, 2, true);
-  route_tokens(config, nullptr, 0, nullptr, nullptr, nullptr);
+  route_tokens(config, nullptr, 0, nullptr, nullptr, nullptr);  // null buffers are never touched
+  std::vector<float> logits(8, 1.0f);
+  std::vector<int32_t> ids(4, -7);
+  std::vector<float> weights(4, 42.0f);
+  route_tokens(config, logits.data(), 0, nullptr, ids.data(), weights.data());
+  EXPECT_EQ(ids, std::vector<int32_t>(4, -7));
+  EXPECT_EQ(weights, std::vector<float>(4, 42.0f));
+}
+
+// The host router against the float64 reference every backend is also checked against
+// (tests/support/reference_routing.h), on random logits with exact ties, every rule.
+TEST(Router, MatchesTheFloat64ReferenceOnRandomRows) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const RouterConfig configs[] = {softmax_config(8, 2, false), softmax_config(60, 4, true),
+                                  sigmoid_config(16, 4, 4, 2, 2.5f), sigmoid_config(8, 3, 8, 4, 1.0f),
+                                  sigmoid_config(12, 2, 1, 1, 1.5f), sigmoid_config(64, 8, 8, 4, 2.5f)};
+  for (const RouterConfig& config : configs) {
+    ASSERT_TRUE(validate_router_config(config).is_ok());
+    const int tokens = 33;
+    std::vector<float> logits(static_cast<size_t>(tokens * config.num_experts));
+    for (float& l : logits) l = normal(rng);
+    for (size_t i = 0; i < logits.size(); i += 5) logits[i] = 0.5f;  // ties
+    std::vector<float> bias(static_cast<size_t>(config.num_experts));
+    for (float& b : bias) b = 0.05f * normal(rng);
+    for (const float* b : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
+      const Routed r = route(config, logits, b);
+      const testing::ReferenceRoute expected = testing::reference_route(config, logits, b);
+      EXPECT_EQ(r.ids, expected.ids) << config.num_experts << " experts";
+      expect_weights_near(r.weights, expected.weights);
+    }
+  }
 }
 
 void expect_rejected(const RouterConfig& config, const std::string& fragment) {

@@ -3,16 +3,16 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/engine/request_io.h"
+#include "launch/serving/request_io.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string line(reinterpret_cast<const char*>(data), size);
-  moert::Result<moert::engine::Request> request = moert::engine::parse_request_line(line);
+  moert::Result<moert::engine::Request> request = moert::serving::parse_request_line(line);
   if (!request.is_ok()) return 0;
   moert::engine::RequestOutput output;
   output.id = request->id;
   output.id_json = request->id_json;
   output.outputs.push_back({request->prompt, "length"});
-  (void)moert::engine::format_output_line(output);
+  (void)moert::serving::format_output_line(output);
   return 0;
 }

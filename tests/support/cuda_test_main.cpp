@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/cuda/cuda_backend.h"
+#include "runtime/backend/cuda/cuda_backend.h"
 
 int main(int argc, char** argv) {
   bool listing = false;  // ctest's test discovery lists the tests on any machine

@@ -14,7 +14,7 @@
 
 #include "runtime/comm/nccl_transport.h"
 #include "runtime/comm/self_transport.h"
-#include "runtime/cuda/bench/bench_timing.h"
+#include "core/cuda/bench/bench_timing.h"
 
 namespace {
 

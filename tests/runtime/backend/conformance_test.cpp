@@ -23,11 +23,12 @@
 #include "core/check.h"
 #include "experts/router.h"
 #include "runtime/backend/cpu_backend.h"
-#include "runtime/cuda/cuda_backend.h"
+#include "runtime/backend/cuda/cuda_backend.h"
 #if defined(MOERT_CUDA_EMULATION)
-#include "runtime/cuda/emulation/emulated_device.h"
+#include "core/cuda/emulation/emulated_device.h"
 #endif
 #include "runtime/sampling/sampler.h"
+#include "tests/support/reference_routing.h"
 #include "tests/support/test_support.h"
 
 namespace moert::backend {
@@ -42,7 +43,7 @@ struct BackendCase {
   std::string name;
   std::function<std::unique_ptr<Backend>(ThreadPool&)> make;
 };
-// This binary links the CUDA backend emulated on the CPU (runtime/cuda/emulation): it runs
+// This binary links the CUDA backend emulated on the CPU (core/cuda/emulation): it runs
 // beside the CPU backend here. The `cuda` build of this file links the real one instead and
 // skips without a GPU (tests/support/cuda_test_main.cpp).
 std::unique_ptr<Backend> make_cuda(ThreadPool&) {
@@ -874,10 +875,11 @@ TEST_P(Conformance, RouteSelectsTheTopKOfTheSoftmaxAndAddsAndArgmaxAreExact) {
   EXPECT_EQ(best, (std::vector<int32_t>{1, 1}));
 }
 
-// Every routing rule against the host router (experts/router.h): softmax with and without a
+// Every routing rule against the float64 reference router (tests/support/reference_routing.h,
+// written apart from experts/router.cpp): softmax with and without a
 // balancing bias, DeepSeek-V3 sigmoid + correction bias + group limit with renormalisation
 // and scaling, groups of one; ids exactly, weights within float rounding.
-TEST_P(Conformance, RouteMatchesTheHostRouterForEveryRule) {
+TEST_P(Conformance, RouteMatchesTheFloat64ReferenceForEveryRule) {
   struct Case {
     experts::ScoreFunc score;
     int experts, top_k, n_group, topk_group;
@@ -904,20 +906,19 @@ TEST_P(Conformance, RouteMatchesTheHostRouterForEveryRule) {
     const std::vector<float> bias = random_floats(c.experts, 0.1f);
     const float* bias_or_null = c.bias ? bias.data() : nullptr;
     const auto count = static_cast<size_t>(tokens * c.top_k);
-    std::vector<int32_t> ids(count), expected_ids(count);
-    std::vector<float> weights(count), expected_weights(count);
+    std::vector<int32_t> ids(count);
+    std::vector<float> weights(count);
     backend_->route(config, logits.data(), tokens, bias_or_null, ids.data(), weights.data());
-    experts::route_tokens(config, logits.data(), tokens, bias_or_null, expected_ids.data(), expected_weights.data());
-    EXPECT_EQ(ids, expected_ids) << c.experts << " experts";
-    const std::vector<double> reference(expected_weights.begin(), expected_weights.end());
-    EXPECT_LT(relative_l2_error(weights.data(), reference.data(), static_cast<int64_t>(count)), 1e-6);
+    const testing::ReferenceRoute expected = testing::reference_route(config, logits, bias_or_null);
+    EXPECT_EQ(ids, expected.ids) << c.experts << " experts";
+    EXPECT_LT(relative_l2_error(weights.data(), expected.weights.data(), static_cast<int64_t>(count)), 1e-6);
   }
 }
 
-// Backend draws against the host sampler (sampling::sample_token) on the same rows and
-// uniforms: greedy with ties, temperature alone, top-k with tied weights at the cut, top-p,
+// Backend draws against the float64 reference sampler (tests/support/reference_routing.h) on
+// the same rows and uniforms: greedy with ties, temperature alone, top-k with tied weights at the cut, top-p,
 // both, and -inf-masked tokens; a row's draw never depends on the rows beside it.
-TEST_P(Conformance, SampleRowsDrawWhatTheHostSamplerDraws) {
+TEST_P(Conformance, SampleRowsDrawWhatTheFloat64ReferenceDraws) {
   const int64_t vocab = 300;
   std::vector<float> logits;
   std::vector<Backend::RowSampling> rows;
@@ -936,14 +937,11 @@ TEST_P(Conformance, SampleRowsDrawWhatTheHostSamplerDraws) {
   }
   std::vector<int32_t> drawn(rows.size(), -1);
   backend_->sample_rows(logits.data(), vocab, rows, drawn.data());
-  std::vector<double> scratch;
   for (size_t r = 0; r < rows.size(); ++r) {
-    sampling::SamplingParams params;
-    params.temperature = rows[r].temperature;
-    params.top_k = rows[r].top_k;
-    params.top_p = rows[r].top_p;
-    const int32_t expected = sampling::sample_token(logits.data() + static_cast<int64_t>(r) * vocab,
-                                                    static_cast<int>(vocab), params, rows[r].uniform, &scratch);
+    const std::vector<float> row(logits.begin() + static_cast<int64_t>(r) * vocab,
+                                 logits.begin() + static_cast<int64_t>(r + 1) * vocab);
+    const int32_t expected =
+        testing::reference_sample(row, rows[r].temperature, rows[r].top_k, rows[r].top_p, rows[r].uniform);
     EXPECT_EQ(drawn[r], expected) << "row " << r;
   }
   // One row alone draws the same as inside the batch.

@@ -1,4 +1,4 @@
-// The whole serving path on the CUDA backend, emulated on the CPU (runtime/cuda/emulation):
+// The whole serving path on the CUDA backend, emulated on the CPU (core/cuda/emulation):
 // weights registered and uploaded on first use, the KV pool in "device" memory, every layer's
 // ops and the draws made on the backend. On small generated models of three kinds (DeepSeek-V3
 // MLA with FP8 weights, gpt-oss with sinks, sliding windows and MXFP4 experts, Qwen3 with
@@ -14,7 +14,7 @@
 
 #include "experts/placement/placement.h"
 #include "runtime/comm/self_transport.h"
-#include "runtime/cuda/cuda_backend.h"
+#include "runtime/backend/cuda/cuda_backend.h"
 #include "runtime/engine/engine.h"
 #include "runtime/parallel/expert_parallel.h"
 #include "runtime/speculative/draft_model_proposer.h"
@@ -74,15 +74,15 @@ TEST_P(EmulatedCudaEngine, ServesTheCpuTokensAndLogits) {
   for (int i = 0; i < 7; ++i) prompt.push_back((37 * i + 11) % config.vocab_size);
   std::vector<std::vector<float>> logits;
   for (const TransformerForward* forward : {&on_cuda, &on_cpu}) {
-    std::unique_ptr<PagedModelRunner> runner =
-        PagedModelRunner::create(*forward, {engine.num_kv_blocks, engine.block_size, DType::kF32}).value();
-    SequenceChunk chunk;
+    std::unique_ptr<runner::PagedModelRunner> runner =
+        runner::PagedModelRunner::create(*forward, {engine.num_kv_blocks, engine.block_size, DType::kF32}).value();
+    runner::SequenceChunk chunk;
     chunk.tokens = prompt;
     chunk.num_logit_rows = 2;
     chunk.block_tables.assign(runner->kv_cache_groups().size(), {1, 2, 3});
     Result<std::vector<float>> rows = runner->run({{}, {chunk}});
     ASSERT_TRUE(rows.is_ok()) << rows.status().to_string();
-    SequenceChunk next;
+    runner::SequenceChunk next;
     next.start = static_cast<int64_t>(prompt.size());
     next.tokens = {5};
     next.num_logit_rows = 1;
@@ -148,19 +148,19 @@ TEST_P(EmulatedCudaEngine, StepGraphsGiveTheEagerStepsBits) {
 
   // Runs the steps; returns every logit row and the graph statistics.
   auto run_steps = [&](const TransformerForward& forward, bool graphs) {
-    std::unique_ptr<PagedModelRunner> runner = PagedModelRunner::create(forward, {32, 4, DType::kF32}).value();
+    std::unique_ptr<runner::PagedModelRunner> runner = runner::PagedModelRunner::create(forward, {32, 4, DType::kF32}).value();
     if (graphs) runner->enable_step_graphs(4);
     const size_t groups = runner->kv_cache_groups().size();
     const std::vector<std::vector<int32_t>> tables{{1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}};
     std::vector<float> logits;
-    auto run = [&](const RunnerBatch& batch) {
+    auto run = [&](const runner::RunnerBatch& batch) {
       Result<std::vector<float>> rows = runner->run(batch);
       EXPECT_TRUE(rows.is_ok()) << rows.status().to_string();
       if (rows.is_ok()) logits.insert(logits.end(), rows->begin(), rows->end());
     };
-    RunnerBatch prefill;
+    runner::RunnerBatch prefill;
     for (int s = 0; s < 2; ++s) {
-      SequenceChunk chunk;
+      runner::SequenceChunk chunk;
       for (int i = 0; i < 6 + s; ++i) chunk.tokens.push_back((29 * i + 7 * s + 3) % config.vocab_size);
       chunk.num_logit_rows = 1;
       chunk.block_tables.assign(groups, tables[static_cast<size_t>(s)]);
@@ -170,9 +170,9 @@ TEST_P(EmulatedCudaEngine, StepGraphsGiveTheEagerStepsBits) {
     std::vector<int64_t> length{6, 7};
     for (int step = 0; step < 5; ++step) {
       const int batch_size = step < 3 ? 2 : 1;
-      RunnerBatch decode;
+      runner::RunnerBatch decode;
       for (int s = 0; s < batch_size; ++s) {
-        SequenceChunk chunk;
+        runner::SequenceChunk chunk;
         chunk.start = length[static_cast<size_t>(s)]++;
         chunk.tokens = {static_cast<int32_t>((11 * step + 5 * s + 1) % config.vocab_size)};
         chunk.num_logit_rows = 1;

@@ -142,9 +142,9 @@ TEST(EngineOnGeneratedDeepseekV3, LatentCacheUnderPreemptionEqualsTheReferenceFo
     ASSERT_EQ(groups.size(), 1u);
     EXPECT_EQ(groups[0].kind, attention::KvCacheKind::kLatent);
     const int64_t row = config.mla.kv_lora_rank + config.mla.qk_rope_head_dim;
-    EXPECT_EQ(kv_cache_bytes_per_token(model->config, dtype).value(), 3 * row * element);
+    EXPECT_EQ(runner::kv_cache_bytes_per_token(model->config, dtype).value(), 3 * row * element);
     const int64_t scales = dtype == DType::kF8E4M3 ? 3 * 4 : 0;  // one F32 per block and layer
-    EXPECT_EQ(kv_cache_bytes_per_block(model->config, 16, dtype).value(), 16 * 3 * row * element + scales);
+    EXPECT_EQ(runner::kv_cache_bytes_per_block(model->config, 16, dtype).value(), 16 * 3 * row * element + scales);
   }
   TransformerForward transformer(model->config, model->weights, pool);
   ReferenceForward reference(model->config, model->weights, pool);
@@ -362,9 +362,9 @@ TEST_F(EngineOnGeneratedModel, KvCacheGroupsAndBytes) {
     EXPECT_EQ(groups[0].kind, attention::KvCacheKind::kFullAttention);
     EXPECT_EQ(groups[0].layers.size(), static_cast<size_t>(c.num_layers));
     EXPECT_EQ(attention::kv_cache_bytes_per_token(groups), values * element);
-    EXPECT_EQ(kv_cache_bytes_per_token(c, dtype).value(), values * element);
+    EXPECT_EQ(runner::kv_cache_bytes_per_token(c, dtype).value(), values * element);
     const int64_t scales = dtype == DType::kF8E4M3 ? 2LL * 4 * c.num_kv_heads * c.num_layers : 0;
-    EXPECT_EQ(kv_cache_bytes_per_block(c, 16, dtype).value(), 16 * values * element + scales);
+    EXPECT_EQ(runner::kv_cache_bytes_per_block(c, 16, dtype).value(), 16 * values * element + scales);
   }
   EXPECT_FALSE(kv_cache_groups(c, DType::kF16).is_ok());
   EXPECT_EQ(attention::parse_kv_cache_dtype("auto", DType::kBF16).value(), DType::kBF16);

@@ -14,8 +14,8 @@
 #include <string>
 
 #include "experts/placement/placement.h"
-#include "runtime/cuda/cuda_backend.h"
-#include "runtime/cuda/emulation/emulated_runtime.h"
+#include "runtime/backend/cuda/cuda_backend.h"
+#include "core/cuda/emulation/emulated_runtime.h"
 #include "runtime/model/reference_forward.h"
 #include "runtime/model/weights.h"
 #include "runtime/parallel/expert_parallel.h"

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/support/death_test.h"
+#include "tests/support/reference_routing.h"
 
 #include <algorithm>
 #include <cmath>
@@ -37,20 +38,10 @@ std::set<int32_t> support(const std::vector<double>& probs) {
   return ids;
 }
 
-// float64 reference: softmax of logits / T restricted to `kept`, renormalised.
-std::vector<double> reference(const std::vector<float>& logits, double temperature,
-                              const std::set<int32_t>& kept) {
-  double max_logit = -std::numeric_limits<double>::infinity();
-  for (float l : logits) max_logit = std::max(max_logit, static_cast<double>(l));
-  std::vector<double> probs(logits.size(), 0.0);
-  double total = 0.0;
-  for (int32_t i : kept) {
-    probs[i] = std::exp((logits[i] - max_logit) / temperature);
-    total += probs[i];
-  }
-  for (double& x : probs) x /= total;
-  return probs;
-}
+// float64 references (tests/support/reference_routing.h), shared with the backend harness.
+using testing::reference_distribution;
+using testing::reference_sample;
+using testing::reference_support;
 
 void expect_probs_near(const std::vector<double>& actual, const std::vector<double>& expected) {
   ASSERT_EQ(actual.size(), expected.size());
@@ -92,7 +83,7 @@ TEST(TopK, KeepsExactlyKWithLowerIdsOnTies) {
   EXPECT_EQ(support(distribution(logits, params(1.0f, 3))), (std::set<int32_t>{1, 2, 4}));
   EXPECT_EQ(support(distribution(logits, params(1.0f, 4))), (std::set<int32_t>{1, 2, 3, 4}));
   expect_probs_near(distribution(logits, params(1.0f, 2)), {0, 0.5, 0.5, 0, 0});
-  expect_probs_near(distribution(logits, params(0.8f, 4)), reference(logits, 0.8f, {1, 2, 3, 4}));
+  expect_probs_near(distribution(logits, params(0.8f, 4)), reference_distribution(logits, 0.8f, {1, 2, 3, 4}));
   // k >= V and k = 0 keep everything.
   const std::set<int32_t> all = {0, 1, 2, 3, 4};
   EXPECT_EQ(support(distribution(logits, params(1.0f, 5))), all);
@@ -115,7 +106,7 @@ TEST(TopP, SmallestNucleusInProbabilityOrder) {
   EXPECT_EQ(support(distribution(logits, params(1.0f, 0, 0.80f))), (std::set<int32_t>{1, 2, 3}));
   EXPECT_EQ(support(distribution(logits, params(1.0f, 0, 0.94f))), (std::set<int32_t>{1, 2, 3}));
   EXPECT_EQ(support(distribution(logits, params(1.0f, 0, 0.95f))), (std::set<int32_t>{0, 1, 2, 3}));
-  expect_probs_near(distribution(logits, params(1.0f, 0, 0.9f)), reference(logits, 1.0, {1, 2, 3}));
+  expect_probs_near(distribution(logits, params(1.0f, 0, 0.9f)), reference_distribution(logits, 1.0, {1, 2, 3}));
   expect_probs_near(distribution(logits, params(1.0f, 0, 0.5f)), {0, 0.5, 0, 0.5});
 }
 
@@ -139,29 +130,32 @@ TEST(TopKThenTopP, TopPMassIsOfTheTopKDistribution) {
   EXPECT_EQ(support(distribution(logits, params(1.0f, 0, 0.8f))), (std::set<int32_t>{1, 3, 5}));
   const SamplingParams p = params(1.0f, 3, 0.8f);
   EXPECT_EQ(support(distribution(logits, p)), (std::set<int32_t>{1, 3}));
-  expect_probs_near(distribution(logits, p), reference(logits, 1.0, {1, 3}));
+  expect_probs_near(distribution(logits, p), reference_distribution(logits, 1.0, {1, 3}));
   // Exact boundary after top-k: 4 equal kept tokens, top_p 0.75 -> 3 of them.
   const std::vector<float> plateau = {3, 3, 3, 3, 1, 1, 1, 1};
   EXPECT_EQ(support(distribution(plateau, params(1.0f, 4, 0.75f))), (std::set<int32_t>{0, 1, 2}));
 }
 
-// Reference selection by a full stable sort (descending probability, lower id first).
-std::set<int32_t> reference_select(const std::vector<float>& logits, double temperature, int top_k,
-                                   double top_p) {
-  std::vector<int32_t> order(logits.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  if (top_k > 0 && top_k < static_cast<int>(order.size())) order.resize(top_k);
-  const std::set<int32_t> after_k(order.begin(), order.end());
-  const std::vector<double> probs = reference(logits, temperature, after_k);
-  std::set<int32_t> kept;
-  double mass = 0.0;
-  for (int32_t id : order) {
-    kept.insert(id);
-    mass += probs[id];
-    if (mass >= top_p) break;
+TEST(Draws, MatchTheFloat64ReferenceDraw) {
+  // The inverse-CDF draw after every filter, against the reference on one row with ties and a
+  // masked token, for a sweep of uniforms (including 0 and the largest below 1).
+  std::vector<float> logits(257);
+  uint64_t state = 7;
+  for (float& l : logits) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    l = static_cast<float>(static_cast<int>((state >> 33) % 48) - 30) / 4.0f;
   }
-  return kept;
+  logits[3] = -INFINITY;
+  std::vector<double> scratch;
+  for (const SamplingParams& p : {params(0.0f), params(1.0f), params(0.7f, 5), params(1.3f, 0, 0.8f),
+                                  params(0.9f, 7, 0.6f), params(2.0f, 1), params(0.5f, 0, 0.3f)}) {
+    for (int i = 0; i <= 64; ++i) {
+      const double u = i == 64 ? std::nextafter(1.0, 0.0) : (i + 0.37) / 64.0;
+      EXPECT_EQ(sample_token(logits.data(), static_cast<int>(logits.size()), p, u, &scratch),
+                reference_sample(logits, p.temperature, p.top_k, p.top_p, u))
+          << "T " << p.temperature << " top_k " << p.top_k << " top_p " << p.top_p << " u " << u;
+    }
+  }
 }
 
 TEST(Filters, MatchFullSortReferenceOnLargeVocabWithTies) {
@@ -175,10 +169,10 @@ TEST(Filters, MatchFullSortReferenceOnLargeVocabWithTies) {
   for (int top_k : {0, 1, 7, 50, 1000}) {
     for (float top_p : {1.0f, 0.95f, 0.5f, 0.1f}) {
       const SamplingParams p = params(0.9f, top_k, top_p);
-      const std::set<int32_t> expected = reference_select(logits, 0.9f, top_k, top_p);
+      const std::set<int32_t> expected = reference_support(logits, 0.9f, top_k, top_p);
       const std::vector<double> probs = distribution(logits, p);
       EXPECT_EQ(support(probs), expected) << "top_k " << top_k << " top_p " << top_p;
-      expect_probs_near(probs, reference(logits, 0.9f, expected));
+      expect_probs_near(probs, reference_distribution(logits, 0.9f, expected));
     }
   }
 }
@@ -293,7 +287,7 @@ TEST(SampleToken, ChiSquareAgainstTheFilteredDistribution) {
   const std::vector<float> logits = {0.3f, -1.2f, 1.5f, 0.8f, -0.4f, 2.1f, -2.0f, 1.1f, 0.0f, -0.9f};
   const SamplingParams p = params(0.7f, 6);
   const std::set<int32_t> kept = {0, 2, 3, 5, 7, 8};
-  const std::vector<double> expected = reference(logits, 0.7f, kept);
+  const std::vector<double> expected = reference_distribution(logits, 0.7f, kept);
   ASSERT_EQ(support(distribution(logits, p)), kept);
 
   constexpr int kDraws = 100000;

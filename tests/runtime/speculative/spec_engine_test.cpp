@@ -331,24 +331,24 @@ TEST_F(SpecOnGeneratedModels, VerifyPassEqualsOneTokenStepsBitwise) {
   // A runner chunk of `tokens` at `start` for `seq`, with `logit_rows` logits.
   auto chunk = [](const attention::KvCacheManager& kv, attention::SeqId seq, int64_t start,
                   std::vector<int32_t> tokens, int logit_rows) {
-    engine::SequenceChunk c;
+    runner::SequenceChunk c;
     c.start = start;
-    c.block_tables = engine::chunk_block_tables(kv, seq, start + static_cast<int64_t>(tokens.size()));
+    c.block_tables = runner::chunk_block_tables(kv, seq, start + static_cast<int64_t>(tokens.size()));
     c.tokens = std::move(tokens);
     c.num_logit_rows = logit_rows;
     return c;
   };
   auto new_runner = [&] {
-    return std::move(engine::PagedModelRunner::create(*target_forward_, {64, 16, DType::kF32})).value();
+    return std::move(runner::PagedModelRunner::create(*target_forward_, {64, 16, DType::kF32})).value();
   };
-  auto prefill = [&](attention::KvCacheManager& kv, engine::ModelRunner& runner, attention::SeqId seq) {
+  auto prefill = [&](attention::KvCacheManager& kv, runner::ModelRunner& runner, attention::SeqId seq) {
     kv.add_sequence(seq, prompt);
     ASSERT_TRUE(kv.reserve(seq, 0, static_cast<int64_t>(all.size())));
     ASSERT_TRUE(runner.run({{}, {chunk(kv, seq, 0, {prompt.begin(), prompt.end() - 1}, 0)}}).is_ok());
   };
   // One token at a time.
   attention::KvCacheManager kv_steps(64, 16, false);
-  const std::unique_ptr<engine::PagedModelRunner> runner_steps = new_runner();
+  const std::unique_ptr<runner::PagedModelRunner> runner_steps = new_runner();
   prefill(kv_steps, *runner_steps, 1);
   std::vector<float> stepwise;
   for (int i = 0; i < num_rows; ++i) {
@@ -360,7 +360,7 @@ TEST_F(SpecOnGeneratedModels, VerifyPassEqualsOneTokenStepsBitwise) {
   }
   // One verify chunk of K + 1 rows, after another sequence's 30-token prefill chunk.
   attention::KvCacheManager kv_pass(64, 16, false);
-  const std::unique_ptr<engine::PagedModelRunner> runner_pass = new_runner();
+  const std::unique_ptr<runner::PagedModelRunner> runner_pass = new_runner();
   prefill(kv_pass, *runner_pass, 1);
   std::vector<int32_t> other(30);
   for (int i = 0; i < 30; ++i) other[static_cast<size_t>(i)] = (i * 53 + 1) % vocab;

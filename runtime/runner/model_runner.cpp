@@ -1,0 +1,385 @@
+#include "runtime/runner/model_runner.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/log.h"
+#include "runtime/model/kv_cache_groups.h"
+
+namespace moert::runner {
+namespace {
+
+// Attention over the paged cache for one step's batch (rows grouped by sequence): each
+// layer writes its K/V into the slots, then attends through the plan under the layer's
+// variant.
+// One group's share of a step: the slots its layers write and the plan they attend through.
+// In a step graph the plan's arrays and the slots are device copies (device_slots set).
+struct GroupStep {
+  std::vector<int64_t> slots;
+  std::vector<int32_t> page_indptr{0}, page_indices, last_page_len;
+  attention::PagedAttentionPlan plan;
+  const int64_t* device_slots = nullptr;
+};
+
+class PagedAttentionContext : public AttentionContext {
+ public:
+  PagedAttentionContext(const std::vector<attention::PagedKvLayer>& layers, const std::vector<int>& layer_group,
+                        const std::vector<GroupStep>& groups, int num_heads)
+      : layers_(layers), layer_group_(layer_group), groups_(groups), num_heads_(num_heads) {}
+
+  void attend(backend::Backend& backend, int layer, const attention::AttentionVariant& variant, const float* q,
+              const float* k, const float* v, int64_t num_tokens, float* out) override {
+    const attention::PagedKvLayer& kv = layers_[static_cast<size_t>(layer)];
+    const GroupStep& group = groups_[static_cast<size_t>(layer_group_[static_cast<size_t>(layer)])];
+    backend.write_kv(kv, k, v, group.device_slots != nullptr ? group.device_slots : group.slots.data(), num_tokens);
+    attention::PagedAttentionPlan plan = group.plan;
+    plan.variant = variant;
+    backend.paged_attention(q, kv, plan, num_heads_, out);
+  }
+
+ private:
+  const std::vector<attention::PagedKvLayer>& layers_;
+  const std::vector<int>& layer_group_;
+  const std::vector<GroupStep>& groups_;
+  int num_heads_;
+};
+
+}  // namespace
+
+std::vector<std::vector<int32_t>> chunk_block_tables(const attention::KvCacheManager& kv, attention::SeqId seq,
+                                                     int64_t end) {
+  const int64_t needed = (end + kv.block_size() - 1) / kv.block_size();
+  std::vector<std::vector<int32_t>> tables;
+  for (int g = 0; g < kv.num_groups(); ++g) {
+    const std::vector<attention::BlockId>& table = kv.block_table(seq, g);
+    MOERT_CHECK(static_cast<int64_t>(table.size()) >= needed,
+                "sequence " << seq << " has " << table.size() << " blocks, needs " << needed);
+    tables.emplace_back(table.begin(), table.begin() + needed);
+  }
+  return tables;
+}
+
+std::vector<attention::KvGroupLayout> kv_group_layouts(const std::vector<attention::KvCacheSpec>& groups) {
+  std::vector<attention::KvGroupLayout> layouts;
+  for (const attention::KvCacheSpec& group : groups) layouts.push_back({group.sliding_window});
+  return layouts;
+}
+
+std::vector<attention::KvGroupLayout> kv_group_layouts(const ModelConfig& model) {
+  Result<std::vector<attention::KvCacheSpec>> groups = moert::kv_cache_groups(model, DType::kF32);
+  MOERT_CHECK(groups.is_ok(), "" << groups.status().to_string());
+  return kv_group_layouts(*groups);
+}
+
+Result<std::unique_ptr<PagedModelRunner>> PagedModelRunner::create(const TransformerForward& model,
+                                                                   const KvCacheConfig& kv) {
+  if (kv.num_blocks < 2 || kv.block_size < 1) {
+    return invalid_argument("KV cache of " + std::to_string(kv.num_blocks) + " blocks x " +
+                            std::to_string(kv.block_size) + " tokens: needs >= 2 blocks (one is the null block) of >= 1");
+  }
+  MOERT_ASSIGN_OR_RETURN(std::vector<attention::KvCacheSpec> groups, moert::kv_cache_groups(model.config(), kv.dtype));
+  for (const attention::KvCacheSpec& group : groups) {
+    if (group.kind == attention::KvCacheKind::kLatent && (group.num_kv_heads != 1 || group.head_dim != group.latent_width)) {
+      return invalid_argument("latent KV cache rows of " + std::to_string(group.latent_width) + " values must be one kv "
+                              "head of that width (got " + std::to_string(group.num_kv_heads) + " x " +
+                              std::to_string(group.head_dim) + ")");
+    }
+  }
+  return std::unique_ptr<PagedModelRunner>(new PagedModelRunner(model, std::move(groups), kv));
+}
+
+PagedModelRunner::PagedModelRunner(const TransformerForward& model, std::vector<attention::KvCacheSpec> groups,
+                                   const KvCacheConfig& kv)
+    : model_(model),
+      groups_(std::move(groups)),
+      kv_(kv),
+      layer_slot_(static_cast<size_t>(model.config().num_layers), -1),
+      layer_group_(static_cast<size_t>(model.config().num_layers), -1) {
+  backend::Backend& backend = model.backend();
+  const bool shared = attention::kv_groups_share_storage(groups_);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const attention::KvCacheSpec& group = groups_[g];
+    const Shape shape{kv.num_blocks, kv.block_size, group.num_kv_heads, group.head_dim};
+    for (size_t j = 0; j < group.layers.size(); ++j) {
+      const int layer = group.layers[j];
+      layer_group_[static_cast<size_t>(layer)] = static_cast<int>(g);
+      if (shared && g > 0) {  // slot j already exists
+        layer_slot_[static_cast<size_t>(layer)] = static_cast<int>(j);
+        continue;
+      }
+      layer_slot_[static_cast<size_t>(layer)] = static_cast<int>(storage_.size());
+      LayerStorage& storage = storage_.emplace_back();
+      // A latent row is key and value at once: one storage, aliased (attention/paged_kv.h).
+      const bool latent = group.kind == attention::KvCacheKind::kLatent;
+      storage.keys = backend.allocate(group.dtype, shape);
+      if (!latent) storage.values = backend.allocate(group.dtype, shape);
+      const Buffer& values = latent ? storage.keys : storage.values;
+      attention::PagedKvLayer& view = storage.view;
+      view = {storage.keys.view().data, values.view().data, kv.num_blocks, kv.block_size,
+              group.num_kv_heads, group.head_dim, group.dtype};
+      if (group.dtype == DType::kF8E4M3) {
+        storage.key_scales = backend.allocate(DType::kF32, {kv.num_blocks, group.num_kv_heads});
+        if (!latent) storage.value_scales = backend.allocate(DType::kF32, {kv.num_blocks, group.num_kv_heads});
+        view.k_scales = storage.key_scales.data<float>();
+        view.v_scales = (latent ? storage.key_scales : storage.value_scales).data<float>();
+      }
+    }
+  }
+}
+
+struct PagedModelRunner::StepPlan {
+  ForwardBatch forward;
+  std::vector<int32_t> qo_indptr{0};
+  std::vector<GroupStep> groups;
+  bool decode_only = true;  // one token per sequence, each with its logits
+};
+
+PagedModelRunner::~PagedModelRunner() = default;
+
+std::vector<attention::PagedKvLayer> PagedModelRunner::layer_views() const {
+  std::vector<attention::PagedKvLayer> views;  // [num_layers]
+  for (int slot : layer_slot_) views.push_back(storage_[static_cast<size_t>(slot)].view);
+  return views;
+}
+
+void PagedModelRunner::apply_block_copies(const RunnerBatch& batch) {
+  backend::Backend& backend = model_.backend();
+  const std::vector<attention::PagedKvLayer> views = layer_views();
+  for (const attention::BlockCopy& copy : batch.block_copies) {
+    MOERT_CHECK(copy.group >= 0 && static_cast<size_t>(copy.group) < groups_.size(), "block copy of group " << copy.group);
+    for (int layer : groups_[static_cast<size_t>(copy.group)].layers) {
+      backend.copy_kv_blocks(views[static_cast<size_t>(layer)], &copy.src, &copy.dst, 1);
+    }
+  }
+}
+
+PagedModelRunner::StepPlan PagedModelRunner::plan_step(const RunnerBatch& batch) const {
+  const size_t num_groups = groups_.size();
+  StepPlan step;
+  ForwardBatch& forward = step.forward;
+  std::vector<int32_t>& qo_indptr = step.qo_indptr;
+  std::vector<GroupStep>& steps = step.groups;
+  steps.resize(num_groups);
+  const int block_size = kv_.block_size;
+  for (const SequenceChunk& chunk : batch.chunks) {
+    const int64_t size = static_cast<int64_t>(chunk.tokens.size());
+    MOERT_CHECK(size >= 1 && chunk.num_logit_rows >= 0 && chunk.num_logit_rows <= size,
+                "chunk at position " << chunk.start << ": " << size << " tokens, " << chunk.num_logit_rows
+                                     << " logit rows");
+    MOERT_CHECK(chunk.block_tables.size() == num_groups,
+                "chunk has " << chunk.block_tables.size() << " block tables for " << num_groups << " cache groups");
+    step.decode_only = step.decode_only && size == 1 && chunk.num_logit_rows == 1;
+    const int64_t kv_len = chunk.start + size;
+    const int64_t num_pages = (kv_len + block_size - 1) / block_size;
+    for (int64_t i = 0; i < size; ++i) {
+      forward.tokens.push_back(chunk.tokens[static_cast<size_t>(i)]);
+      forward.positions.push_back(chunk.start + i);
+      if (i >= size - chunk.num_logit_rows) forward.logit_rows.push_back(static_cast<int64_t>(forward.tokens.size()) - 1);
+    }
+    qo_indptr.push_back(static_cast<int32_t>(forward.tokens.size()));
+    for (size_t g = 0; g < num_groups; ++g) {
+      const std::vector<int32_t>& table = chunk.block_tables[g];
+      MOERT_CHECK(static_cast<int64_t>(table.size()) >= num_pages,
+                  "chunk ending at position " << kv_len << " has " << table.size() << " blocks in group " << g
+                                              << ", needs " << num_pages);
+      GroupStep& group = steps[g];
+      for (int64_t i = 0; i < size; ++i) {
+        const int64_t position = chunk.start + i;
+        group.slots.push_back(static_cast<int64_t>(table[static_cast<size_t>(position / block_size)]) * block_size +
+                              position % block_size);
+      }
+      group.page_indices.insert(group.page_indices.end(), table.begin(), table.begin() + num_pages);
+      group.page_indptr.push_back(static_cast<int32_t>(group.page_indices.size()));
+      group.last_page_len.push_back(static_cast<int32_t>(kv_len - (num_pages - 1) * block_size));
+    }
+  }
+  step.decode_only = step.decode_only && !batch.chunks.empty();
+  for (GroupStep& group : steps) {
+    group.plan.num_seqs = static_cast<int>(batch.chunks.size());
+    group.plan.qo_indptr = qo_indptr.data();
+    group.plan.kv_page_indptr = group.page_indptr.data();
+    group.plan.kv_page_indices = group.page_indices.data();
+    group.plan.kv_last_page_len = group.last_page_len.data();
+  }
+  return step;
+}
+
+template <typename T, typename Eager, typename FromDeviceLogits>
+Result<T> PagedModelRunner::run_step(const RunnerBatch& batch, Eager&& eager, FromDeviceLogits&& from_device_logits) {
+  apply_block_copies(batch);
+  StepPlan step = plan_step(batch);
+  if (step_graph_max_batch_ > 0) {
+    MOERT_ASSIGN_OR_RETURN(const float* logits, replay_decode_graph(step));
+    if (logits != nullptr) return from_device_logits(logits, static_cast<int64_t>(step.forward.logit_rows.size()));
+  }
+  const std::vector<attention::PagedKvLayer> views = layer_views();
+  PagedAttentionContext context(views, layer_group_, step.groups, model_.config().num_heads);
+  return eager(step.forward, context);
+}
+
+// ---- Step graphs ---------------------------------------------------------------------------
+// One decode batch size's graph and the device buffers it reads and writes. Every array of a
+// step lives at a fixed offset of `inputs` (copied there in one transfer before each replay),
+// with room for the longest sequence (max_position_embeddings).
+struct PagedModelRunner::DecodeGraph {
+  struct GroupOffsets {
+    size_t slots = 0, page_indptr = 0, last_page_len = 0, page_indices = 0;
+  };
+  int batch = 0;
+  int64_t max_pages = 0;  // per sequence
+  bool warmed_up = false, failed = false;
+  size_t tokens = 0, positions = 0, qo_indptr = 0, bytes = 0;
+  std::vector<GroupOffsets> groups;
+  std::vector<uint8_t> host;  // the packed inputs, [bytes]
+  Buffer inputs;              // the device copy
+  Buffer logits;              // [B, V]
+  std::unique_ptr<backend::Backend::StepGraph> graph;
+
+  DecodeGraph(int batch_size, int64_t pages_per_sequence, size_t num_groups)
+      : batch(batch_size), max_pages(pages_per_sequence), groups(num_groups) {
+    const auto b = static_cast<size_t>(batch_size);
+    auto take = [this](size_t count, size_t element) {
+      bytes = (bytes + 7) / 8 * 8;
+      const size_t offset = bytes;
+      bytes += count * element;
+      return offset;
+    };
+    tokens = take(b, sizeof(int32_t));
+    positions = take(b, sizeof(int64_t));
+    qo_indptr = take(b + 1, sizeof(int32_t));
+    for (GroupOffsets& g : groups) {
+      g.slots = take(b, sizeof(int64_t));
+      g.page_indptr = take(b + 1, sizeof(int32_t));
+      g.last_page_len = take(b, sizeof(int32_t));
+      g.page_indices = take(b * static_cast<size_t>(pages_per_sequence), sizeof(int32_t));
+    }
+    host.assign(bytes, 0);
+  }
+  template <typename T>
+  void pack(size_t offset, const std::vector<T>& values) {
+    std::memcpy(host.data() + offset, values.data(), values.size() * sizeof(T));
+  }
+  template <typename T>
+  T* device(size_t offset) const {
+    return reinterpret_cast<T*>(inputs.data<uint8_t>() + offset);
+  }
+  // The step on the device arrays: what the recorded ops read.
+  void bind(StepPlan& step) const {
+    step.forward.device_tokens = device<int32_t>(tokens);
+    step.forward.device_positions = device<int64_t>(positions);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      GroupStep& group = step.groups[g];
+      group.device_slots = device<int64_t>(groups[g].slots);
+      group.plan.qo_indptr = device<int32_t>(qo_indptr);
+      group.plan.kv_page_indptr = device<int32_t>(groups[g].page_indptr);
+      group.plan.kv_last_page_len = device<int32_t>(groups[g].last_page_len);
+      group.plan.kv_page_indices = device<int32_t>(groups[g].page_indices);
+      group.plan.num_rows_when_on_device = batch;
+    }
+  }
+};
+
+Result<const float*> PagedModelRunner::replay_decode_graph(const StepPlan& plan) {
+  const auto batch = static_cast<int>(plan.forward.tokens.size());
+  if (!plan.decode_only || batch > step_graph_max_batch_ || !model_.step_graph_blocker().empty()) return nullptr;
+  const ModelConfig& config = model_.config();
+  const int64_t max_pages = std::min<int64_t>(
+      (config.max_position_embeddings + kv_.block_size - 1) / kv_.block_size, kv_.num_blocks);
+  for (const GroupStep& group : plan.groups) {
+    for (int b = 0; b < batch; ++b) {
+      if (group.page_indptr[static_cast<size_t>(b) + 1] - group.page_indptr[static_cast<size_t>(b)] > max_pages) {
+        return nullptr;  // past the model's positions: the eager forward reports it
+      }
+    }
+  }
+  MOERT_RETURN_IF_ERROR(model_.validate(plan.forward));  // a replay runs no host code
+  std::unique_ptr<DecodeGraph>& graph = decode_graphs_[batch];
+  if (graph == nullptr) graph = std::make_unique<DecodeGraph>(batch, max_pages, plan.groups.size());
+  DecodeGraph& g = *graph;
+  if (g.failed) return nullptr;
+  if (!g.warmed_up) {
+    g.warmed_up = true;
+    return nullptr;
+  }
+  backend::Backend& backend = model_.backend();
+  if (g.graph == nullptr) {
+    g.inputs = backend.allocate(DType::kU8, {static_cast<int64_t>(g.bytes)});
+    g.logits = backend.allocate(DType::kF32, {static_cast<int64_t>(batch), config.vocab_size});
+    model_.prepare_step_graphs();
+    StepPlan recorded = plan;
+    g.bind(recorded);
+    const std::vector<attention::PagedKvLayer> views = layer_views();
+    Status forward_status;
+    Result<std::unique_ptr<backend::Backend::StepGraph>> captured = backend.capture([&] {
+      PagedAttentionContext context(views, layer_group_, recorded.groups, config.num_heads);
+      forward_status = model_.forward_into(recorded.forward, context, g.logits.data<float>());
+    });
+    if (!forward_status.is_ok() || !captured.is_ok()) {
+      g.failed = true;
+      g.inputs = Buffer();
+      g.logits = Buffer();
+      ++step_graph_stats_.failed;
+      MOERT_WARN("decode steps of " << batch << " sequence(s) run without a step graph: "
+                                    << (forward_status.is_ok() ? captured.status().message() : forward_status.message()));
+      return nullptr;
+    }
+    g.graph = std::move(captured).value();
+    ++step_graph_stats_.captured;
+  }
+  g.pack(g.tokens, plan.forward.tokens);
+  g.pack(g.positions, plan.forward.positions);
+  g.pack(g.qo_indptr, plan.qo_indptr);
+  for (size_t i = 0; i < plan.groups.size(); ++i) {
+    const GroupStep& group = plan.groups[i];
+    g.pack(g.groups[i].slots, group.slots);
+    g.pack(g.groups[i].page_indptr, group.page_indptr);
+    g.pack(g.groups[i].last_page_len, group.last_page_len);
+    g.pack(g.groups[i].page_indices, group.page_indices);
+  }
+  backend.copy_bytes(g.inputs.data<uint8_t>(), g.host.data(), static_cast<int64_t>(g.bytes));
+  g.graph->replay();
+  ++step_graph_stats_.replayed;
+  return g.logits.data<float>();
+}
+
+Result<std::vector<float>> PagedModelRunner::run(const RunnerBatch& batch) {
+  return run_step<std::vector<float>>(
+      batch,
+      [&](const ForwardBatch& forward, AttentionContext& attention) { return model_.forward(forward, attention); },
+      [&](const float* logits, int64_t num_rows) -> Result<std::vector<float>> {
+        std::vector<float> host(static_cast<size_t>(num_rows * model_.config().vocab_size));
+        model_.backend().to_host(logits, static_cast<int64_t>(host.size()), host.data());
+        return host;
+      });
+}
+
+Result<std::vector<int32_t>> PagedModelRunner::run_and_sample(const RunnerBatch& batch,
+                                                              std::span<const backend::Backend::RowSampling> rows) {
+  return run_step<std::vector<int32_t>>(
+      batch,
+      [&](const ForwardBatch& forward, AttentionContext& attention) {
+        return model_.forward_and_sample(forward, attention, rows);
+      },
+      [&](const float* logits, int64_t num_rows) -> Result<std::vector<int32_t>> {
+        if (static_cast<int64_t>(rows.size()) != num_rows) {
+          return invalid_argument(std::to_string(rows.size()) + " sampling rows for " + std::to_string(num_rows) +
+                                  " logit rows");
+        }
+        std::vector<int32_t> tokens(rows.size());
+        model_.backend().sample_rows(logits, model_.config().vocab_size, rows, tokens.data());
+        return tokens;
+      });
+}
+
+Result<int64_t> kv_cache_bytes_per_block(const ModelConfig& model, int block_size, DType dtype) {
+  MOERT_ASSIGN_OR_RETURN(std::vector<attention::KvCacheSpec> groups, kv_cache_groups(model, dtype));
+  return attention::kv_cache_bytes_per_block(groups, block_size);
+}
+
+Result<int64_t> kv_cache_bytes_per_token(const ModelConfig& model, DType dtype) {
+  MOERT_ASSIGN_OR_RETURN(std::vector<attention::KvCacheSpec> groups, kv_cache_groups(model, dtype));
+  return attention::kv_cache_bytes_per_token(groups);
+}
+
+}  // namespace moert::runner
