@@ -15,7 +15,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/cpu/isa.h"
 #include "core/log.h"
 #include "experts/placement/placement.h"
 #include "launch/bench_plot.h"
@@ -101,6 +100,12 @@ std::vector<std::string> read_bench_input(const std::string& path) {
   return lines;
 }
 
+// The backend and the instruction set its kernels chose: "cpu (avx512)".
+std::string device_name(const backend::Backend& backend) {
+  const std::string isa = backend.kernel_paths().isa;
+  return isa.empty() ? std::string(backend.name()) : std::string(backend.name()) + " (" + isa + ")";
+}
+
 std::string hostname() {
   char name[256] = {0};
   return gethostname(name, sizeof(name) - 1) == 0 ? name : "unknown";
@@ -170,7 +175,7 @@ int run_bench(const std::vector<std::string>& args) {
   if (root) {
     std::cout << "model: " << describe_model_config(model.config) << "\n"
               << describe_engine_config(config, threads) << ", device " << worker_options.engine.device
-              << describe_weight_modes(worker_options.engine) << ", " << ranks << " rank(s)\n"
+              << describe_weight_modes(worker_options.engine, worker->backend()) << ", " << ranks << " rank(s)\n"
               << worker->spec().describe() << "\n";
   }
   worker->start();
@@ -238,7 +243,7 @@ int run_bench(const std::vector<std::string>& args) {
       {"architecture", architecture_name(model.config.arch)},
       {"weight_formats", describe_weight_formats(model.weights)},
       {"kv_cache_dtype", attention::kv_cache_dtype_name(config.kv_cache_dtype)},
-      {"device", std::string("cpu (") + cpu::cpu_isa_name() + ")"},
+      {"device", device_name(worker->backend())},
       {"ranks", ranks},
       {"threads_per_rank", threads},
       {"block_size", config.block_size},

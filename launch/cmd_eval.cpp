@@ -6,6 +6,7 @@
 
 #include "attention/kv_cache_spec.h"
 #include "launch/commands.h"
+#include "launch/engine_options.h"
 #include "runtime/engine/kv_cache_eval.h"
 #include "runtime/model/eval.h"
 #include "runtime/model/weights.h"
@@ -36,11 +37,12 @@ int run_eval(const std::vector<std::string>& args) {
   if (reference_dir.empty() == kv_cache_dtype.empty()) {
     throw CommandError("give exactly one of --against (another model) and --kv-cache-dtype (this model's KV cache)");
   }
-  const std::unique_ptr<LoadedModel> model = value_or_throw(load_model(model_dir));
-  const std::unique_ptr<LoadedModel> reference =
-      reference_dir.empty() ? nullptr : value_or_throw(load_model(reference_dir));
-  const ModelConfig& reference_config = reference != nullptr ? reference->config : model->config;
   ThreadPool pool(threads > 0 ? threads : default_num_threads());
+  const std::unique_ptr<backend::Backend> cpu = open_device_backend("cpu", pool);
+  const std::unique_ptr<LoadedModel> model = load_model_on(model_dir, *cpu, {}, WeightMemory::kCopy);
+  const std::unique_ptr<LoadedModel> reference =
+      reference_dir.empty() ? nullptr : load_model_on(reference_dir, *cpu, {}, WeightMemory::kCopy);
+  const ModelConfig& reference_config = reference != nullptr ? reference->config : model->config;
   std::vector<std::vector<int32_t>> sequences(static_cast<size_t>(num_sequences));
   for (int s = 0; s < num_sequences; ++s) {
     for (int i = 0; i < length; ++i) {
@@ -54,7 +56,7 @@ int run_eval(const std::vector<std::string>& args) {
       throw CommandError("--length " + std::to_string(length) + " exceeds max_position_embeddings = " +
                          std::to_string(model->config.max_position_embeddings));
     }
-    const TransformerForward forward(model->config, model->weights, pool);
+    const TransformerForward forward(model->config, model->weights, *cpu);
     const DistributionComparison result =
         value_or_throw(engine::compare_kv_cache_dtype(forward, dtype, sequences));
     std::printf("eval: %s with a %s KV cache against f32: %lld positions, mean KL %.3g nats, top-1 agreement %.4f\n",
@@ -62,8 +64,8 @@ int run_eval(const std::vector<std::string>& args) {
                 result.mean_kl(), result.top1_agreement());
     return 0;
   }
-  ReferenceForward model_forward(model->config, model->weights, pool);
-  ReferenceForward reference_forward(reference->config, reference->weights, pool);
+  ReferenceForward model_forward(model->config, model->weights, *cpu);
+  ReferenceForward reference_forward(reference->config, reference->weights, *cpu);
   const DistributionComparison result = value_or_throw(compare_models(reference_forward, model_forward, sequences));
   std::printf("eval: %s against %s: %lld positions, mean KL %.6f nats, top-1 agreement %.4f\n", model_dir.c_str(),
               reference_dir.c_str(), static_cast<long long>(result.positions), result.mean_kl(),

@@ -138,7 +138,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
   if (root) {
     MOERT_INFO("model: " << describe_model_config(model.config));
     MOERT_INFO(describe_engine_config(config, worker->threads())
-               << ", device " << worker_options.engine.device << describe_weight_modes(worker_options.engine) << ", "
+               << ", device " << worker_options.engine.device << describe_weight_modes(worker_options.engine, worker->backend()) << ", "
                << transport->world_size() << " rank(s)");
     MOERT_INFO(worker->spec().describe());
   }

@@ -58,11 +58,11 @@ int run_score(const std::vector<std::string>& args) {
   const std::vector<int32_t> prompt(parsed.begin(), parsed.end());
 
   const ActivationModes activations = resolve_activation_modes(fp4_activations, fp8_activations, bf16_activations, device);
-  const std::unique_ptr<backend::Backend> device_backend = open_device_backend(device);
-  std::unique_ptr<LoadedModel> model =
-      load_model_for(model_dir, device_backend.get(), activations, resolve_weight_memory(weight_memory, device));
   ThreadPool pool(threads > 0 ? threads : default_num_threads());
-  ReferenceForward forward(model->config, model->weights, pool, device_backend.get());
+  const std::unique_ptr<backend::Backend> backend = open_device_backend(device, pool);
+  const WeightMemory memory = resolve_weight_memory(weight_memory, device);
+  std::unique_ptr<LoadedModel> model = load_model_on(model_dir, *backend, activations, memory);
+  ReferenceForward forward(model->config, model->weights, *backend);
   const GreedyOutput output = value_or_throw(greedy_generate(forward, prompt, num_generate));
 
   std::cout << "model: " << describe_model_config(model->config) << "\n";

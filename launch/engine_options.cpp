@@ -9,7 +9,6 @@
 #include <thread>
 
 #include "launch/commands.h"
-#include "quant/cpu/bf16_linear.h"
 #include "core/host_memory.h"
 #include "core/thread_pool.h"
 #include "runtime/backend/backend_factory.h"
@@ -65,8 +64,8 @@ void add_engine_options(po::options_description& options, EngineOptions& v) {
        "among the ranks on this node when the launcher did not bind them)");
 }
 
-std::unique_ptr<backend::Backend> open_device_backend(const std::string& device) {
-  return value_or_throw(backend::open_device(value_or_throw(backend::parse_device(device)), comm::local_rank()));
+std::unique_ptr<backend::Backend> open_device_backend(const std::string& device, ThreadPool& pool) {
+  return value_or_throw(backend::open_device(value_or_throw(backend::parse_device(device)), comm::local_rank(), pool));
 }
 
 namespace {
@@ -109,45 +108,27 @@ WeightMemory resolve_weight_memory(const std::string& value, const std::string& 
   return *parsed;
 }
 
-namespace {
-
-// The model at `model_dir` with the CPU layout (repack, weight memory) applied only if
-// `cpu_layout_now`.
-std::unique_ptr<LoadedModel> load_with(const std::string& model_dir, bool cpu_layout_now,
-                                       const ActivationModes& activations, WeightMemory weight_memory) {
-  return value_or_throw(load_model(model_dir, LoadOptions{.repack_for_cpu = cpu_layout_now,
-                                                          .fp4_activations = activations.fp4,
-                                                          .fp8_activations = activations.fp8,
-                                                          .bf16_activations = activations.bf16,
-                                                          .weight_memory = weight_memory}));
+std::unique_ptr<LoadedModel> load_model_from(const std::string& model_dir, const ActivationModes& activations) {
+  return value_or_throw(load_model(model_dir, LoadOptions{.fp4_activations = activations.fp4}));
 }
 
-}  // namespace
-
-std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
-                                            const ActivationModes& activations, WeightMemory weight_memory) {
-  return load_with(model_dir, device_backend == nullptr, activations, weight_memory);
+void lay_out_model(LoadedModel& model, backend::Backend& backend, const ActivationModes& activations,
+                   WeightMemory weight_memory, const std::function<bool(int layer, int expert)>& routed_expert_here) {
+  throw_if_error(backend.prepare_weights(model.weights, *model.checkpoint,
+                                         backend::WeightPreparation{.fp8_activations = activations.fp8,
+                                                                    .bf16_activations = activations.bf16,
+                                                                    .memory = weight_memory,
+                                                                    .routed_expert_here = routed_expert_here}));
 }
 
-std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
-                                            bool cpu_layout_later, const ActivationModes& activations) {
-  // With the layout later, lay_out_for_cpu_rank applies the caller's weight memory.
-  return load_with(model_dir, device_backend == nullptr && !cpu_layout_later, activations, WeightMemory::kCopy);
+std::unique_ptr<LoadedModel> load_model_on(const std::string& model_dir, backend::Backend& backend,
+                                           const ActivationModes& activations, WeightMemory weight_memory) {
+  std::unique_ptr<LoadedModel> model = load_model_from(model_dir, activations);
+  lay_out_model(*model, backend, activations, weight_memory);
+  return model;
 }
 
-void lay_out_for_cpu_rank(LoadedModel& model, const backend::Backend* device_backend,
-                          const experts::ExpertPlacement& placement, int rank, WeightMemory weight_memory) {
-  if (device_backend != nullptr) return;
-  const auto computed_here = [&](int layer, int expert) {
-    return placement.layer(placement.num_layers() == 1 ? 0 : layer).rank_hosts(rank, expert);
-  };
-  repack_weights_for_cpu(model.weights, computed_here);
-  throw_if_error(hold_weights_in_memory(model.weights, *model.checkpoint, weight_memory, computed_here)
-                     .status()
-                     .with_context(model.checkpoint->dir()));
-}
-
-std::unique_ptr<comm::Transport> open_row_transport(const std::string& ep_transport, const backend::Backend* backend,
+std::unique_ptr<comm::Transport> open_row_transport(const std::string& ep_transport, const backend::Backend& backend,
                                                     comm::Transport& control) {
   return value_or_throw(
       backend::open_row_transport(value_or_throw(backend::parse_row_transport(ep_transport)), backend, control));
@@ -230,9 +211,9 @@ int resolve_threads(const EngineOptions& v) {
   return threads_for_rank(affinity_cpu_count(), machine, comm::local_rank_count());
 }
 
-std::string describe_weight_modes(const EngineOptions& v) {
+std::string describe_weight_modes(const EngineOptions& v, const backend::Backend& backend) {
   // The bf16 mode's path shows: without AVX-512 BF16 it is slower than f32 (same bits).
-  const std::string bf16_path = std::string(" (") + quant::bf16_linear_isa_name() + ")";
+  const std::string bf16_path = " (" + backend.kernel_paths().bf16_activations + ")";
   return (v.fp4_activations == "f32" ? "" : ", fp4 activations " + v.fp4_activations) +
          (v.fp8_activations == "f32" ? "" : ", fp8 activations " + v.fp8_activations + bf16_path) +
          (v.bf16_activations == "f32" ? "" : ", bf16 activations " + v.bf16_activations + bf16_path) +

@@ -4,7 +4,10 @@
 #include <boost/program_options.hpp>
 #include <string>
 
+#include <functional>
 #include <memory>
+
+#include "core/thread_pool.h"
 
 #include "experts/placement/placement.h"
 #include "runtime/backend/backend.h"
@@ -42,10 +45,11 @@ void add_engine_options(boost::program_options::options_description& options, En
 engine::EngineConfig resolve_engine_config(const EngineOptions& values, const ModelConfig& config,
                                            DType auto_kv_cache_dtype = DType::kF32);
 int resolve_threads(const EngineOptions& values);
-// The backend of `--device` (cpu or cuda) for this rank: null for cpu (the model computes on
-// a CpuBackend over its pool), the CUDA backend on GPU local_rank % devices for cuda. Throws
-// CommandError with one line naming the problem (no CUDA in this build, no GPU, a bad value).
-std::unique_ptr<backend::Backend> open_device_backend(const std::string& device);
+// The backend of `--device` (cpu or cuda) for this rank, never null: the CPU backend over
+// `pool` (which must outlive it) for cpu, the CUDA backend on GPU local_rank % devices for
+// cuda. Throws CommandError with one line naming the problem (no CUDA in this build, no GPU,
+// a bad value).
+std::unique_ptr<backend::Backend> open_device_backend(const std::string& device, ThreadPool& pool);
 // `--fp4-activations` (f32, int8: the CPU backend only, quant/cpu/int8_linear.h; fp4) and
 // `--fp8-activations` (f32, bf16: the CPU backend only, quant/cpu/bf16_linear.h) for `--device`.
 // Throws CommandError with one line naming the problem.
@@ -61,27 +65,22 @@ ActivationModes resolve_activation_modes(const std::string& fp4_value, const std
 // CPU backend computes with live. Only copy (which a device ignores) with --device cuda.
 // Throws CommandError with one line naming the problem.
 WeightMemory resolve_weight_memory(const std::string& value, const std::string& device);
-// The model at `model_dir`, laid out for where it computes: FP4 codes repacked into the CPU
-// order for the CPU backend (device_backend null), the checkpoint's order for a device. With a
-// placement, a CPU rank repacks only the routed experts `placement` gives `rank` (the others
-// stay in the checkpoint's order: no second copy of experts other ranks compute). Throws
-// CommandError with one line naming the problem.
-// FP4, FP8 and dense BF16 weights computed with `activations` (resolve_activation_modes); for
-// the CPU backend the weights held in memory as `weight_memory` says (hold_weights_in_memory;
-// with a placement, only the routed experts of `rank`).
-std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
-                                            const ActivationModes& activations = {},
-                                            WeightMemory weight_memory = WeightMemory::kCopy);
-// The same in two steps, for launchers that need the model's config to make the placement:
-// load_model_for(..., /*cpu_layout_later=*/true) then lay_out_for_cpu_rank.
-std::unique_ptr<LoadedModel> load_model_for(const std::string& model_dir, const backend::Backend* device_backend,
-                                            bool cpu_layout_later, const ActivationModes& activations);
-void lay_out_for_cpu_rank(LoadedModel& model, const backend::Backend* device_backend,
-                          const experts::ExpertPlacement& placement, int rank, WeightMemory weight_memory);
+// The model at `model_dir` in the checkpoint's layout, its FP4 weights computed with
+// `activations.fp4`. Throws CommandError with one line naming the problem.
+std::unique_ptr<LoadedModel> load_model_from(const std::string& model_dir, const ActivationModes& activations);
+// Lays `model` out on `backend` (Backend::prepare_weights): the CPU-only activation modes of
+// `activations`, `weight_memory`, and only the routed experts routed_expert_here(layer,
+// expert) accepts (empty: every expert; an expert-parallel rank passes its placement's).
+// Throws CommandError with one line naming the problem.
+void lay_out_model(LoadedModel& model, backend::Backend& backend, const ActivationModes& activations,
+                   WeightMemory weight_memory, const std::function<bool(int layer, int expert)>& routed_expert_here = {});
+// Both, for a rank that computes every expert.
+std::unique_ptr<LoadedModel> load_model_on(const std::string& model_dir, backend::Backend& backend,
+                                           const ActivationModes& activations, WeightMemory weight_memory);
 // The transport that moves the expert-parallel rows under `--ep-transport` (null: `control`
 // does; backend::open_row_transport). Collective over `control`. Throws CommandError with one
 // line naming the problem.
-std::unique_ptr<comm::Transport> open_row_transport(const std::string& ep_transport, const backend::Backend* backend,
+std::unique_ptr<comm::Transport> open_row_transport(const std::string& ep_transport, const backend::Backend& backend,
                                                     comm::Transport& control);
 // The KV pool's bytes for --kv-cache-memory-fraction: fraction x MemAvailable (/proc/meminfo)
 // / ranks on this node. Throws CommandError when the fraction is outside (0, 1] or the
@@ -90,7 +89,7 @@ double kv_pool_bytes_from_fraction(double fraction);
 // ", fp4 activations int8" under --fp4-activations int8 (likewise --fp8-activations and
 // --bf16-activations, with the bf16 mode's CPU path; ", weight memory mmap" for a
 // --weight-memory other than copy), else nothing (for the start-up line).
-std::string describe_weight_modes(const EngineOptions& values);
+std::string describe_weight_modes(const EngineOptions& values, const backend::Backend& backend);
 // One line with the effective configuration (printed at start-up).
 std::string describe_engine_config(const engine::EngineConfig& config, int threads);
 // The end-of-run summary lines.

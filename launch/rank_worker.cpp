@@ -10,16 +10,13 @@ RankWorker::RankWorker(comm::Transport& transport, const RankWorkerOptions& opti
   const ActivationModes activations =
       resolve_activation_modes(e.fp4_activations, e.fp8_activations, e.bf16_activations, e.device);
   const WeightMemory weight_memory = resolve_weight_memory(e.weight_memory, e.device);
-  device_backend_ = open_device_backend(e.device);
-  // The CPU kernels' FP4 code order only where the CPU backend computes (null backend), and
-  // there only for the routed experts this rank computes (lay_out_for_cpu_rank, below).
-  model_ = load_model_for(options_.model_dir, device_backend_.get(), /*cpu_layout_later=*/true, activations);
-  engine_config_ = resolve_engine_config(e, model_->config,
-                                         device_backend_ ? device_backend_->preferred_kv_cache_dtype() : DType::kF32);
-  engine_config_->forward_when_idle = true;
-  spec_ = std::make_unique<SpecSetup>(options_.spec, model_->config, &*engine_config_, device_backend_.get(),
-                                      weight_memory);
   threads_ = resolve_threads(e);
+  pool_ = std::make_unique<ThreadPool>(threads_);
+  backend_ = open_device_backend(e.device, *pool_);
+  model_ = load_model_from(options_.model_dir, activations);
+  engine_config_ = resolve_engine_config(e, model_->config, backend_->preferred_kv_cache_dtype());
+  engine_config_->forward_when_idle = true;
+  spec_ = std::make_unique<SpecSetup>(options_.spec, model_->config, &*engine_config_, *backend_, weight_memory);
   const int num_experts = model_->config.num_experts();
   if (num_experts < 1) throw CommandError(options_.model_dir + " has no routed experts");
   const std::string& path = options_.placement_path;
@@ -33,7 +30,13 @@ RankWorker::RankWorker(comm::Transport& transport, const RankWorkerOptions& opti
     throw CommandError(path + " has " + std::to_string(initial_placement_->num_layers()) + " layers, the model " +
                        std::to_string(model_->config.num_layers) + " (or give 1 for all)");
   }
-  lay_out_for_cpu_rank(*model_, device_backend_.get(), *initial_placement_, transport_.rank(), weight_memory);
+  // The backend lays out only the routed experts this rank computes (the placement's); an
+  // expert the balancer moves here later computes from the checkpoint's layout (same bits).
+  const experts::ExpertPlacement& placement = *initial_placement_;
+  const int rank = transport_.rank();
+  lay_out_model(*model_, *backend_, activations, weight_memory, [&](int layer, int expert) {
+    return placement.layer(placement.num_layers() == 1 ? 0 : layer).rank_hosts(rank, expert);
+  });
 }
 
 RankWorker::~RankWorker() = default;
@@ -43,14 +46,13 @@ const experts::ExpertPlacement& RankWorker::placement() const {
 }
 
 void RankWorker::start() {
-  pool_ = std::make_unique<ThreadPool>(threads_);
-  forward_ = std::make_unique<TransformerForward>(model_->config, model_->weights, *pool_, device_backend_.get());
-  row_transport_ = open_row_transport(options_.engine.ep_transport, device_backend_.get(), transport_);
+  forward_ = std::make_unique<TransformerForward>(model_->config, model_->weights, *backend_);
+  row_transport_ = open_row_transport(options_.engine.ep_transport, *backend_, transport_);
   experts_ = std::make_unique<parallel::ExpertParallelExperts>(model_->config, std::move(*initial_placement_), transport_,
                                                                row_transport_.get());
   initial_placement_.reset();
   forward_->set_routed_experts(experts_.get());
-  proposer_ = spec_->start(*pool_, *engine_config_, device_backend_.get());
+  proposer_ = spec_->start(*engine_config_, *backend_);
 }
 
 }  // namespace moert::launch

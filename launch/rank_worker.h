@@ -49,6 +49,7 @@ class RankWorker {
   const engine::EngineConfig& engine_config() const { return *engine_config_; }
   const SpecSetup& spec() const { return *spec_; }
   int threads() const { return threads_; }
+  const backend::Backend& backend() const { return *backend_; }
   // The placement in use: the initial one before start(), the executor's after.
   const experts::ExpertPlacement& placement() const;
   // After start():
@@ -59,14 +60,15 @@ class RankWorker {
  private:
   comm::Transport& transport_;
   RankWorkerOptions options_;
-  std::unique_ptr<backend::Backend> device_backend_;  // null: the CPU backend over pool_
+  int threads_ = 1;
+  // Declared in construction order, destroyed in reverse: nothing outlives what it uses.
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<backend::Backend> backend_;  // the CPU backend over pool_, or a device's
   std::unique_ptr<LoadedModel> model_;
   std::optional<engine::EngineConfig> engine_config_;
   std::unique_ptr<SpecSetup> spec_;
-  int threads_ = 1;
   std::optional<experts::ExpertPlacement> initial_placement_;
-  // After start(), in construction order (destroyed in reverse).
-  std::unique_ptr<ThreadPool> pool_;
+  // After start():
   std::unique_ptr<TransformerForward> forward_;
   std::unique_ptr<comm::Transport> row_transport_;
   std::unique_ptr<parallel::ExpertParallelExperts> experts_;

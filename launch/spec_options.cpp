@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "launch/commands.h"
+#include "launch/engine_options.h"
 #include "runtime/speculative/draft_model_proposer.h"
 
 namespace po = boost::program_options;
@@ -40,7 +41,7 @@ void add_spec_options(po::options_description& options, SpecOptions& v) {
 }
 
 SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engine::EngineConfig* engine,
-                     const backend::Backend* device_backend, WeightMemory weight_memory)
+                     backend::Backend& backend, WeightMemory weight_memory)
     : options_(options) {
   if (options_.method != "none" && options_.method != "draft" && options_.method != "ngram") {
     throw CommandError("--spec '" + options_.method + "' is not one of none, draft, ngram");
@@ -54,7 +55,7 @@ SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engi
   if (!draft_activations.is_ok() || *draft_activations == quant::ActivationPrecision::kBf16) {
     throw CommandError("--draft-fp4-activations '" + options.draft_fp4_activations + "' is not one of f32, int8, fp4");
   }
-  if (*draft_activations == quant::ActivationPrecision::kInt8 && device_backend != nullptr) {
+  if (*draft_activations == quant::ActivationPrecision::kInt8 && backend.device().kind != DeviceKind::kCpu) {
     throw CommandError("--draft-fp4-activations " + options.draft_fp4_activations +
                        " runs on the CPU only (the draft computes on the target's device)");
   }
@@ -82,9 +83,7 @@ SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engi
     if (!valid.is_ok()) throw CommandError("--ngram-min/--ngram-max: " + valid.message());
   }
   if (options_.method == "draft") {
-    draft_ = value_or_throw(load_model(options.draft_model, LoadOptions{.repack_for_cpu = device_backend == nullptr,
-                                                                        .fp4_activations = *draft_activations,
-                                                                        .weight_memory = weight_memory}));
+    draft_ = load_model_on(options.draft_model, backend, ActivationModes{.fp4 = *draft_activations}, weight_memory);
     if (draft_->config.vocab_size != target.vocab_size) {
       throw CommandError("draft model " + options.draft_model + " has a vocabulary of " +
                          std::to_string(draft_->config.vocab_size) + " tokens, the target " +
@@ -93,12 +92,12 @@ SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engi
   }
 }
 
-spec::Proposer* SpecSetup::start(ThreadPool& pool, const engine::EngineConfig& engine, backend::Backend* device_backend) {
+spec::Proposer* SpecSetup::start(const engine::EngineConfig& engine, backend::Backend& backend) {
   if (options_.method == "ngram") {
     proposer_ = std::make_unique<spec::NgramProposer>(
         spec::NgramProposerConfig{options_.ngram_min, options_.ngram_max, engine.spec.max_num_draft});
   } else if (options_.method == "draft") {
-    draft_forward_ = std::make_unique<TransformerForward>(draft_->config, draft_->weights, pool, device_backend);
+    draft_forward_ = std::make_unique<TransformerForward>(draft_->config, draft_->weights, backend);
     spec::DraftModelConfig config;
     config.step_graph_max_batch = engine.step_graph_max_batch;
     config.num_kv_blocks = options_.draft_kv_blocks > 0 ? options_.draft_kv_blocks : engine.num_kv_blocks;

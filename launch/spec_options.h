@@ -7,7 +7,6 @@
 #include <memory>
 #include <string>
 
-#include "core/thread_pool.h"
 #include "runtime/engine/engine.h"
 #include "runtime/model/weights.h"
 #include "runtime/speculative/proposer.h"
@@ -32,16 +31,14 @@ void add_spec_options(boost::program_options::options_description& options, Spec
 class SpecSetup {
  public:
   // Validates the options against the target (throws CommandError naming the option or
-  // the checkpoint), loads the draft model laid out for where the target computes
-  // (`device_backend`, null: the CPU, its weights held as `weight_memory` says;
-  // docs/cuda-backend.md), and sets engine->spec.
+  // the checkpoint), loads the draft model laid out by the target's `backend` (a CPU one
+  // holds its weights as `weight_memory` says; docs/cuda-backend.md), and sets engine->spec.
   SpecSetup(const SpecOptions& options, const ModelConfig& target, engine::EngineConfig* engine,
-            const backend::Backend* device_backend = nullptr, WeightMemory weight_memory = WeightMemory::kCopy);
-  // Creates the proposer (null with --spec=none); `pool` and `device_backend` (the target's:
-  // the draft computes there too, its decode steps as step graphs under
-  // engine.step_graph_max_batch) must outlive this object.
-  spec::Proposer* start(ThreadPool& pool, const engine::EngineConfig& engine,
-                        backend::Backend* device_backend = nullptr);
+            backend::Backend& backend, WeightMemory weight_memory = WeightMemory::kCopy);
+  // Creates the proposer (null with --spec=none); `backend` (the target's: the draft computes
+  // there too, its decode steps as step graphs under engine.step_graph_max_batch) must outlive
+  // this object.
+  spec::Proposer* start(const engine::EngineConfig& engine, backend::Backend& backend);
   bool enabled() const { return options_.method != "none"; }
   // The effective configuration, one line for start-up ("spec: draft (DIR), K = 4, ...").
   std::string describe() const;

@@ -1,7 +1,8 @@
 // The compute backend: one table of the operations a forward pass needs, so the model,
 // the engine, expert parallelism and speculative decoding never call a kernel directly.
-// CpuBackend (cpu_backend.h) wraps the CPU kernels; a CUDA backend implements the same
-// table over device memory. tests/runtime/backend/conformance_test.cpp checks every op of
+// Backends are peers (docs/architecture.md): runtime/backend/cpu (the CPU kernels) and
+// runtime/backend/cuda (device memory and the CUDA kernels) implement the same table, and each
+// lays a model's weights out for its kernels (prepare_weights). No backend pointer is null. tests/runtime/backend/conformance_test.cpp checks every op of
 // every compiled backend against the simple references of reference_ops.h.
 //
 // Contract of every op: activations are F32 arrays on the backend's device (device()),
@@ -15,8 +16,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "attention/paged_kv.h"
 #include "attention/rope.h"
@@ -27,13 +30,57 @@
 #include "experts/router.h"
 #include "quant/weight.h"
 
+namespace moert {
+struct ModelWeights;  // runtime/model/weights.h: the model's plain weight views
+namespace io {
+class Checkpoint;
+}
+}  // namespace moert
+
 namespace moert::backend {
+
+// Where the weights a CPU computes with live (docs/architecture.md "Weight memory").
+enum class WeightMemory {
+  kCopy,   // copied out of the mappings into one buffer of this process (huge pages); the default
+  kMmap,   // read in place from the mappings: nothing copied, pages shared by a node's ranks
+  kMlock,  // read in place from the mappings, locked with mlock(2) (needs RLIMIT_MEMLOCK)
+};
+
+// What a backend is asked to do with a model's weights before computing with them.
+struct WeightPreparation {
+  // CPU-only activation modes (quant/weight.h; launch refuses them for a device): FP8
+  // weights computed with BF16 activations, dense BF16 weights with BF16 activations.
+  quant::ActivationPrecision fp8_activations = quant::ActivationPrecision::kF32;
+  quant::ActivationPrecision bf16_activations = quant::ActivationPrecision::kF32;
+  WeightMemory memory = WeightMemory::kCopy;
+  // Whether this rank computes routed expert `expert` of `layer` (an expert-parallel rank
+  // lays out and holds only its own); empty: every expert.
+  std::function<bool(int layer, int expert)> routed_expert_here;
+};
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
   virtual Device device() const = 0;
+  // The instruction sets this backend's kernels chose on this machine (empty: not applicable):
+  // the dense kernels, and those of the BF16 activation modes. Shown at start-up and in reports.
+  struct KernelPaths {
+    std::string isa;
+    std::string bf16_activations;
+  };
+  virtual KernelPaths kernel_paths() const { return {}; }
+
+  // Lays `weights` (views into `checkpoint`'s mappings, in the checkpoint's layout) out for
+  // this backend's kernels, in the manner of ggml's buffer types: the CPU repacks FP4 codes
+  // into its order, makes the BF16-mode copies and holds the weights in memory as `how` says;
+  // a device takes weights as they are (uploaded on first use). Same results either way: a
+  // layout changes where bytes live, never what a weight computes. Errors name the problem
+  // (a copy that does not fit in memory, a refused mlock).
+  virtual Status prepare_weights(ModelWeights& weights, const io::Checkpoint& checkpoint,
+                                 const WeightPreparation& how) {
+    return Status::ok();
+  }
 
   // Storage on this backend's device (weights, KV blocks, activations): contiguous,
   // 64-byte aligned, uninitialised.

@@ -1,6 +1,7 @@
 #include "runtime/backend/backend_factory.h"
 
 #include "core/log.h"
+#include "runtime/backend/cpu/cpu_backend.h"
 
 #if defined(MOERT_HAS_CUDA_BACKEND)
 #include "runtime/backend/cuda/cuda_backend.h"
@@ -17,8 +18,8 @@ Result<DeviceChoice> parse_device(const std::string& name) {
   return invalid_argument("--device '" + name + "' is not cpu or cuda");
 }
 
-Result<std::unique_ptr<Backend>> open_device(DeviceChoice choice, int local_rank) {
-  if (choice == DeviceChoice::kCpu) return std::unique_ptr<Backend>();
+Result<std::unique_ptr<Backend>> open_device(DeviceChoice choice, int local_rank, ThreadPool& pool) {
+  if (choice == DeviceChoice::kCpu) return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(pool));
 #if defined(MOERT_HAS_CUDA_BACKEND)
   return cuda::make_cuda_backend(local_rank);
 #else
@@ -42,15 +43,15 @@ Status check_row_transport(RowTransportChoice choice, DeviceChoice device) {
   return Status::ok();
 }
 
-Result<std::unique_ptr<comm::Transport>> open_row_transport(RowTransportChoice choice, const Backend* backend,
+Result<std::unique_ptr<comm::Transport>> open_row_transport(RowTransportChoice choice, const Backend& backend,
                                                             comm::Transport& control) {
-  const bool on_cuda = backend != nullptr && backend->device().kind == DeviceKind::kCuda;
+  const bool on_cuda = backend.device().kind == DeviceKind::kCuda;
   if (choice == RowTransportChoice::kMpi) return std::unique_ptr<comm::Transport>();
   MOERT_RETURN_IF_ERROR(check_row_transport(choice, on_cuda ? DeviceChoice::kCuda : DeviceChoice::kCpu));
 #if defined(MOERT_HAS_NCCL_TRANSPORT)
   if (!on_cuda) return std::unique_ptr<comm::Transport>();
   comm::NcclTransportOptions options;
-  options.device = backend->device().index;
+  options.device = backend.device().index;
   Result<std::unique_ptr<comm::Transport>> nccl = comm::make_nccl_transport(control, options);
   if (nccl.is_ok()) return nccl;
   // make_nccl_transport fails on every rank alike, so every rank takes the same way here.

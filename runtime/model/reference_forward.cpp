@@ -26,9 +26,8 @@ void DenseKvCache::attend(backend::Backend& backend, int layer, const attention:
                                c.head_dim, variant, out);
 }
 
-ReferenceForward::ReferenceForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
-                                   backend::Backend* backend)
-    : transformer_(config, weights, pool, backend) {}
+ReferenceForward::ReferenceForward(const ModelConfig& config, const ModelWeights& weights, backend::Backend& backend)
+    : transformer_(config, weights, backend) {}
 
 Result<std::vector<float>> ReferenceForward::forward(DenseKvCache& cache, const std::vector<int32_t>& tokens) const {
   ForwardBatch batch;

@@ -29,9 +29,8 @@ class DenseKvCache : public AttentionContext {
 
 class ReferenceForward {
  public:
-  // Computes on `backend` (must outlive this object; null: a CpuBackend over `pool`).
-  ReferenceForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
-                   backend::Backend* backend = nullptr);
+  // Computes on `backend` (must outlive this object).
+  ReferenceForward(const ModelConfig& config, const ModelWeights& weights, backend::Backend& backend);
 
   DenseKvCache new_cache() const { return DenseKvCache(transformer_.config()); }
 

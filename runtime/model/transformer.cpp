@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "quant/weight.h"
-#include "runtime/backend/cpu_backend.h"
 #include "runtime/backend/reference_ops.h"
 #include "core/check.h"
 
@@ -16,16 +15,11 @@ void rms_norm_rows(float* x, int64_t num_rows, int64_t dim, const float* weight,
 
 int32_t argmax_lowest_index(const float* values, int64_t count) { return backend::reference_argmax(values, count); }
 
-TransformerForward::TransformerForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool)
-    : TransformerForward(config, weights, pool, nullptr) {}
-
-TransformerForward::TransformerForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
-                                       backend::Backend* backend)
+TransformerForward::TransformerForward(const ModelConfig& config, const ModelWeights& weights,
+                                       backend::Backend& backend)
     : config_(config),
       weights_(weights),
-      pool_(pool),
-      owned_backend_(backend == nullptr ? std::make_unique<backend::CpuBackend>(pool) : nullptr),
-      backend_(backend == nullptr ? *owned_backend_ : *backend),
+      backend_(backend),
       rope_(model_rotary_embedding(config)),
       local_experts_(config) {
   for_each_weight_region(weights, [this](const void* data, int64_t bytes) { backend_.register_host_weights(data, bytes); });

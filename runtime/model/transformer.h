@@ -20,7 +20,6 @@
 #include "attention/rope.h"
 #include "runtime/backend/backend.h"
 #include "core/status.h"
-#include "core/thread_pool.h"
 #include "runtime/model/config.h"
 #include "runtime/model/weights.h"
 
@@ -91,11 +90,9 @@ struct ForwardBatch {
 
 class TransformerForward {
  public:
-  // config, weights and pool must outlive this object. Computes on a CpuBackend over `pool`.
-  TransformerForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool);
-  // Computes on `backend` (must outlive this object; null: a CpuBackend over `pool`).
-  TransformerForward(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
-                     backend::Backend* backend);
+  // Computes on `backend`, which has laid the weights out (Backend::prepare_weights) where it
+  // needs its own layout. config, weights and backend must outlive this object.
+  TransformerForward(const ModelConfig& config, const ModelWeights& weights, backend::Backend& backend);
   // Routes the MoE layers' experts through `experts` (must outlive this object); the
   // default computes them all locally.
   void set_routed_experts(RoutedExperts* experts) { routed_experts_ = experts; }
@@ -129,7 +126,6 @@ class TransformerForward {
   void prepare_step_graphs() const;
 
   const ModelConfig& config() const { return config_; }
-  ThreadPool& pool() const { return pool_; }
   backend::Backend& backend() const { return backend_; }
 
  private:
@@ -145,8 +141,6 @@ class TransformerForward {
 
   const ModelConfig& config_;
   const ModelWeights& weights_;
-  ThreadPool& pool_;
-  std::unique_ptr<backend::Backend> owned_backend_;
   backend::Backend& backend_;
   attention::RotaryEmbedding rope_;
   std::vector<attention::AttentionVariant> layer_variants_;  // [num_layers], from the layer specs

@@ -15,17 +15,14 @@
 #include <string_view>
 
 #include "core/status.h"
+#include "runtime/backend/backend.h"
 #include "runtime/io/checkpoint.h"
 
 namespace moert {
 
 struct ModelWeights;  // runtime/model/weights.h (which includes this header for LoadOptions)
 
-enum class WeightMemory {
-  kCopy,   // copied out of the mappings into one buffer of this process (huge pages); the default
-  kMmap,   // read in place from the mappings: nothing copied, pages shared by a node's ranks
-  kMlock,  // read in place from the mappings, locked with mlock(2) (needs RLIMIT_MEMLOCK)
-};
+using backend::WeightMemory;
 
 // "copy", "mmap", "mlock"; anything else is kInvalidArgument naming the value and the choices.
 Result<WeightMemory> parse_weight_memory(std::string_view value);

@@ -11,8 +11,6 @@
 
 #include "core/digest.h"
 #include "quant/bf16.h"
-#include "quant/cpu/bf16_linear.h"
-#include "quant/cpu/quantized_linear.h"
 #include "runtime/model/weight_regions.h"
 
 namespace moert {
@@ -560,44 +558,22 @@ void for_each_linear(Weights& weights, OnLinear on_linear) {
 
 }  // namespace
 
-void repack_weights_for_cpu(ModelWeights& weights, const std::function<bool(int, int)>& routed_expert_computed_here) {
-  std::unordered_set<const Linear*> elsewhere;  // routed experts' linears computed by other ranks
-  if (routed_expert_computed_here) {
-    for (size_t l = 0; l < weights.layers.size(); ++l) {
-      if (!weights.layers[l].is_moe) continue;
-      const std::vector<GatedMlp>& experts = weights.layers[l].moe.experts;
-      for (size_t e = 0; e < experts.size(); ++e) {
-        if (routed_expert_computed_here(static_cast<int>(l), static_cast<int>(e))) continue;
-        for (const Linear* linear : {&experts[e].gate, &experts[e].up, &experts[e].down}) elsewhere.insert(linear);
-      }
+void for_each_linear_weight(ModelWeights& weights,
+                            const std::function<void(quant::LinearWeight& weight, int layer, int expert)>& visit) {
+  visit(weights.lm_head, -1, -1);
+  for (size_t l = 0; l < weights.layers.size(); ++l) {
+    LayerWeights& layer = weights.layers[l];
+    auto mlp = [&](GatedMlp& m, int expert) {
+      for (Linear* linear : {&m.gate, &m.up, &m.down}) visit(linear->weight, expert < 0 ? -1 : static_cast<int>(l), expert);
+    };
+    AttentionWeights& a = layer.attention;
+    for (Linear* linear : {&a.q, &a.k, &a.v, &a.o, &a.q_a, &a.kv_a}) visit(linear->weight, -1, -1);
+    if (layer.is_moe) {
+      for (size_t e = 0; e < layer.moe.experts.size(); ++e) mlp(layer.moe.experts[e], static_cast<int>(e));
+      if (layer.moe.shared_expert.has_value()) mlp(*layer.moe.shared_expert, -1);
+    } else {
+      mlp(layer.dense_mlp, -1);
     }
-  }
-  // Every weight to repack, then one buffer for all of their codes: large enough for huge
-  // pages (core/tensor.h), so the first writes fault once per 2 MiB instead of per 4 KiB.
-  std::vector<quant::QuantizedWeightView*> to_repack;
-  auto collect = [&](quant::LinearWeight& weight) {
-    if (!weight.packed.has_value()) return;
-    quant::QuantizedWeightView& q = *weight.packed;
-    const bool fp4 = q.format == quant::WeightFormat::kNvfp4 || q.format == quant::WeightFormat::kMxfp4;
-    if (!fp4 || q.code_order != quant::Fp4CodeOrder::kCheckpoint || q.rows == 0 || q.cols < 32) return;
-    if (quant::preferred_fp4_code_order(q.format) != quant::Fp4CodeOrder::kCpuChunk32) return;
-    to_repack.push_back(&q);
-  };
-  collect(weights.lm_head);
-  for_each_linear(weights, [&](Linear& linear) {
-    if (!elsewhere.contains(&linear)) collect(linear.weight);
-  });
-  auto padded_bytes = [](const quant::QuantizedWeightView& q) { return (quant::quantized_weight_sizes(q).data + 63) / 64 * 64; };
-  int64_t total = 0;
-  for (const quant::QuantizedWeightView* q : to_repack) total += padded_bytes(*q);
-  if (total == 0) return;
-  uint8_t* codes = weights.owned.emplace_back(Buffer::uninitialized(DType::kU8, Shape{total})).data<uint8_t>();
-  for (quant::QuantizedWeightView* q : to_repack) {
-    quant::reorder_fp4_codes(q->data, q->rows, q->cols, quant::Fp4CodeOrder::kCheckpoint,
-                             quant::Fp4CodeOrder::kCpuChunk32, codes);
-    q->data = codes;
-    q->code_order = quant::Fp4CodeOrder::kCpuChunk32;
-    codes += padded_bytes(*q);
   }
 }
 
@@ -627,22 +603,6 @@ void set_fp4_activations(ModelWeights& weights, quant::ActivationPrecision preci
   });
 }
 
-void set_fp8_activations(ModelWeights& weights, quant::ActivationPrecision precision) {
-  for_each_packed_weight(weights, [&](quant::QuantizedWeightView& w) {
-    if (quant::bf16_activations_admitted(w)) w.activations = precision;
-  });
-}
-
-void set_bf16_activations(ModelWeights& weights, quant::ActivationPrecision precision) {
-  if (precision != quant::ActivationPrecision::kBf16) return;
-  // Weights with elements below the mode's 2^-56 floor get a flushed copy (quant/cpu/bf16_linear.h).
-  const quant::Bf16WeightStorage storage = [&](int64_t numel) {
-    return weights.owned.emplace_back(Buffer::uninitialized(DType::kBF16, Shape{numel})).data<uint16_t>();
-  };
-  quant::enable_bf16_activations(weights.lm_head, storage);
-  for_each_linear(weights, [&](Linear& linear) { quant::enable_bf16_activations(linear.weight, storage); });
-}
-
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, const LoadOptions& options) {
   auto model = std::make_unique<LoadedModel>();
   MOERT_ASSIGN_OR_RETURN(model->config, load_model_config(model_dir));
@@ -654,13 +614,6 @@ Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, co
   model->weights = std::move(weights).value();
   mark_fp8_codes_finite(model->weights);  // check_checkpoint_values rejected every E4M3 NaN code
   set_fp4_activations(model->weights, options.fp4_activations);
-  set_fp8_activations(model->weights, options.fp8_activations);
-  set_bf16_activations(model->weights, options.bf16_activations);
-  if (options.repack_for_cpu) {
-    repack_weights_for_cpu(model->weights);
-    const Result<int64_t> held = hold_weights_in_memory(model->weights, *model->checkpoint, options.weight_memory);
-    if (!held.is_ok()) return held.status().with_context(model_dir);
-  }
   return model;
 }
 

@@ -115,42 +115,22 @@ void for_each_weight_region(const ModelWeights& weights,
 
 Result<ModelWeights> bind_model_weights(const ModelConfig& config, const io::Checkpoint& checkpoint);
 
-// Rewrites the codes of every NVFP4 / MXFP4 weight whose format the CPU path of this machine
-// computes faster in quant::Fp4CodeOrder::kCpuChunk32 (quant::preferred_fp4_code_order;
-// docs/quant-formats.md "CPU code order") into storage the weights own; the checkpoint's
-// mapping is left as it is. Same results; the CUDA backend reads the checkpoint order only.
-// routed_expert_computed_here(layer, expert), when given, limits the routed experts repacked to
-// those this rank computes (an expert-parallel rank need not hold a second copy of the
-// others; an expert EPLB moves here later runs in the checkpoint order, as fast or nearly).
+// Calls visit(weight, layer, expert) for every linear weight the forward computes with: the LM
+// head, attention, dense MLPs, shared experts (layer and expert -1) and routed experts (their
+// layer and expert id). Backends lay weights out through it (Backend::prepare_weights).
+void for_each_linear_weight(ModelWeights& weights,
+                            const std::function<void(quant::LinearWeight& weight, int layer, int expert)>& visit);
+
 // Marks every NVFP4 / MXFP4 weight (attention, experts, lm_head) to be computed with
-// `precision` activations by the CPU kernels (kInt8: quant/cpu/int8_linear.h, the explicit
-// `--fp4-activations int8` mode); other formats are left as they are.
+// `precision` activations (kInt8: the CPU's `--fp4-activations int8` mode, quant/cpu/int8_linear.h;
+// kFp4: rounded to FP4 before the product, CPU and CUDA); other formats are left as they are.
 void set_fp4_activations(ModelWeights& weights, quant::ActivationPrecision precision);
-// Marks every FP8 weight the bf16 mode admits (quant::bf16_activations_admitted: FP8 with its
-// codes marked finite) to be computed with `precision` activations by the CPU kernels (kBf16:
-// quant/cpu/bf16_linear.h, the explicit `--fp8-activations bf16` mode); other formats are left
-// as they are.
-void set_fp8_activations(ModelWeights& weights, quant::ActivationPrecision precision);
-// With kBf16, marks every dense BF16 linear weight the bf16 mode admits (attention, experts,
-// shared experts, dense MLPs, lm_head; quant::enable_bf16_activations scans each) to be
-// computed with BF16 activations by the CPU kernels (the explicit `--bf16-activations bf16`
-// mode); the routers and every other weight keep F32 activations. kF32 leaves them all.
-void set_bf16_activations(ModelWeights& weights, quant::ActivationPrecision precision);
 
-void repack_weights_for_cpu(ModelWeights& weights,
-                            const std::function<bool(int layer, int expert)>& routed_expert_computed_here = {});
-
+// The checkpoint's weights as views into its mappings, in its own layout (FP4 codes in the
+// checkpoint's order): what every backend starts from (Backend::prepare_weights lays them out).
 struct LoadOptions {
-  // repack_weights_for_cpu after binding: for the CPU backend (false for --device cuda).
-  bool repack_for_cpu = true;
-  // What the CPU kernels compute NVFP4 / MXFP4 weights with (set_fp4_activations).
+  // What NVFP4 / MXFP4 weights are computed with (set_fp4_activations).
   quant::ActivationPrecision fp4_activations = quant::ActivationPrecision::kF32;
-  // What the CPU kernels compute FP8 weights with (set_fp8_activations).
-  quant::ActivationPrecision fp8_activations = quant::ActivationPrecision::kF32;
-  // What the CPU kernels compute dense BF16 weights with (set_bf16_activations).
-  quant::ActivationPrecision bf16_activations = quant::ActivationPrecision::kF32;
-  // Where the weights live when repack_for_cpu (hold_weights_in_memory, after the repack).
-  WeightMemory weight_memory = WeightMemory::kCopy;
 };
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, const LoadOptions& options = {});
 

@@ -25,7 +25,7 @@
 
 #include "core/thread_pool.h"
 #include "quant/weight.h"
-#include "runtime/backend/cpu_backend.h"
+#include "runtime/backend/cpu/cpu_backend.h"
 
 namespace {
 

@@ -22,7 +22,7 @@
 #include "quant/formats/fp4.h"
 #include "core/check.h"
 #include "experts/router.h"
-#include "runtime/backend/cpu_backend.h"
+#include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cuda/cuda_backend.h"
 #if defined(MOERT_CUDA_EMULATION)
 #include "core/cuda/emulation/emulated_device.h"

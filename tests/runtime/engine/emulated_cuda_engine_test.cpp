@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backend/cpu/cpu_backend.h"
+#include "tests/support/laid_out_model.h"
 #include "experts/placement/placement.h"
 #include "runtime/comm/self_transport.h"
 #include "runtime/backend/cuda/cuda_backend.h"
@@ -57,16 +59,17 @@ TEST_P(EmulatedCudaEngine, ServesTheCpuTokensAndLogits) {
   testing::ScratchDir scratch("emulated-cuda-" + GetParam().arch);
   const ModelShapeOverrides shape = small_moe_shape(128);
   ThreadPool pool(2);
+  backend::CpuBackend cpu(pool);
   const std::string dir = testing::write_generated_model(scratch.path(), GetParam().arch, GetParam().format, shape, 17);
   // The device reads the checkpoint's FP4 code order; the CPU twin the repacked CPU order.
-  Result<std::unique_ptr<LoadedModel>> model = load_model(dir, LoadOptions{.repack_for_cpu = false});
+  Result<std::unique_ptr<LoadedModel>> model = load_model(dir);
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
-  Result<std::unique_ptr<LoadedModel>> cpu_model = load_model(dir);
-  ASSERT_TRUE(cpu_model.is_ok()) << cpu_model.status().to_string();
+  Result<std::unique_ptr<LoadedModel>> cpu_model = testing::load_laid_out(dir, cpu);
+  ASSERT_TRUE(*cpu_model != nullptr);
   const ModelConfig& config = (*model)->config;
   std::unique_ptr<backend::Backend> cuda = cuda_emulated::make_cuda_backend(0).value();
-  const TransformerForward on_cuda(config, (*model)->weights, pool, cuda.get());
-  const TransformerForward on_cpu(config, (*cpu_model)->weights, pool);
+  const TransformerForward on_cuda(config, (*model)->weights, *cuda);
+  const TransformerForward on_cpu(config, (*cpu_model)->weights, cpu);
 
   // Logits of one prefill chunk and one decode step, through the paged runner.
   const EngineConfig engine = small_f32_engine();
@@ -93,8 +96,8 @@ TEST_P(EmulatedCudaEngine, ServesTheCpuTokensAndLogits) {
     logits.push_back(std::move(*rows));
   }
   ASSERT_EQ(logits[0].size(), logits[1].size());
-  std::vector<double> cpu(logits[1].begin(), logits[1].end());
-  EXPECT_LT(testing::relative_l2_error(logits[0].data(), cpu.data(), static_cast<int64_t>(cpu.size())), 1e-5);
+  std::vector<double> cpu_logits(logits[1].begin(), logits[1].end());
+  EXPECT_LT(testing::relative_l2_error(logits[0].data(), cpu_logits.data(), static_cast<int64_t>(cpu_logits.size())), 1e-5);
 
   // Greedy and sampled requests through the engine (draws on the backend).
   std::vector<Request> requests;
@@ -138,13 +141,14 @@ TEST_P(EmulatedCudaEngine, StepGraphsGiveTheEagerStepsBits) {
   testing::ScratchDir scratch("emulated-cuda-graphs-" + GetParam().arch);
   const ModelShapeOverrides shape = small_moe_shape(96);
   ThreadPool pool(2);
+  backend::CpuBackend cpu(pool);
   const std::string dir = testing::write_generated_model(scratch.path(), GetParam().arch, GetParam().format, shape, 23);
-  Result<std::unique_ptr<LoadedModel>> model = load_model(dir, LoadOptions{.repack_for_cpu = false});
+  Result<std::unique_ptr<LoadedModel>> model = load_model(dir);
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
   const ModelConfig& config = (*model)->config;
   std::unique_ptr<backend::Backend> cuda = cuda_emulated::make_cuda_backend(0).value();
-  const TransformerForward on_cuda(config, (*model)->weights, pool, cuda.get());
-  const TransformerForward on_cpu(config, (*model)->weights, pool);
+  const TransformerForward on_cuda(config, (*model)->weights, *cuda);
+  const TransformerForward on_cpu(config, (*model)->weights, cpu);
 
   // Runs the steps; returns every logit row and the graph statistics.
   auto run_steps = [&](const TransformerForward& forward, bool graphs) {
@@ -205,7 +209,7 @@ TEST_P(EmulatedCudaEngine, StepGraphsGiveTheEagerStepsBits) {
   const std::unique_ptr<comm::Transport> self = comm::make_self_transport();
   std::vector<std::vector<int64_t>> loads;
   for (const bool graphs : {false, true}) {
-    TransformerForward forward(config, (*model)->weights, pool, cuda.get());
+    TransformerForward forward(config, (*model)->weights, *cuda);
     parallel::ExpertParallelExperts experts(config, experts::contiguous_placement(config.num_experts(), 1).value(),
                                             *self);
     forward.set_routed_experts(&experts);
@@ -231,14 +235,15 @@ TEST_P(EmulatedCudaEngine, StepGraphsGiveTheEagerStepsBits) {
 TEST(EmulatedCudaSpeculation, DraftOnTheDeviceReplaysItsRoundsAndKeepsTheGreedyTokens) {
   testing::ScratchDir scratch("emulated-cuda-spec");
   ThreadPool pool(2);
+  backend::CpuBackend cpu(pool);
   const std::string dir = testing::write_generated_model(scratch.path(), "qwen3_moe", "nvfp4", small_moe_shape(96), 31);
-  Result<std::unique_ptr<LoadedModel>> model = load_model(dir, LoadOptions{.repack_for_cpu = false});
+  Result<std::unique_ptr<LoadedModel>> model = load_model(dir);
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
   const ModelConfig& config = (*model)->config;
   std::unique_ptr<backend::Backend> cuda = cuda_emulated::make_cuda_backend(0).value();
-  const TransformerForward target(config, (*model)->weights, pool, cuda.get());
-  const TransformerForward draft(config, (*model)->weights, pool, cuda.get());
-  const TransformerForward on_cpu(config, (*model)->weights, pool);
+  const TransformerForward target(config, (*model)->weights, *cuda);
+  const TransformerForward draft(config, (*model)->weights, *cuda);
+  const TransformerForward on_cpu(config, (*model)->weights, cpu);
   const EngineConfig engine = small_f32_engine();
   std::vector<Request> requests;
   for (int r = 0; r < 2; ++r) {

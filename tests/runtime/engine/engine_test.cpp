@@ -7,6 +7,7 @@
 #include <cctype>
 #include <map>
 
+#include "runtime/backend/cpu/cpu_backend.h"
 #include "attention/kv_cache_spec.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/kv_cache_eval.h"
@@ -67,8 +68,9 @@ TEST_P(EngineOnReference, MixedBatchGreedyEqualsReferenceForward) {
   Result<std::unique_ptr<LoadedModel>> model = load_model(testing::shared_dir() + "/reference/" + GetParam() + "/hf");
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
   ThreadPool pool(2);
-  TransformerForward transformer((*model)->config, (*model)->weights, pool);
-  ReferenceForward reference((*model)->config, (*model)->weights, pool);
+  backend::CpuBackend cpu(pool);
+  TransformerForward transformer((*model)->config, (*model)->weights, cpu);
+  ReferenceForward reference((*model)->config, (*model)->weights, cpu);
   const std::vector<MixedRequest> mixed = mixed_requests(34, (*model)->config.vocab_size, 5);
   EngineConfig config;
   config.block_size = 16;
@@ -128,6 +130,7 @@ TEST(EngineOnGeneratedDeepseekV3, LatentCacheUnderPreemptionEqualsTheReferenceFo
   shape.top_k = 3;
   shape.moe_intermediate_size = 48;
   ThreadPool pool(2);
+  backend::CpuBackend cpu(pool);
   ModelConfig config = preset_model_config(find_architecture("deepseek_v3"), "tiny", shape).value();
   config.mla.q_lora_rank = 0;
   config.mla.v_head_dim = 12;
@@ -146,8 +149,8 @@ TEST(EngineOnGeneratedDeepseekV3, LatentCacheUnderPreemptionEqualsTheReferenceFo
     const int64_t scales = dtype == DType::kF8E4M3 ? 3 * 4 : 0;  // one F32 per block and layer
     EXPECT_EQ(runner::kv_cache_bytes_per_block(model->config, 16, dtype).value(), 16 * 3 * row * element + scales);
   }
-  TransformerForward transformer(model->config, model->weights, pool);
-  ReferenceForward reference(model->config, model->weights, pool);
+  TransformerForward transformer(model->config, model->weights, cpu);
+  ReferenceForward reference(model->config, model->weights, cpu);
   expect_engine_equals_reference_under_preemption(transformer, reference, mixed_requests(10, config.vocab_size, 31));
 }
 
@@ -167,12 +170,13 @@ TEST(EngineOnGeneratedGptOss, WindowsSinksAndYarnEqualTheReferenceForward) {
   shape.top_k = 3;
   shape.moe_intermediate_size = 96;
   ThreadPool pool(2);
+  backend::CpuBackend cpu(pool);
   const ModelConfig config = preset_model_config(find_architecture("gpt_oss"), "tiny", shape).value();
   EXPECT_EQ(config.sliding_windows, (std::vector<int>{16, 0, 16}));
   ASSERT_TRUE(write_random_checkpoint(config, 17, scratch.path(), 1 << 30, pool).is_ok());
   const std::unique_ptr<LoadedModel> model = load_model(scratch.path()).value();
-  TransformerForward transformer(model->config, model->weights, pool);
-  ReferenceForward reference(model->config, model->weights, pool);
+  TransformerForward transformer(model->config, model->weights, cpu);
+  ReferenceForward reference(model->config, model->weights, cpu);
   const std::vector<MixedRequest> mixed = mixed_requests(10, config.vocab_size, 23);
   expect_engine_equals_reference_under_preemption(transformer, reference, mixed);
   // One long sequence: the full layers hold every block, the sliding layers only their
@@ -219,11 +223,12 @@ class EngineOnGeneratedModel : public ::testing::Test {
     delete model_;
     delete scratch_;
   }
-  void SetUp() override { transformer_ = std::make_unique<TransformerForward>(model_->config, model_->weights, pool_); }
+  void SetUp() override { transformer_ = std::make_unique<TransformerForward>(model_->config, model_->weights, cpu_); }
 
   static testing::ScratchDir* scratch_;
   static LoadedModel* model_;
   ThreadPool pool_{2};
+  backend::CpuBackend cpu_{pool_};
   std::unique_ptr<TransformerForward> transformer_;
 };
 testing::ScratchDir* EngineOnGeneratedModel::scratch_ = nullptr;
@@ -526,7 +531,7 @@ TEST_F(EngineOnGeneratedModel, GenerationControls) {
   penalised.params.presence_penalty = -1.0f;
   penalised.params.logprobs = 3;
   const SampleOutput got = serve(penalised);
-  ReferenceForward reference(model_->config, model_->weights, pool_);
+  ReferenceForward reference(model_->config, model_->weights, cpu_);
   DenseKvCache cache = reference.new_cache();
   std::vector<int32_t> generated;
   std::vector<float> logits = reference.forward(cache, greedy.prompt).value();

@@ -1,3 +1,4 @@
+#include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/model/generator.h"
 
 #include <gtest/gtest.h>
@@ -40,6 +41,7 @@ TEST(Generator, LargePresetHasTheAdvertisedSize) {
 TEST(Generator, EveryArchitectureWritesALoadableShardedCheckpoint) {
   testing::ScratchDir scratch("generator");
   ThreadPool pool(2);
+  backend::CpuBackend cpu(pool);
   for (const ArchSpec* arch : registered_architectures()) {
     const std::string dir = scratch / architecture_name(arch);
     if (!arch->has_generator) {  // refused with a message naming it, never a wrong checkpoint
@@ -59,7 +61,7 @@ TEST(Generator, EveryArchitectureWritesALoadableShardedCheckpoint) {
     Result<std::unique_ptr<LoadedModel>> model = load_model(dir);
     ASSERT_TRUE(model.is_ok()) << architecture_name(arch) << ": " << model.status().to_string();
     EXPECT_EQ(model_config_to_json((*model)->config), model_config_to_json(config));
-    ReferenceForward forward((*model)->config, (*model)->weights, pool);
+    ReferenceForward forward((*model)->config, (*model)->weights, cpu);
     Result<GreedyOutput> output = greedy_generate(forward, {1, 2, 3, 4}, 6);
     ASSERT_TRUE(output.is_ok());
     EXPECT_EQ(output->gen_tokens.size(), 6u);
@@ -111,7 +113,8 @@ class CountingExperts : public RoutedExperts {
 double low_half_share(const std::string& dir) {
   const std::unique_ptr<LoadedModel> model = load_model(dir).value();
   ThreadPool pool(1);
-  TransformerForward forward(model->config, model->weights, pool);
+  backend::CpuBackend cpu(pool);
+  TransformerForward forward(model->config, model->weights, cpu);
   CountingExperts counting(model->config);
   forward.set_routed_experts(&counting);
   ForwardBatch batch;
@@ -134,6 +137,7 @@ TEST(Generator, RouterSkewSendsMostTokensToTheLowExpertIds) {
   shape.num_layers = 2;
   const ModelConfig config = preset_model_config(find_architecture("qwen3_moe"), "tiny", shape).value();
   ThreadPool pool(2);
+  backend::CpuBackend cpu(pool);
   WeightShaping skewed;
   skewed.router_skew = 1.0f;
   ASSERT_TRUE(write_random_checkpoint(config, 3, scratch / "plain", 1 << 30, pool).is_ok());
@@ -153,8 +157,9 @@ double greedy_agreement(const std::string& target_dir, const std::string& draft_
   const std::unique_ptr<LoadedModel> target = load_model(target_dir).value();
   const std::unique_ptr<LoadedModel> draft = load_model(draft_dir).value();
   ThreadPool pool(2);
-  ReferenceForward target_forward(target->config, target->weights, pool);
-  ReferenceForward draft_forward(draft->config, draft->weights, pool);
+  backend::CpuBackend cpu(pool);
+  ReferenceForward target_forward(target->config, target->weights, cpu);
+  ReferenceForward draft_forward(draft->config, draft->weights, cpu);
   int agree = 0, total = 0;
   for (int p = 0; p < 4; ++p) {
     const std::vector<int32_t> prompt = {static_cast<int32_t>(p * 11 + 1), 7, static_cast<int32_t>(p * 3 + 2)};

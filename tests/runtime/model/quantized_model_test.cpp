@@ -7,6 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/backend/cpu/cpu_weight_layout.h"
+#include "tests/support/laid_out_model.h"
 #include "quant/cpu/quantized_linear.h"
 #include "quant/formats/fp4.h"
 #include "quant/formats/fp8.h"
@@ -79,6 +82,7 @@ class QuantizedModel : public ::testing::Test {
     shape.moe_intermediate_size = 96;
     shape.head_dim = 32;
     ThreadPool pool(2);
+    backend::CpuBackend cpu(pool);
     config_ = new ModelConfig(preset_model_config(find_architecture("glm4_moe"), "tiny", shape).value());
     ASSERT_TRUE(write_random_checkpoint(*config_, 4, scratch_->path() + "/bf16", 1 << 30, pool).is_ok());
   }
@@ -104,16 +108,18 @@ std::vector<std::vector<int32_t>> eval_sequences() {
 
 TEST_F(QuantizedModel, EveryFormatLoadsAndMatchesItsDequantizedTwin) {
   ThreadPool pool(2);
+  backend::CpuBackend cpu(pool);
   const std::unique_ptr<LoadedModel> bf16 = load_model(dir("bf16")).value();
-  ReferenceForward bf16_forward(bf16->config, bf16->weights, pool);
+  ReferenceForward bf16_forward(bf16->config, bf16->weights, cpu);
   for (const char* format : {"nvfp4", "mxfp4", "fp8"}) {
     QuantizeOptions options;
     options.format = parse_weight_format(format).value();
     const std::string out = dir(format);
     Result<QuantizeReport> report = quantize_checkpoint(dir("bf16"), out, options);
     ASSERT_TRUE(report.is_ok()) << report.status().to_string();
-    Result<std::unique_ptr<LoadedModel>> model = load_model(out);
-    ASSERT_TRUE(model.is_ok()) << format << ": " << model.status().to_string();
+    // Laid out on the CPU backend, as `moert run` does (FP4 codes repacked, weights copied).
+    Result<std::unique_ptr<LoadedModel>> model = testing::load_laid_out(out, cpu);
+    ASSERT_TRUE(*model != nullptr) << format;
     const LayerWeights& moe_layer = (*model)->weights.layers[1];
     ASSERT_TRUE(moe_layer.moe.experts[0].up.weight.packed.has_value()) << format;
     EXPECT_EQ(moe_layer.moe.experts[0].up.weight.packed->format, options.format);
@@ -126,20 +132,20 @@ TEST_F(QuantizedModel, EveryFormatLoadsAndMatchesItsDequantizedTwin) {
 
     write_dequantized_copy(out, dir(std::string(format) + "-dequantized"), *config_);
     const std::unique_ptr<LoadedModel> twin = load_model(dir(std::string(format) + "-dequantized")).value();
-    ReferenceForward packed_forward((*model)->config, (*model)->weights, pool);
-    ReferenceForward twin_forward(twin->config, twin->weights, pool);
+    ReferenceForward packed_forward((*model)->config, (*model)->weights, cpu);
+    ReferenceForward twin_forward(twin->config, twin->weights, cpu);
     const DistributionComparison same = compare_models(twin_forward, packed_forward, eval_sequences()).value();
     EXPECT_LT(same.mean_kl(), 1e-9) << format;
     EXPECT_EQ(same.top1_agreement(), 1.0) << format;
     // The checkpoint's code order computes the same bits as the repacked one.
-    const std::unique_ptr<LoadedModel> unpacked = load_model(out, LoadOptions{.repack_for_cpu = false}).value();
+    const std::unique_ptr<LoadedModel> unpacked = load_model(out).value();
     EXPECT_EQ(unpacked->weights.layers[1].moe.experts[0].up.weight.packed->code_order, quant::Fp4CodeOrder::kCheckpoint);
-    ReferenceForward unpacked_forward(unpacked->config, unpacked->weights, pool);
+    ReferenceForward unpacked_forward(unpacked->config, unpacked->weights, cpu);
     EXPECT_EQ(compare_models(unpacked_forward, packed_forward, eval_sequences()).value().mean_kl(), 0.0) << format;
     // An expert-parallel rank repacks only the routed experts it computes (here the even ones);
     // the mix of orders computes the same bits too.
-    const std::unique_ptr<LoadedModel> mixed = load_model(out, LoadOptions{.repack_for_cpu = false}).value();
-    repack_weights_for_cpu(mixed->weights, [](int /*layer*/, int expert) { return expert % 2 == 0; });
+    const std::unique_ptr<LoadedModel> mixed = load_model(out).value();
+    backend::cpu_weights::repack_fp4_codes(mixed->weights, [](int /*layer*/, int expert) { return expert % 2 == 0; });
     const auto order_of = [&](int expert) {
       return mixed->weights.layers[1].moe.experts[static_cast<size_t>(expert)].up.weight.packed->code_order;
     };
@@ -147,7 +153,7 @@ TEST_F(QuantizedModel, EveryFormatLoadsAndMatchesItsDequantizedTwin) {
     EXPECT_EQ(order_of(1), quant::Fp4CodeOrder::kCheckpoint) << format;
     EXPECT_EQ(mixed->weights.layers[1].attention.q.weight.packed->code_order,
               moe_layer.attention.q.weight.packed->code_order) << format;
-    ReferenceForward mixed_forward(mixed->config, mixed->weights, pool);
+    ReferenceForward mixed_forward(mixed->config, mixed->weights, cpu);
     EXPECT_EQ(compare_models(mixed_forward, packed_forward, eval_sequences()).value().mean_kl(), 0.0) << format;
 
     // --fp4-activations int8 marks the FP4 weights only; their logits move by the activation
@@ -156,7 +162,7 @@ TEST_F(QuantizedModel, EveryFormatLoadsAndMatchesItsDequantizedTwin) {
         load_model(out, LoadOptions{.fp4_activations = quant::ActivationPrecision::kInt8}).value();
     EXPECT_EQ(int8->weights.layers[1].moe.experts[0].up.weight.packed->activations,
               fp4 ? quant::ActivationPrecision::kInt8 : quant::ActivationPrecision::kF32) << format;
-    ReferenceForward int8_forward(int8->config, int8->weights, pool);
+    ReferenceForward int8_forward(int8->config, int8->weights, cpu);
     const DistributionComparison rounding = compare_models(packed_forward, int8_forward, eval_sequences()).value();
     if (fp4) {
       EXPECT_GT(rounding.mean_kl(), 0.0) << format;
@@ -166,11 +172,11 @@ TEST_F(QuantizedModel, EveryFormatLoadsAndMatchesItsDequantizedTwin) {
     }
     // --fp8-activations bf16 likewise marks the FP8 weights only (quant/cpu/bf16_linear.h).
     const std::unique_ptr<LoadedModel> bf16x =
-        load_model(out, LoadOptions{.fp8_activations = quant::ActivationPrecision::kBf16}).value();
+        testing::load_laid_out(out, cpu, {.fp8_activations = quant::ActivationPrecision::kBf16});
     const bool fp8 = std::string(format).starts_with("fp8");
     EXPECT_EQ(bf16x->weights.layers[1].moe.experts[0].up.weight.packed->activations,
               fp8 ? quant::ActivationPrecision::kBf16 : quant::ActivationPrecision::kF32) << format;
-    ReferenceForward bf16x_forward(bf16x->config, bf16x->weights, pool);
+    ReferenceForward bf16x_forward(bf16x->config, bf16x->weights, cpu);
     const DistributionComparison bf16_rounding = compare_models(packed_forward, bf16x_forward, eval_sequences()).value();
     if (fp8) {
       EXPECT_GT(bf16_rounding.mean_kl(), 0.0) << format;
@@ -192,9 +198,10 @@ TEST_F(QuantizedModel, EveryFormatLoadsAndMatchesItsDequantizedTwin) {
 // experts, dense MLPs, lm_head), never the router; logits move by x's BF16 rounding only.
 TEST_F(QuantizedModel, Bf16ActivationsForDenseBf16Weights) {
   ThreadPool pool(2);
+  backend::CpuBackend cpu(pool);
   const std::unique_ptr<LoadedModel> exact = load_model(dir("bf16")).value();
   const std::unique_ptr<LoadedModel> rounded =
-      load_model(dir("bf16"), LoadOptions{.bf16_activations = quant::ActivationPrecision::kBf16}).value();
+      testing::load_laid_out(dir("bf16"), cpu, {.bf16_activations = quant::ActivationPrecision::kBf16});
   const LayerWeights& layer = rounded->weights.layers[1];
   ASSERT_TRUE(layer.is_moe);
   for (const quant::LinearWeight* w : std::initializer_list<const quant::LinearWeight*>{
@@ -204,8 +211,8 @@ TEST_F(QuantizedModel, Bf16ActivationsForDenseBf16Weights) {
     EXPECT_EQ(w->dense_activations, quant::ActivationPrecision::kBf16);
   }
   EXPECT_EQ(exact->weights.layers[1].moe.experts[0].up.weight.dense_activations, quant::ActivationPrecision::kF32);
-  ReferenceForward exact_forward(exact->config, exact->weights, pool);
-  ReferenceForward rounded_forward(rounded->config, rounded->weights, pool);
+  ReferenceForward exact_forward(exact->config, exact->weights, cpu);
+  ReferenceForward rounded_forward(rounded->config, rounded->weights, cpu);
   const DistributionComparison moved = compare_models(exact_forward, rounded_forward, eval_sequences()).value();
   // This random GLM model's attention is unusually sensitive (its FP8 copy drifts by KL 0.06):
   // with the attention projections left exact the same comparison gives ~1e-5 (measured).

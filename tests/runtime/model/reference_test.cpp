@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/io/npy.h"
 #include "runtime/model/reference_forward.h"
 #include "tests/support/test_support.h"
@@ -46,7 +47,8 @@ TEST_P(SharedReference, LogitsAndGreedyTokensMatchFloat64Reference) {
   const std::vector<int32_t> expected_tokens = ref.at("gen_tokens").get<std::vector<int32_t>>();
 
   ThreadPool pool(2);
-  ReferenceForward forward((*model)->config, (*model)->weights, pool);
+  backend::CpuBackend cpu(pool);
+  ReferenceForward forward((*model)->config, (*model)->weights, cpu);
   Result<GreedyOutput> output = greedy_generate(forward, prompt, static_cast<int>(expected_tokens.size()));
   ASSERT_TRUE(output.is_ok()) << output.status().to_string();
   EXPECT_EQ(output->gen_tokens, expected_tokens);
@@ -75,7 +77,8 @@ TEST_P(SharedReference, ChunkedPrefillEqualsTokenByTokenBitForBit) {
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
   const std::vector<int32_t> prompt = {84, 464, 280, 117, 397, 107, 275, 114, 374, 110, 271};
   ThreadPool pool(2);
-  ReferenceForward forward((*model)->config, (*model)->weights, pool);
+  backend::CpuBackend cpu(pool);
+  ReferenceForward forward((*model)->config, (*model)->weights, cpu);
   DenseKvCache whole = forward.new_cache();
   Result<std::vector<float>> all_at_once = forward.forward(whole, prompt);
   ASSERT_TRUE(all_at_once.is_ok());

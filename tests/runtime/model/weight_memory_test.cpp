@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/backend/cpu/cpu_weight_layout.h"
+#include "tests/support/laid_out_model.h"
 #include "runtime/model/eval.h"
 #include "runtime/model/generator.h"
 #include "runtime/model/quantizer.h"
@@ -86,8 +89,11 @@ class WeightMemoryTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete scratch_; }
   static std::string dir(const std::string& name) { return *scratch_ / name; }
+  // Laid out on the CPU backend as `moert run --weight-memory mmap` does.
   static std::unique_ptr<LoadedModel> load_mapped(const std::string& name) {
-    return load_model(dir(name), LoadOptions{.weight_memory = WeightMemory::kMmap}).value();
+    ThreadPool pool(1);
+    backend::CpuBackend cpu(pool);
+    return testing::load_laid_out(dir(name), cpu, {.memory = WeightMemory::kMmap});
   }
 
   static testing::ScratchDir* scratch_;
@@ -115,6 +121,7 @@ TEST(WeightMemory, ACopyLargerThanTheAvailableMemoryIsRefused) {
 
 TEST_F(WeightMemoryTest, CopyMovesEveryMappedRegionWithItsBytes) {
   ThreadPool pool(2);
+  backend::CpuBackend cpu(pool);
   for (const char* name : {"bf16", "nvfp4", "fp8"}) {
     SCOPED_TRACE(name);
     std::unique_ptr<LoadedModel> model = load_mapped(name);
@@ -134,12 +141,12 @@ TEST_F(WeightMemoryTest, CopyMovesEveryMappedRegionWithItsBytes) {
       EXPECT_EQ(std::memcmp(after[i].data, contents[i].data(), static_cast<size_t>(after[i].bytes)), 0) << "region " << i;
       if (!in_mapping(*model->checkpoint, before[i].data)) EXPECT_EQ(after[i].data, before[i].data) << "owned stays";
     }
-    // The default load copies too, and computes what the mapped weights compute.
-    const std::unique_ptr<LoadedModel> copied = load_model(dir(name)).value();
+    // The CPU backend's default layout copies too, and computes what the mapped weights compute.
+    const std::unique_ptr<LoadedModel> copied = testing::load_laid_out(dir(name), cpu);
     for (const Region& r : regions_of(copied->weights)) EXPECT_FALSE(in_mapping(*copied->checkpoint, r.data));
     const std::unique_ptr<LoadedModel> mapped = load_mapped(name);
-    ReferenceForward mapped_forward(mapped->config, mapped->weights, pool);
-    ReferenceForward copied_forward(copied->config, copied->weights, pool);
+    ReferenceForward mapped_forward(mapped->config, mapped->weights, cpu);
+    ReferenceForward copied_forward(copied->config, copied->weights, cpu);
     const DistributionComparison same =
         compare_models(mapped_forward, copied_forward, {{1, 7, 42, 200, 3, 3, 9}, {5, 4, 3}}).value();
     EXPECT_EQ(same.mean_kl(), 0.0);
@@ -148,10 +155,10 @@ TEST_F(WeightMemoryTest, CopyMovesEveryMappedRegionWithItsBytes) {
 }
 
 TEST_F(WeightMemoryTest, RoutedExpertsOfOtherRanksStayMapped) {
-  // As lay_out_for_cpu_rank does: load without the CPU layout, then repack and hold this rank's.
-  std::unique_ptr<LoadedModel> model = load_model(dir("nvfp4"), LoadOptions{.repack_for_cpu = false}).value();
+  // As the CPU backend lays out an expert-parallel rank's weights: repack and hold this rank's.
+  std::unique_ptr<LoadedModel> model = load_model(dir("nvfp4")).value();
   const auto even_here = [](int /*layer*/, int expert) { return expert % 2 == 0; };
-  repack_weights_for_cpu(model->weights, even_here);
+  backend::cpu_weights::repack_fp4_codes(model->weights, even_here);
   ASSERT_GT(hold_weights_in_memory(model->weights, *model->checkpoint, WeightMemory::kCopy, even_here).value(), 0);
   const LayerWeights& moe_layer = model->weights.layers[1];
   ASSERT_TRUE(moe_layer.is_moe);

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string>
 
+#include "runtime/backend/cpu/cpu_backend.h"
 #include "experts/placement/placement.h"
 #include "runtime/backend/cuda/cuda_backend.h"
 #include "core/cuda/emulation/emulated_runtime.h"
@@ -86,12 +87,12 @@ TEST_P(DeviceEpOverMpi, StagedAndDeviceRowsAreBitIdenticalToOneRank) {
   shape.moe_intermediate_size = 32;
   ThreadPool pool(1);
   const std::string dir = testing::write_generated_model(scratch.path(), GetParam().arch, GetParam().format, shape, 29);
-  std::unique_ptr<LoadedModel> model = load_model(dir, LoadOptions{.repack_for_cpu = false}).value();
+  std::unique_ptr<LoadedModel> model = load_model(dir).value();
   const ModelConfig& config = model->config;
   std::unique_ptr<backend::Backend> device = cuda_emulated::make_cuda_backend(0).value();
   const ForwardBatch batch = batch_for_rank(transport.rank(), config.vocab_size, 3, 2);
 
-  TransformerForward local(config, model->weights, pool, device.get());
+  TransformerForward local(config, model->weights, *device);
   DenseKvCache local_cache(config);
   const std::vector<float> expected = local.forward(batch, local_cache).value();
 
@@ -99,7 +100,7 @@ TEST_P(DeviceEpOverMpi, StagedAndDeviceRowsAreBitIdenticalToOneRank) {
   // with replicas (EPLB's placements).
   for (const auto& [device_rows, replicas] : {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
     EmulatedDeviceRowsTransport device_transport(transport);
-    TransformerForward forward(config, model->weights, pool, device.get());
+    TransformerForward forward(config, model->weights, *device);
     ExpertParallelExperts experts(config,
                                   replicas ? placement_with_replicas(config.num_experts(), transport.world_size())
                                            : experts::contiguous_placement(config.num_experts(), transport.world_size()).value(),

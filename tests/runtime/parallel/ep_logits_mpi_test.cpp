@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "runtime/backend/cpu/cpu_backend.h"
 #include "experts/placement/placement.h"
 #include "runtime/model/reference_forward.h"
 #include "runtime/parallel/expert_parallel.h"
@@ -24,14 +25,15 @@ TEST_P(EpLogitsOverMpi, BitIdenticalToOneRankForContiguousAndReplicatedPlacement
   const ModelConfig& config = model->config;
   const ForwardBatch batch = batch_for_rank(transport.rank(), config.vocab_size, 4, 5);
   ThreadPool pool(1);
-  TransformerForward local(config, model->weights, pool);
+  backend::CpuBackend cpu(pool);
+  TransformerForward local(config, model->weights, cpu);
   DenseKvCache local_cache(config);
   const std::vector<float> expected = local.forward(batch, local_cache).value();
   for (const bool replicas : {false, true}) {
     experts::ExpertPlacement placement = replicas
                                              ? placement_with_replicas(config.num_experts(), transport.world_size())
                                              : experts::contiguous_placement(config.num_experts(), transport.world_size()).value();
-    TransformerForward forward(config, model->weights, pool);
+    TransformerForward forward(config, model->weights, cpu);
     ExpertParallelExperts experts(config, std::move(placement), transport);
     forward.set_routed_experts(&experts);
     DenseKvCache cache(config);

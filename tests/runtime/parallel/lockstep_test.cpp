@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <mutex>
 
+#include "runtime/backend/cpu/cpu_backend.h"
 #include "experts/placement/placement.h"
 #include "runtime/comm/loopback.h"
 #include "launch/serving/request_io.h"
@@ -55,7 +56,8 @@ TEST_P(LockstepOnReference, LogitsAreBitIdenticalForAnyRankCountAndPlacement) {
   const int vocab = config().vocab_size;
   // One rank, all experts local: rank r's prompt gives these logits.
   ThreadPool pool(1);
-  TransformerForward local(config(), model_->weights, pool);
+  backend::CpuBackend cpu(pool);
+  TransformerForward local(config(), model_->weights, cpu);
   auto batch_of = [&](int r) {
     ForwardBatch batch;
     batch.tokens = prompt_of(r, 5 + 3 * r, vocab);
@@ -75,7 +77,8 @@ TEST_P(LockstepOnReference, LogitsAreBitIdenticalForAnyRankCountAndPlacement) {
       std::vector<std::vector<float>> got(static_cast<size_t>(ranks));
       const Status status = comm::run_loopback(ranks, [&](comm::Transport& transport) {
         ThreadPool rank_pool(1);
-        TransformerForward forward(config(), model_->weights, rank_pool);
+        backend::CpuBackend rank_cpu(rank_pool);
+        TransformerForward forward(config(), model_->weights, rank_cpu);
         ExpertParallelExperts experts(config(), placement_for(kind, config().num_experts(), ranks), transport);
         forward.set_routed_experts(&experts);
         DenseKvCache cache(config());
@@ -99,7 +102,8 @@ std::map<std::string, nlohmann::json> serve(const LoadedModel& model, int ranks,
   std::map<std::string, nlohmann::json> results;
   const Status status = comm::run_loopback(ranks, [&](comm::Transport& transport) {
     ThreadPool pool(1);
-    TransformerForward forward(model.config, model.weights, pool);
+    backend::CpuBackend cpu(pool);
+    TransformerForward forward(model.config, model.weights, cpu);
     ExpertParallelExperts experts(model.config, placement_for(placement_kind, model.config.num_experts(), ranks),
                                   transport);
     forward.set_routed_experts(&experts);
@@ -151,7 +155,8 @@ std::vector<std::string> request_lines(int count, int vocab, bool sampled) {
 TEST_P(LockstepOnReference, GreedyOutputsEqualTheReferenceOnEveryRankCount) {
   const std::vector<std::string> lines = request_lines(11, config().vocab_size, /*sampled=*/false);
   ThreadPool pool(1);
-  ReferenceForward reference(config(), model_->weights, pool);
+  backend::CpuBackend cpu(pool);
+  ReferenceForward reference(config(), model_->weights, cpu);
   for (const std::string kind : {"contiguous", "replicas"}) {
     for (int ranks : {1, 2, 4}) {
       const std::map<std::string, nlohmann::json> results = serve(*model_, ranks, kind, lines, BatchJobConfig{});

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 
+#include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
 #include "runtime/model/generator.h"
 #include "runtime/model/reference_forward.h"
@@ -100,8 +101,8 @@ class SpecOnGeneratedModels : public ::testing::Test {
     delete scratch_;
   }
   void SetUp() override {
-    target_forward_ = std::make_unique<TransformerForward>(target_->config, target_->weights, pool_);
-    draft_forward_ = std::make_unique<TransformerForward>(draft_->config, draft_->weights, pool_);
+    target_forward_ = std::make_unique<TransformerForward>(target_->config, target_->weights, cpu_);
+    draft_forward_ = std::make_unique<TransformerForward>(draft_->config, draft_->weights, cpu_);
   }
   EngineConfig config(int num_draft, bool adaptive = false) const {
     EngineConfig c;
@@ -119,6 +120,7 @@ class SpecOnGeneratedModels : public ::testing::Test {
   static LoadedModel* target_;
   static LoadedModel* draft_;
   ThreadPool pool_{2};
+  backend::CpuBackend cpu_{pool_};
   std::unique_ptr<TransformerForward> target_forward_, draft_forward_;
 };
 testing::ScratchDir* SpecOnGeneratedModels::scratch_ = nullptr;
@@ -231,6 +233,7 @@ TEST_F(SpecOnGeneratedModels, SampledOutputsDoNotDependOnTheBatch) {
 TEST(SpecDenseDraft, GreedyOutputsEqualPlainDecoding) {
   testing::ScratchDir scratch("spec-dense-draft");
   ThreadPool pool(2);
+  backend::CpuBackend cpu(pool);
   WeightShaping shaping;
   shaping.faithful_layers = 1;
   shaping.late_layer_scale = 0.3f;
@@ -243,8 +246,8 @@ TEST(SpecDenseDraft, GreedyOutputsEqualPlainDecoding) {
     models[layers == 3 ? 0 : 1] = load_model(dir).value();
   }
   ASSERT_FALSE(models[1]->config.layer_is_moe[0]);  // the draft has no MoE layer
-  TransformerForward target(models[0]->config, models[0]->weights, pool);
-  TransformerForward draft(models[1]->config, models[1]->weights, pool);
+  TransformerForward target(models[0]->config, models[0]->weights, cpu);
+  TransformerForward draft(models[1]->config, models[1]->weights, cpu);
   const std::vector<Request> requests = mixed_requests(12, 512, 8);
   EngineConfig config;
   config.num_kv_blocks = 256;
@@ -380,7 +383,7 @@ TEST_F(SpecOnGeneratedModels, VerifyPassEqualsOneTokenStepsBitwise) {
 // The draft proposer's greedy drafts are its model's greedy continuation, also after the
 // history diverged from what it drafted (rollback of the draft cache).
 TEST_F(SpecOnGeneratedModels, DraftProposerDraftsTheDraftModelsGreedyContinuation) {
-  ReferenceForward reference(draft_->config, draft_->weights, pool_);
+  ReferenceForward reference(draft_->config, draft_->weights, cpu_);
   DraftModelProposer proposer(*draft_forward_, draft_config(64));
   sampling::SamplingParams greedy;
   std::vector<int32_t> history = {4, 8, 15, 16, 23, 42, 108, 7, 99, 250, 1, 2, 3, 4, 5, 6, 7};

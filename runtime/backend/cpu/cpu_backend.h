@@ -1,5 +1,6 @@
 // The CPU backend: the op table over the CPU kernels (quant/cpu, attention/cpu, experts),
 // host memory and a thread pool. Results are bit-identical to calling the kernels directly.
+// It lays weights out for its kernels itself (prepare_weights: cpu_weight_layout.h).
 #pragma once
 
 #include "core/thread_pool.h"
@@ -14,6 +15,9 @@ class CpuBackend : public Backend {
 
   const char* name() const override { return "cpu"; }
   Device device() const override { return {}; }
+  KernelPaths kernel_paths() const override;
+  Status prepare_weights(ModelWeights& weights, const io::Checkpoint& checkpoint,
+                         const WeightPreparation& how) override;
   Buffer allocate(DType dtype, Shape shape) override;
   // F32: exact, and the CPU computes in F32 anyway (BF16 / FP8 halve / quarter the memory).
   DType preferred_kv_cache_dtype() const override { return DType::kF32; }

@@ -1,4 +1,4 @@
-#include "runtime/backend/cpu_backend.h"
+#include "runtime/backend/cpu/cpu_backend.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,14 +9,26 @@
 #include "attention/cpu/paged_attention.h"
 #include "core/check.h"
 #include "core/cpu/dot.h"
+#include "core/cpu/isa.h"
+#include "quant/cpu/bf16_linear.h"
 #include "experts/cpu/expert_ffn.h"
 #include "experts/grouped/dispatch_layout.h"
 #include "quant/cpu/apply_linear.h"
 #include "quant/bf16.h"
+#include "runtime/backend/cpu/cpu_weight_layout.h"
 #include "runtime/backend/reference_ops.h"
 #include "runtime/sampling/sampler.h"
 
 namespace moert::backend {
+
+Backend::KernelPaths CpuBackend::kernel_paths() const {
+  return {cpu::cpu_isa_name(), quant::bf16_linear_isa_name()};
+}
+
+Status CpuBackend::prepare_weights(ModelWeights& weights, const io::Checkpoint& checkpoint,
+                                  const WeightPreparation& how) {
+  return cpu_weights::lay_out_weights(weights, checkpoint, how);
+}
 
 Buffer CpuBackend::allocate(DType dtype, Shape shape) { return Buffer::uninitialized(dtype, std::move(shape)); }
 
