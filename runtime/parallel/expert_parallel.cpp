@@ -137,6 +137,7 @@ ReceivedRouting unpack_row_routing(const std::vector<std::byte>& recv, int64_t n
 // transport moves device buffers, host memory otherwise.
 class PayloadRows {
  public:
+  PayloadRows() = default;
   PayloadRows(backend::Backend* device, int64_t num_rows, int64_t dim) : count_(num_rows * dim) {
     if (device != nullptr) {
       device_ = device->allocate(DType::kF32, {std::max<int64_t>(num_rows, 1), dim});
@@ -155,128 +156,214 @@ class PayloadRows {
 
 }  // namespace
 
-// plan -> routing + row exchange (dispatch, with the overlapped work in flight) -> grouped
-// expert compute -> exchange back (combine) -> sum in ascending expert id.
-// Where the rows live: with a device payload transport (NCCL) every row buffer is on the
-// backend's device and only the plan and the routing columns touch the host; with a host
-// payload transport (MPI, loopback) a device backend's rows are staged through the host.
+// One MoE layer's expert-parallel work for one batch of tokens, in stages (the executor's
+// prepare | exchange | finalize split, after vLLM's FusedMoEPrepareAndFinalize):
+//   prepare()          plan (each token once per destination rank), routing columns, pack
+//                      the send rows where the payload transport reads them;
+//   start_dispatch()   row counts, then the routing columns and the rows in flight;
+//   finish_dispatch()  wait for both;
+//   compute()          the local grouped expert FFN, one weighted row per (row, expert);
+//   start_combine()    the contributions in flight back to their source ranks;
+//   finish(out)        wait, then sum each token's contributions in ascending expert id.
+// Stages run in this order; between start_* and finish_* the caller may run other work
+// (the shared experts; another micro-batch's stages). Where the rows live is the row path's
+// business (RowPath): host rows (CPU backend, host transport), rows staged through the host
+// (device backend, host transport), or device rows end to end (device backend, NCCL).
+// Every buffer of a started exchange is a member, alive until its wait.
+class ExpertParallelLayerStep {
+ public:
+  ExpertParallelLayerStep(ExpertParallelExperts& executor, backend::Backend& backend, int layer, const MoeWeights& moe,
+                          const float* h, int64_t num_tokens, const int32_t* expert_ids, const float* weights)
+      : x_(executor),
+        backend_(backend),
+        layer_(layer),
+        moe_(moe),
+        h_(h),
+        num_tokens_(num_tokens),
+        expert_ids_(expert_ids),
+        weights_(weights),
+        rank_(x_.transport_.rank()),
+        top_k_(x_.config_.top_k()),
+        dim_(x_.config_.hidden_size),
+        row_bytes_(dim_ * static_cast<int64_t>(sizeof(float))),
+        placement_(x_.placement_.layer(x_.placement_.num_layers() == 1 ? 0 : layer)),
+        rows_on_device_(x_.payload_.buffer_location() == comm::BufferLocation::kDevice),
+        backend_on_device_(backend.device().kind != DeviceKind::kCpu),
+        row_device_(rows_on_device_ ? &backend : nullptr) {
+    MOERT_CHECK(!rows_on_device_ || backend_on_device_,
+                "a device payload transport needs a device backend, not " << backend.name());
+  }
+
+  void prepare() {
+    const int num_experts = x_.config_.num_experts();
+    for (int64_t i = 0; i < num_tokens_ * top_k_; ++i) {
+      const int32_t e = expert_ids_[i];
+      MOERT_CHECK(e >= 0 && e < num_experts, "expert id " << e << " outside [0, " << num_experts << ")");
+      ++x_.routed_loads_[static_cast<size_t>(layer_) * static_cast<size_t>(num_experts) + static_cast<size_t>(e)];
+    }
+    Result<experts::DispatchPlan> plan = experts::build_dispatch_plan(
+        placement_, rank_, {expert_ids_, static_cast<size_t>(num_tokens_ * top_k_)},
+        {weights_, static_cast<size_t>(num_tokens_ * top_k_)}, num_tokens_, top_k_);
+    if (!plan.is_ok()) fail(plan.status());
+    plan_ = std::move(plan).value();
+    const int64_t num_send = plan_.num_send_rows();
+    send_ = PayloadRows(row_device_, num_send, dim_);
+    if (rows_on_device_) {
+      backend_.gather_rows(h_, dim_, plan_.send_token_idx.data(), num_send, send_.data());
+      backend_.synchronize();  // the payload transport's stream reads what the compute stream wrote
+    } else if (backend_on_device_) {
+      std::vector<float> host_h(static_cast<size_t>(num_tokens_ * dim_));
+      backend_.to_host(h_, num_tokens_ * dim_, host_h.data());
+      experts::gather_send_rows(plan_, host_h, static_cast<int>(dim_), send_.span());
+    } else {
+      experts::gather_send_rows(plan_, {h_, static_cast<size_t>(num_tokens_ * dim_)}, static_cast<int>(dim_),
+                                send_.span());
+    }
+    routing_send_ = pack_row_routing(plan_, routing_format());
+  }
+
+  void start_dispatch() {
+    const auto start = std::chrono::steady_clock::now();
+    Result<std::vector<int64_t>> recv_rows = x_.transport_.all_to_all_counts(plan_.send_row_counts);
+    if (!recv_rows.is_ok()) fail(recv_rows.status());
+    recv_rows_ = std::move(recv_rows).value();
+    num_recv_ = 0;
+    for (int64_t rows : recv_rows_) num_recv_ += rows;
+    const RowRouting format = routing_format();
+    routing_recv_.resize(static_cast<size_t>(num_recv_ * format.row_bytes()));
+    routing_send_bytes_ = scaled(plan_.send_row_counts, format.row_bytes());
+    routing_recv_bytes_ = scaled(recv_rows_, format.row_bytes());
+    routing_exchange_ = x_.transport_.start_all_to_all_v(routing_send_.data(), routing_send_bytes_,
+                                                         routing_recv_.data(), routing_recv_bytes_);
+    recv_ = PayloadRows(row_device_, num_recv_, dim_);
+    send_bytes_ = scaled(plan_.send_row_counts, row_bytes_);
+    recv_bytes_ = scaled(recv_rows_, row_bytes_);
+    dispatch_ = x_.payload_.start_all_to_all_v(send_.data(), send_bytes_, recv_.data(), recv_bytes_);
+    x_.stats_.all_to_all_s += seconds_since(start);
+  }
+
+  void finish_dispatch() {
+    const auto start = std::chrono::steady_clock::now();
+    for (comm::PendingExchange* exchange : {routing_exchange_.get(), dispatch_.get()}) {
+      const Status done = exchange->wait();
+      if (!done.is_ok()) fail(done);
+    }
+    x_.stats_.all_to_all_s += seconds_since(start);
+    x_.stats_.dispatch_bytes_sent += bytes_to_peers(send_bytes_, rank_);
+  }
+
+  void compute() {
+    const auto start = std::chrono::steady_clock::now();
+    const ReceivedRouting received = unpack_row_routing(routing_recv_, num_recv_, routing_format());
+    Result<experts::ExpertComputePlan> compute = experts::build_expert_compute_plan(
+        placement_, rank_, recv_rows_, received.expert_ids, received.weights, top_k_);
+    if (!compute.is_ok()) fail(compute.status());
+    compute_ = std::move(compute).value();
+    x_.computed_loads_[static_cast<size_t>(layer_)] += compute_.num_contribs();
+    contributions_ = PayloadRows(row_device_, compute_.num_contribs(), dim_);  // [N_c, D]
+    backend_.grouped_expert_ffn(compute_.layout, recv_.span(), static_cast<int>(dim_), routed_expert_weights(moe_),
+                                contributions_.span());
+    if (rows_on_device_) backend_.synchronize();
+    x_.stats_.expert_compute_s += seconds_since(start);
+  }
+
+  void start_combine() {
+    const auto start = std::chrono::steady_clock::now();
+    returned_ = PayloadRows(row_device_, plan_.num_return_rows(), dim_);
+    combine_send_bytes_ = scaled(compute_.return_row_counts, row_bytes_);
+    combine_recv_bytes_ = scaled(plan_.return_row_counts, row_bytes_);
+    combine_ = x_.payload_.start_all_to_all_v(contributions_.data(), combine_send_bytes_, returned_.data(),
+                                              combine_recv_bytes_);
+    x_.stats_.all_to_all_s += seconds_since(start);
+  }
+
+  void finish(float* out) {
+    const auto start = std::chrono::steady_clock::now();
+    const Status combined = combine_->wait();
+    if (!combined.is_ok()) fail(combined);
+    x_.stats_.all_to_all_s += seconds_since(start);
+    x_.stats_.combine_bytes_sent += bytes_to_peers(combine_send_bytes_, rank_);
+    backend_.combine_rows(plan_.combine_src_rows, top_k_, returned_.span(), static_cast<int>(dim_),
+                          {out, static_cast<size_t>(num_tokens_ * dim_)});
+  }
+
+ private:
+  RowRouting routing_format() const { return RowRouting{top_k_}; }
+  // A transport failure aborts the whole job with a message naming this rank (no hang).
+  void fail(const Status& status) const {
+    x_.transport_.abort(1, "rank " + std::to_string(rank_) + ", layer " + std::to_string(layer_) +
+                               " expert-parallel step: " + status.message());
+  }
+
+  ExpertParallelExperts& x_;
+  backend::Backend& backend_;
+  const int layer_;
+  const MoeWeights& moe_;
+  const float* h_;
+  const int64_t num_tokens_;
+  const int32_t* expert_ids_;
+  const float* weights_;
+  const int rank_;
+  const int top_k_;
+  const int64_t dim_;
+  const int64_t row_bytes_;
+  const experts::LayerPlacement& placement_;
+  const bool rows_on_device_;     // the payload transport moves device buffers (NCCL)
+  const bool backend_on_device_;  // the experts compute on a device
+  backend::Backend* row_device_;  // where payload rows are allocated: the backend, or null (host)
+
+  experts::DispatchPlan plan_;
+  PayloadRows send_;
+  std::vector<std::byte> routing_send_, routing_recv_;
+  std::vector<int64_t> recv_rows_;
+  int64_t num_recv_ = 0;
+  std::vector<int64_t> routing_send_bytes_, routing_recv_bytes_, send_bytes_, recv_bytes_;
+  std::unique_ptr<comm::PendingExchange> routing_exchange_, dispatch_;
+  PayloadRows recv_;
+  experts::ExpertComputePlan compute_;
+  PayloadRows contributions_;
+  PayloadRows returned_;
+  std::vector<int64_t> combine_send_bytes_, combine_recv_bytes_;
+  std::unique_ptr<comm::PendingExchange> combine_;
+};
+
 void ExpertParallelExperts::run(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
                                 const int32_t* expert_ids, const float* weights, float* out,
                                 const std::function<void()>& overlapped) {
-  const int rank = transport_.rank();
-  const int top_k = config_.top_k();
-  const int num_experts = config_.num_experts();
-  const int64_t dim = config_.hidden_size;
   if (routes_on_device()) {  // every expert here: the routing and the loads stay on the device
-    overlapped();
-    if (loads_backend_ != &backend) {
-      collect_device_loads();
-      loads_backend_ = &backend;
-      device_loads_ = backend.allocate(DType::kI64, {static_cast<int64_t>(routed_loads_.size())});
-      device_loads_seen_.assign(routed_loads_.size(), 0);
-      backend.copy_bytes(device_loads_.data<int64_t>(), device_loads_seen_.data(),
-                         static_cast<int64_t>(device_loads_seen_.size() * sizeof(int64_t)));
-    }
-    backend.count_experts(expert_ids, num_tokens * top_k, num_experts,
-                          device_loads_.data<int64_t>() + static_cast<int64_t>(layer) * num_experts);
-    backend.routed_experts(h, num_tokens, static_cast<int>(dim), expert_ids, weights, top_k, num_experts,
-                           routed_expert_weights(moe), out);
+    run_on_device(backend, layer, moe, h, num_tokens, expert_ids, weights, out, overlapped);
     return;
   }
-  const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(float));
-  const experts::LayerPlacement& placement = placement_.layer(placement_.num_layers() == 1 ? 0 : layer);
-  auto fail = [&](const Status& status) {
-    transport_.abort(1, "rank " + std::to_string(rank) + ", layer " + std::to_string(layer) +
-                            " expert-parallel step: " + status.message());
-  };
-  for (int64_t i = 0; i < num_tokens * top_k; ++i) {
-    const int32_t e = expert_ids[i];
-    MOERT_CHECK(e >= 0 && e < num_experts, "expert id " << e << " outside [0, " << num_experts << ")");
-    ++routed_loads_[static_cast<size_t>(layer) * static_cast<size_t>(num_experts) + static_cast<size_t>(e)];
-  }
-  const bool rows_on_device = payload_.buffer_location() == comm::BufferLocation::kDevice;
-  const bool backend_on_device = backend.device().kind != DeviceKind::kCpu;
-  MOERT_CHECK(!rows_on_device || backend_on_device,
-              "a device payload transport needs a device backend, not " << backend.name());
-  backend::Backend* row_device = rows_on_device ? &backend : nullptr;
-
-  // 1. Plan (each token once per destination rank) and pack the send rows.
-  Result<experts::DispatchPlan> plan = experts::build_dispatch_plan(
-      placement, rank, {expert_ids, static_cast<size_t>(num_tokens * top_k)},
-      {weights, static_cast<size_t>(num_tokens * top_k)}, num_tokens, top_k);
-  if (!plan.is_ok()) fail(plan.status());
-  const int64_t num_send = plan->num_send_rows();
-  PayloadRows send(row_device, num_send, dim);
-  if (rows_on_device) {
-    backend.gather_rows(h, dim, plan->send_token_idx.data(), num_send, send.data());
-    backend.synchronize();  // the payload transport's stream reads what the compute stream wrote
-  } else if (backend_on_device) {
-    std::vector<float> host_h(static_cast<size_t>(num_tokens * dim));
-    backend.to_host(h, num_tokens * dim, host_h.data());
-    experts::gather_send_rows(*plan, host_h, static_cast<int>(dim), send.span());
-  } else {
-    experts::gather_send_rows(*plan, {h, static_cast<size_t>(num_tokens * dim)}, static_cast<int>(dim), send.span());
-  }
-  const RowRouting routing_format{top_k};
-  const std::vector<std::byte> routing_send = pack_row_routing(*plan, routing_format);
-
-  // 2. DISPATCH: row counts, then the routing columns and the rows, with the overlapped
-  //    work (shared experts) while both are in flight.
-  auto exchange_start = std::chrono::steady_clock::now();
-  Result<std::vector<int64_t>> recv_rows = transport_.all_to_all_counts(plan->send_row_counts);
-  if (!recv_rows.is_ok()) fail(recv_rows.status());
-  int64_t num_recv = 0;
-  for (int64_t rows : *recv_rows) num_recv += rows;
-  // Every buffer and byte-count vector of a started exchange lives until its wait().
-  std::vector<std::byte> routing_recv(static_cast<size_t>(num_recv * routing_format.row_bytes()));
-  const std::vector<int64_t> routing_send_bytes = scaled(plan->send_row_counts, routing_format.row_bytes());
-  const std::vector<int64_t> routing_recv_bytes = scaled(*recv_rows, routing_format.row_bytes());
-  std::unique_ptr<comm::PendingExchange> routing_exchange = transport_.start_all_to_all_v(
-      routing_send.data(), routing_send_bytes, routing_recv.data(), routing_recv_bytes);
-  PayloadRows recv(row_device, num_recv, dim);
-  const std::vector<int64_t> send_bytes = scaled(plan->send_row_counts, row_bytes);
-  const std::vector<int64_t> recv_bytes = scaled(*recv_rows, row_bytes);
-  std::unique_ptr<comm::PendingExchange> dispatch =
-      payload_.start_all_to_all_v(send.data(), send_bytes, recv.data(), recv_bytes);
-  stats_.all_to_all_s += seconds_since(exchange_start);
+  ExpertParallelLayerStep step(*this, backend, layer, moe, h, num_tokens, expert_ids, weights);
+  step.prepare();
+  step.start_dispatch();
   const auto overlap_start = std::chrono::steady_clock::now();
-  overlapped();
+  overlapped();  // the shared experts, while the dispatch is in flight
   stats_.overlapped_s += seconds_since(overlap_start);
-  exchange_start = std::chrono::steady_clock::now();
-  for (comm::PendingExchange* exchange : {routing_exchange.get(), dispatch.get()}) {
-    const Status done = exchange->wait();
-    if (!done.is_ok()) fail(done);
+  step.finish_dispatch();
+  step.compute();
+  step.start_combine();
+  step.finish(out);
+}
+
+void ExpertParallelExperts::run_on_device(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h,
+                                          int64_t num_tokens, const int32_t* expert_ids, const float* weights, float* out,
+                                          const std::function<void()>& overlapped) {
+  const int top_k = config_.top_k();
+  const int num_experts = config_.num_experts();
+  overlapped();
+  if (loads_backend_ != &backend) {
+    collect_device_loads();
+    loads_backend_ = &backend;
+    device_loads_ = backend.allocate(DType::kI64, {static_cast<int64_t>(routed_loads_.size())});
+    device_loads_seen_.assign(routed_loads_.size(), 0);
+    backend.copy_bytes(device_loads_.data<int64_t>(), device_loads_seen_.data(),
+                       static_cast<int64_t>(device_loads_seen_.size() * sizeof(int64_t)));
   }
-  stats_.all_to_all_s += seconds_since(exchange_start);
-  stats_.dispatch_bytes_sent += bytes_to_peers(send_bytes, rank);
-
-  // 3. Local experts: the grouped expert FFN over the received rows, one weighted
-  //    contribution per (received row, expert).
-  const auto compute_start = std::chrono::steady_clock::now();
-  const ReceivedRouting received = unpack_row_routing(routing_recv, num_recv, routing_format);
-  Result<experts::ExpertComputePlan> compute = experts::build_expert_compute_plan(
-      placement, rank, *recv_rows, received.expert_ids, received.weights, top_k);
-  if (!compute.is_ok()) fail(compute.status());
-  computed_loads_[static_cast<size_t>(layer)] += compute->num_contribs();
-  PayloadRows contributions(row_device, compute->num_contribs(), dim);  // [N_c, D]
-  backend.grouped_expert_ffn(compute->layout, recv.span(), static_cast<int>(dim), routed_expert_weights(moe),
-                             contributions.span());
-  if (rows_on_device) backend.synchronize();
-  stats_.expert_compute_s += seconds_since(compute_start);
-
-  // 4. COMBINE: contributions go back to their source ranks, summed there in expert-id order.
-  exchange_start = std::chrono::steady_clock::now();
-  PayloadRows returned(row_device, plan->num_return_rows(), dim);
-  const std::vector<int64_t> combine_send = scaled(compute->return_row_counts, row_bytes);
-  const Status combined = payload_
-                              .start_all_to_all_v(contributions.data(), combine_send, returned.data(),
-                                                  scaled(plan->return_row_counts, row_bytes))
-                              ->wait();
-  if (!combined.is_ok()) fail(combined);
-  stats_.all_to_all_s += seconds_since(exchange_start);
-  stats_.combine_bytes_sent += bytes_to_peers(combine_send, rank);
-  backend.combine_rows(plan->combine_src_rows, top_k, returned.span(), static_cast<int>(dim),
-                       {out, static_cast<size_t>(num_tokens * dim)});
+  backend.count_experts(expert_ids, num_tokens * top_k, num_experts,
+                        device_loads_.data<int64_t>() + static_cast<int64_t>(layer) * num_experts);
+  backend.routed_experts(h, num_tokens, static_cast<int>(config_.hidden_size), expert_ids, weights, top_k, num_experts,
+                         routed_expert_weights(moe), out);
 }
 
 }  // namespace moert::parallel

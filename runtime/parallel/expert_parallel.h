@@ -1,5 +1,7 @@
 // Expert parallelism as a layer over the single-rank transformer: each rank computes only
-// the routed experts its placement gives it. Per MoE layer and step:
+// the routed experts its placement gives it. Per MoE layer and step, in the stages of
+// ExpertParallelLayerStep (prepare | exchange | finalize; expert_parallel.cpp), which a
+// caller may interleave with other work:
 //   dispatch plan (experts/placement) -> exchange row counts -> start the DISPATCH
 //   all-to-alls of the hidden rows and of their routing columns [K expert ids (int32) |
 //   K weights] -> shared experts (overlapped) -> wait -> local grouped expert FFN, one
@@ -62,7 +64,12 @@ class ExpertParallelExperts : public RoutedExperts {
   std::vector<int64_t> take_computed_loads();
 
  private:
+  friend class ExpertParallelLayerStep;  // one layer's stages over this executor's state
   void check_placement(const experts::ExpertPlacement& placement) const;
+  // One rank computes every expert: routing, layout and loads stay on the device.
+  void run_on_device(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
+                     const int32_t* expert_ids, const float* weights, float* out,
+                     const std::function<void()>& overlapped);
   // Moves the loads counted on the device (one rank) into routed_loads_ / computed_loads_.
   void collect_device_loads();
 
