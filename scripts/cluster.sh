@@ -61,16 +61,18 @@ pid_alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 can_make_namespaces() {
   [ "$(id -u)" -eq 0 ] || { echo "cluster: needs root (network namespaces, bridge, /etc/hosts)" >&2; return 1; }
   local tool
-  for tool in ip tc unshare taskset; do
+  for tool in ip tc nsenter unshare taskset; do
     command -v "$tool" >/dev/null || { echo "cluster: '$tool' missing (scripts/install-deps.sh)" >&2; return 1; }
   done
 }
 
 # enter K CMD...: CMD in node K's network namespace, under a fresh UTS namespace carrying the
 # node's hostname, on the node's CPU. Every process of a node descends from such an entry.
+# nsenter, not `ip netns exec`: that one also gives the process a mount namespace with a fresh
+# /sys, without the cgroup mounts slurmd needs.
 enter() {
   local k="$1"; shift
-  exec ip netns exec "$(node_name "$k")" unshare --uts -- /bin/sh -c \
+  exec nsenter --net="/run/netns/$(node_name "$k")" unshare --uts -- /bin/sh -c \
     'hostname "$1" && cpu="$2" && shift 2 && exec taskset -c "$cpu" "$@"' moert-enter \
     "$(node_name "$k")" "$(node_cpu "$k")" "$@"
 }
@@ -217,7 +219,9 @@ detached() {
 
 write_slurm_conf() {
   local n="$1" k cpus="${MOERT_CLUSTER_SLURM_CPUS:-2}" gpus="${MOERT_CLUSTER_SLURM_GPUS:-4}"
-  mkdir -p "$slurm_dir/state" "$slurm_dir/spool"
+  [[ "$gpus" =~ ^[1-9][0-9]?$ ]] || die "MOERT_CLUSTER_SLURM_GPUS=$gpus must be 1..99"
+  mkdir -p "$slurm_dir/state"
+  for k in $(seq "$n"); do mkdir -p "$slurm_dir/spool/$(node_name "$k")" "$slurm_dir/tmp/$(node_name "$k")"; done
   {
     cat <<EOF
 # moert cluster (written by scripts/cluster.sh; rewritten on up)
@@ -246,6 +250,8 @@ StateSaveLocation=$slurm_dir/state
 SlurmdSpoolDir=$slurm_dir/spool/%n
 SlurmdPidFile=$slurm_dir/slurmd.%n.pid
 SlurmdLogFile=$slurm_dir/slurmd.%n.log
+# the PMIx plugin's files per node (the nodes share this machine's /tmp)
+TmpFS=$slurm_dir/tmp/%n
 SlurmctldPidFile=$slurm_dir/slurmctld.pid
 SlurmctldLogFile=$slurm_dir/slurmctld.log
 SlurmctldTimeout=30
@@ -259,8 +265,10 @@ EOF
     done
     echo "PartitionName=cluster Nodes=moert-node[1-$n] Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4"
   } > "$slurm_dir/slurm.conf.new"
-  # GPUs without device files: counted and handed out, nothing to bind.
-  echo "Name=gpu Count=$gpus" > "$slurm_dir/gres.conf"
+  # Slurm counts a GPU only with a device file: links to /dev/null stand in, so that jobs asking
+  # for GPUs are placed (CUDA_VISIBLE_DEVICES is set; moert computes on the CPU here).
+  for k in $(seq 0 $((gpus - 1))); do ln -sfn /dev/null "$slurm_dir/gpu$k"; done
+  echo "Name=gpu File=$slurm_dir/gpu[0-$((gpus - 1))]" > "$slurm_dir/gres.conf"
 }
 
 slurm_tails() {
