@@ -430,11 +430,10 @@ cmd_mpirun() {
     # ob1: tcp between nodes (the cluster subnet only), vader shared memory within one.
     tcp) args+=(--mca pml ob1 --mca btl tcp,vader,self --mca btl_tcp_if_include "$subnet") ;;
     # UCX: Open MPI 4.1 takes pml ucx without InfiniBand only when devices and tls allow any;
-    # UCX's own tcp on the node's eth0 between nodes. UCX's shared-memory transports are left
-    # out: every namespaced node has the same boot id, so UCX takes ranks on different nodes
-    # for neighbours and would pass their messages through memory, not the link.
+    # UCX's tcp on the node's eth0 between nodes, its shared memory within one (UCX tells the
+    # namespaced nodes apart: their traffic shows on the links). MOERT_CLUSTER_UCX_TLS overrides.
     ucx) args+=(--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any --mca btl self
-                -x "UCX_TLS=${MOERT_CLUSTER_UCX_TLS:-tcp,self}" -x UCX_NET_DEVICES=eth0) ;;
+                -x "UCX_TLS=${MOERT_CLUSTER_UCX_TLS:-tcp,sm,self}" -x UCX_NET_DEVICES=eth0) ;;
     *) die "mpirun: --transport must be tcp or ucx" ;;
   esac
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
