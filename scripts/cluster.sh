@@ -425,6 +425,9 @@ cmd_mpirun() {
   [ -s "$dir/hostfile" ] || die "not up (bash scripts/cluster.sh up --nodes N)"
   local args=(--hostfile "$dir/hostfile" --mca plm_rsh_agent "$dir/rsh-agent"
               --mca oob_tcp_if_include "$subnet"
+              # mpirun's links to its daemons: an unplugged node is noticed after 2 s idle + 3 probes
+              # 1 s apart (default 300 s + 9 x 20 s; without it mpirun waited forever for the node)
+              --mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3
               --bind-to none)   # each node's CPU is its taskset; Open MPI binding would fight it
   case "$transport" in
     # ob1: tcp between nodes (the cluster subnet only), vader shared memory within one.

@@ -27,6 +27,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr char kHeartbeat = 'h';
 constexpr char kGoodbye = 'b';
+constexpr char kEnding = 'e';   // "I am ending the job over a lost peer": not a loss of the sender
 constexpr char kAbandon = 'x';  // on the wake pipe only: stop without a goodbye
 constexpr double kConnectTimeoutS = 5.0;  // a peer connecting to rank 0 at start
 constexpr double kAcceptTimeoutS = 10.0;  // rank 0 waiting for every hello
@@ -37,6 +38,7 @@ struct Announcement {
   char host[kMaxHostBytes + 1] = {0};
   int32_t port = 0;
   int32_t timeout_ms = 0;  // 0: the watch is off
+  int64_t pid = 0;
 };
 
 std::string this_host() {
@@ -179,9 +181,14 @@ struct Peer {
   Clock::time_point last_heard;
 };
 
-void default_on_lost(const std::string& line) {
+void default_on_lost(const std::string& line, bool silent, double timeout_s) {
   const std::string whole = line + "\n";
   [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, whole.data(), whole.size());
+  // A silent peer is usually an unreachable node. A launcher told to end the job now would try
+  // to reach that node's daemon and wait for it (Open MPI 4.1's mpirun then waits for TCP to give
+  // up: minutes); given the time to notice the node itself (mpirun with oob_tcp_keepalive_*), it
+  // ends the job without it. So wait another timeout (at most 30 s) before leaving.
+  if (silent) std::this_thread::sleep_for(std::chrono::duration<double>(std::min(timeout_s, 30.0)));
   std::_Exit(1);
 }
 
@@ -251,13 +258,16 @@ class PeerWatchImpl final : public PeerWatch {
         const ssize_t n = recv(peer.fd, bytes, sizeof(bytes), MSG_DONTWAIT);
         if (n > 0) {
           peer.last_heard = Clock::now();
-          if (std::memchr(bytes, kGoodbye, static_cast<size_t>(n)) != nullptr) peer.goodbye = true;
+          if (std::memchr(bytes, kGoodbye, static_cast<size_t>(n)) != nullptr ||
+              std::memchr(bytes, kEnding, static_cast<size_t>(n)) != nullptr) {
+            peer.goodbye = true;
+          }
         } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
           const std::string cause = n == 0 ? std::string("its connection closed")
                                            : std::string("its connection failed (") + std::strerror(errno) + ")";
           close(peer.fd);
           peer.fd = -1;
-          if (!peer.goodbye) return lost(peer, cause + " without a goodbye: its process ended or was killed");
+          if (!peer.goodbye) return lost(peer, cause + " without a goodbye: its process ended or was killed", false);
         }
       }
       for (Peer& peer : peers_) {
@@ -268,18 +278,26 @@ class PeerWatchImpl final : public PeerWatch {
           std::snprintf(cause, sizeof(cause),
                         "nothing heard from it for %.1f s: its node or link is down, or the process is stopped",
                         silent_s);
-          return lost(peer, cause);
+          return lost(peer, cause, true);
         }
       }
     }
   }
 
-  void lost(const Peer& peer, const std::string& cause) {
+  void lost(const Peer& peer, const std::string& cause, bool silent) {
+    // The others are not to report this rank lost when it ends: it is the messenger.
+    for (Peer& other : peers_) {
+      if (other.fd >= 0 && &other != &peer) (void)send(other.fd, &kEnding, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     const std::string line = "[moert r" + std::to_string(rank_) + "@" + this_host() + " error] lost rank " +
                              std::to_string(peer.rank) + " (pid " + std::to_string(peer.pid) + " on " + peer.host +
                              "): " + cause + "; ending the job (results written so far are kept: finish it with "
                              "`moert run --resume` on the nodes that remain)";
-    on_lost_(line);
+    if (on_lost_) {
+      on_lost_(line);
+    } else {
+      default_on_lost(line, silent, timeout_s_);
+    }
   }
 
   std::vector<Peer> peers_;
@@ -328,6 +346,7 @@ Result<std::unique_ptr<PeerWatch>> start_peer_watch(Transport& transport, const 
       std::snprintf(announcement.host, sizeof(announcement.host), "%s", this_host().c_str());
       announcement.port = port;
       announcement.timeout_ms = std::max(1, static_cast<int>(options.timeout_s * 1000));
+      announcement.pid = getpid();
     } else {
       MOERT_WARN("peer watch off: cannot listen on a TCP port: " << std::strerror(errno));
     }
@@ -345,6 +364,7 @@ Result<std::unique_ptr<PeerWatch>> start_peer_watch(Transport& transport, const 
     Peer root;
     root.rank = 0;
     root.host = announcement.host;
+    root.pid = static_cast<long>(announcement.pid);
     root.fd = connect_to(announcement.host, announcement.port, &why);
     const Clock::time_point deadline = Clock::now() + std::chrono::seconds(static_cast<int>(kConnectTimeoutS));
     if (root.fd >= 0 && !send_all(root.fd, std::to_string(rank) + " " + std::to_string(getpid()) + " " + this_host() + "\n",
@@ -402,8 +422,7 @@ Result<std::unique_ptr<PeerWatch>> start_peer_watch(Transport& transport, const 
     for (Peer& peer : peers) close(peer.fd);
     return std::unique_ptr<PeerWatch>();
   }
-  auto on_lost = options.on_lost ? options.on_lost : default_on_lost;
-  return std::unique_ptr<PeerWatch>(std::make_unique<PeerWatchImpl>(std::move(peers), timeout_s, rank, std::move(on_lost)));
+  return std::unique_ptr<PeerWatch>(std::make_unique<PeerWatchImpl>(std::move(peers), timeout_s, rank, options.on_lost));
 }
 
 }  // namespace moert::comm

@@ -32,7 +32,9 @@ struct PeerWatchOptions {
   double timeout_s = 10.0;
   // Called once, on the watch thread, with the line naming the lost rank. Default: write the
   // line to stderr (one write) and _exit(1), so the launcher ends the job; result lines
-  // written so far stay whole (docs/outputs.md).
+  // written so far stay whole (docs/outputs.md). After a silent peer (not a closed connection)
+  // the default waits another timeout (at most 30 s) before exiting, so that a launcher that
+  // notices the unreachable node itself ends the job without waiting on it.
   std::function<void(const std::string& line)> on_lost;
 };
 

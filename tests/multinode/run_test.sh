@@ -56,13 +56,17 @@ up() {
   eval "$(bash "$cluster" env)"
 }
 
-# The model and the reference batch: greedy requests, answered by one rank.
+# make_inputs COUNT TOKENS [STEP]: the model and the reference batch, COUNT greedy requests of
+# TOKENS (+ STEP x i for request i: results then finish one after another) output tokens,
+# answered by one rank.
 make_inputs() {
-  local count="$1" tokens="$2"
-  "$MOERT_BIN" make-model --arch qwen3_moe --preset tiny --seed 7 --out "$work/model" >/dev/null
+  local count="$1" tokens="$2" step="${3:-0}"
+  [ -f "$work/model/config.json" ] ||
+    "$MOERT_BIN" make-model --arch qwen3_moe --preset tiny --seed 7 --out "$work/model" >/dev/null
   for i in $(seq 0 $((count - 1))); do
-    echo "{\"id\": \"req$i\", \"prompt_token_ids\": [84, 464, 280, $((100 + i)), $((200 + 7 * i))], \"max_tokens\": $tokens}"
+    echo "{\"id\": \"req$i\", \"prompt_token_ids\": [84, 464, 280, $((100 + i)), $((200 + 7 * i))], \"max_tokens\": $((tokens + step * i))}"
   done > "$work/requests.jsonl"
+  rm -f "$work/out_ref.jsonl" "$work/out_ref.jsonl.manifest.json"
   run_args=(run --model "$work/model" --input "$work/requests.jsonl" --kv-cache-mb 64)
   "$MOERT_BIN" "${run_args[@]}" --threads 1 --output "$work/out_ref.jsonl" >"$work/ref.log" 2>&1 ||
     fail "the one-rank reference run failed"
@@ -151,7 +155,7 @@ mode_slurm() {
 
   # Requeue: a longer batch; once results appear the job is requeued (killed and queued again)
   # and must finish by resuming its own output.
-  make_inputs 24 48
+  make_inputs 24 4 6
   echo "[${SECONDS}s] sbatch, then scontrol requeue once results appear"
   local job_id
   job_id="$(MODEL="$work/model" INPUT="$work/requests.jsonl" OUTPUT="$work/out_requeue.jsonl" MOERT_BIN="$MOERT_BIN" \
@@ -180,7 +184,7 @@ mode_slurm() {
 # mode_loss kill|link: 3 nodes x 1 rank; node 3 goes mid-job; nodes 1-2 finish the job.
 mode_loss() {
   local how="$1"
-  make_inputs 24 48
+  make_inputs 24 4 6
   up --nodes 3 --link-mbit 1000
   timeout -k 5 120 bash "$cluster" mpirun -np 3 --map-by ppr:1:node "$MOERT_BIN" "${run_args[@]}" \
     --output "$work/out.jsonl" </dev/null >"$work/job.log" 2>&1 &
