@@ -34,6 +34,9 @@ net="${MOERT_CLUSTER_NET:-127.77.0}"
 bridge=moert-br0
 hosts_marker="# moert-cluster"
 slurm_dir="$dir/slurm"
+# slurmd's spool holds Unix sockets, whose paths may not exceed 108 bytes: a short folder of its
+# own (named after the state folder), not under a state folder that may lie deep in a build tree.
+spool_dir="${TMPDIR:-/tmp}/moert-slurmd-$(printf '%s' "$dir" | cksum | cut -d' ' -f1)"
 slurm_port="${MOERT_CLUSTER_SLURM_PORT:-6827}"
 head_name=moert-head   # the root namespace's name on the cluster network (slurmctld, mpirun)
 
@@ -141,6 +144,7 @@ network_up() {
   echo "$n" > "$dir/nodes"
   if ! ip link show "$bridge" >/dev/null 2>&1; then
     ip link add "$bridge" type bridge
+    ip link set "$bridge" alias "$dir"
     # IPv4 loopback-range addresses only: no IPv6 (link-local) addresses or traffic either.
     sysctl -qw "net.ipv4.conf.$bridge.route_localnet=1" "net.ipv6.conf.$bridge.disable_ipv6=1"
     ip addr add "$net.1/24" dev "$bridge"
@@ -221,7 +225,7 @@ write_slurm_conf() {
   local n="$1" k cpus="${MOERT_CLUSTER_SLURM_CPUS:-2}" gpus="${MOERT_CLUSTER_SLURM_GPUS:-4}"
   [[ "$gpus" =~ ^[1-9][0-9]?$ ]] || die "MOERT_CLUSTER_SLURM_GPUS=$gpus must be 1..99"
   mkdir -p "$slurm_dir/state"
-  for k in $(seq "$n"); do mkdir -p "$slurm_dir/spool/$(node_name "$k")" "$slurm_dir/tmp/$(node_name "$k")"; done
+  for k in $(seq "$n"); do mkdir -p "$spool_dir/$(node_name "$k")" "$slurm_dir/tmp/$(node_name "$k")"; done
   {
     cat <<EOF
 # moert cluster (written by scripts/cluster.sh; rewritten on up)
@@ -232,6 +236,8 @@ SlurmdPort=$((slurm_port + 1))
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+# a requeued job may start again 10 s after it ended, not the default 120 s
+AuthInfo=cred_expire=10
 CredType=cred/munge
 MpiDefault=pmix
 ProctrackType=proctrack/linuxproc
@@ -247,7 +253,7 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 StateSaveLocation=$slurm_dir/state
 # %n: each node's own spool, pid and log file
-SlurmdSpoolDir=$slurm_dir/spool/%n
+SlurmdSpoolDir=$spool_dir/%n
 SlurmdPidFile=$slurm_dir/slurmd.%n.pid
 SlurmdLogFile=$slurm_dir/slurmd.%n.log
 # the PMIx plugin's files per node (the nodes share this machine's /tmp)
@@ -347,11 +353,21 @@ slurm_down() {
   slurm_stop_daemons
   # munged.pid exists only when we started munged: one found running is left alone.
   stop_pid_files "$slurm_dir/munged.pid"
-  rm -rf "$slurm_dir"
+  rm -rf "$slurm_dir" "$spool_dir"
 }
 
 # --- commands ---------------------------------------------------------------------------------
 locked() { mkdir -p "$dir"; exec 9>"$dir/lock"; flock -w 120 9 || die "$dir/lock busy"; "$@"; }
+
+# The bridge carries the state folder of the cluster that made it (its alias): one cluster per
+# machine, and neither up nor down touches a cluster of another folder.
+check_owner() {
+  local owner
+  owner="$(cat "/sys/class/net/$bridge/ifalias" 2>/dev/null || true)"
+  if [ -n "$owner" ] && [ "$owner" != "$dir" ]; then
+    die "a cluster with state in $owner is up; take it down first (MOERT_CLUSTER_DIR=$owner bash $self down)"
+  fi
+}
 
 cmd_up() {
   local n="" mbit=0 slurm=0
@@ -366,6 +382,7 @@ cmd_up() {
   [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "up: --nodes N (1..200) is required"
   [[ "$mbit" =~ ^[0-9]+$ ]] || die "up: --link-mbit must be a whole number of Mbit/s (0: unshaped)"
   can_make_namespaces || exit 1
+  check_owner
   touch "$dir/.moert-cluster"   # marks the folder as ours, for down
   network_up "$n" "$mbit"
   if [ "$slurm" = 1 ]; then slurm_up "$n"; else slurm_down; fi
@@ -375,6 +392,7 @@ cmd_up() {
 }
 
 cmd_down() {
+  check_owner
   slurm_down
   network_down
   # The state folder goes if up made it (the marker); the lock file with it.
@@ -467,8 +485,8 @@ cmd_kill() {
 }
 
 case "${1:-}" in
-  up) shift; locked cmd_up "$@" ;;
-  down) shift; can_make_namespaces || exit 1; locked cmd_down ;;
+  up) shift; check_owner; locked cmd_up "$@" ;;
+  down) shift; can_make_namespaces || exit 1; check_owner; locked cmd_down ;;
   status) cmd_status ;;
   stats) cmd_stats ;;
   env) cmd_env ;;

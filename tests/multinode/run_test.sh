@@ -29,7 +29,8 @@ unavailable() {
 fail() { echo "FAIL: $*" >&2; show_logs; exit 1; }
 show_logs() {
   local f
-  for f in "$work"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -n 25 "$f" >&2; }; done
+  for f in "$work"/*.log "$MOERT_CLUSTER_DIR"/slurm/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -n 25 "$f" >&2; }; done
+  [ -f "$MOERT_CLUSTER_DIR/slurm/slurm.conf" ] && { echo "--- jobs" >&2; scontrol show job >&2 2>&1 || true; }
   return 0
 }
 command -v jq >/dev/null || { echo "FAIL: jq missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
@@ -81,7 +82,7 @@ same_as_reference() {
 link_bytes() { bash "$cluster" stats | sed 's/.*tx_bytes=\([0-9]*\).*/\1/' | awk '{s += $1} END {printf "%.0f", s}'; }
 
 mode_ep() {
-  make_inputs 8 8
+  make_inputs 8 16
   up --nodes 4 --link-mbit 1000
   local nodes ppn transport ranks tag before after sent
   for transport in tcp ucx; do
@@ -113,6 +114,18 @@ mode_ep() {
       done
     done
   done
+  # Control: the same job with both ranks on one node. Their exchange goes through shared memory,
+  # so the links must carry less than moert sent; otherwise the counters above prove nothing.
+  echo "[${SECONDS}s] control: 2 ranks on moert-node1"
+  before="$(link_bytes)"
+  timeout -k 5 120 bash "$cluster" mpirun -np 2 --host moert-node1:2 "$MOERT_BIN" "${run_args[@]}" \
+    --output "$work/out_one_node.jsonl" </dev/null >"$work/one_node.log" 2>&1 || fail "one-node control: mpirun failed"
+  after="$(link_bytes)"
+  same_as_reference "$work/out_one_node.jsonl" "2 ranks on one node"
+  sent="$(grep -o 'sent [0-9.]* MB dispatch + [0-9.]* MB combine' "$work/one_node.log" |
+          awk '{s += $2 + $5} END {printf "%.0f", s * 1e6}')"
+  echo "  links carried $((after - before)) bytes; moert sent $sent bytes to other ranks"
+  [ $((after - before)) -lt "$sent" ] || fail "one node: the links carried $((after - before)) bytes, not less than the $sent moert sent"
 }
 
 mode_agree() {
