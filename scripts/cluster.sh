@@ -34,9 +34,11 @@ net="${MOERT_CLUSTER_NET:-127.77.0}"
 bridge=moert-br0
 hosts_marker="# moert-cluster"
 slurm_dir="$dir/slurm"
-# slurmd's spool holds Unix sockets, whose paths may not exceed 108 bytes: a short folder of its
-# own (named after the state folder), not under a state folder that may lie deep in a build tree.
-spool_dir="${TMPDIR:-/tmp}/moert-slurmd-$(printf '%s' "$dir" | cksum | cut -d' ' -f1)"
+# slurmd's spool and Open MPI's session folders hold Unix sockets, whose paths may not exceed
+# 108 bytes: they go to a short folder named after the state folder (which may lie deep in a
+# build tree), removed by down with the rest.
+short_dir="${TMPDIR:-/tmp}/moert-cluster-$(printf '%s' "$dir" | cksum | cut -d' ' -f1)"
+spool_dir="$short_dir/spool"
 slurm_port="${MOERT_CLUSTER_SLURM_PORT:-6827}"
 head_name=moert-head   # the root namespace's name on the cluster network (slurmctld, mpirun)
 
@@ -190,6 +192,7 @@ network_down() {
   ip link del "$bridge" 2>/dev/null || true   # its routes go with it
   hosts_remove
   rm -f "$dir/nodes" "$dir/link_mbit" "$dir/hostfile" "$dir/rsh-agent"
+  rm -rf "$short_dir"
 }
 
 # kill_namespace NS: SIGKILL every process in NS until none is left (5 s at most).
@@ -357,7 +360,11 @@ slurm_down() {
 }
 
 # --- commands ---------------------------------------------------------------------------------
-locked() { mkdir -p "$dir"; exec 9>"$dir/lock"; flock -w 120 9 || die "$dir/lock busy"; "$@"; }
+made_dir=0
+locked() {
+  [ -d "$dir" ] || made_dir=1
+  mkdir -p "$dir"; exec 9>"$dir/lock"; flock -w 120 9 || die "$dir/lock busy"; "$@"
+}
 
 # The bridge carries the state folder of the cluster that made it (its alias): one cluster per
 # machine, and neither up nor down touches a cluster of another folder.
@@ -395,8 +402,8 @@ cmd_down() {
   check_owner
   slurm_down
   network_down
-  # The state folder goes if up made it (the marker); the lock file with it.
-  if [ -f "$dir/.moert-cluster" ]; then rm -rf "$dir"; fi
+  # The state folder goes if up made it (the marker) or this call did; the lock file with it.
+  if [ -f "$dir/.moert-cluster" ] || [ "$made_dir" = 1 ]; then rm -rf "$dir"; fi
   echo "cluster: down"
 }
 
@@ -443,6 +450,7 @@ cmd_mpirun() {
   [ -s "$dir/hostfile" ] || die "not up (bash scripts/cluster.sh up --nodes N)"
   local args=(--hostfile "$dir/hostfile" --mca plm_rsh_agent "$dir/rsh-agent"
               --mca oob_tcp_if_include "$subnet"
+              --mca orte_tmpdir_base "$short_dir/tmp"   # session folders, so down removes what killed daemons leave
               # mpirun's links to its daemons: an unplugged node is noticed after 2 s idle + 3 probes
               # 1 s apart (default 300 s + 9 x 20 s; without it mpirun waited forever for the node)
               --mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3
