@@ -365,7 +365,11 @@ Result<std::unique_ptr<PeerWatch>> start_peer_watch(Transport& transport, const 
     root.rank = 0;
     root.host = announcement.host;
     root.pid = static_cast<long>(announcement.pid);
-    root.fd = connect_to(announcement.host, announcement.port, &why);
+    // A rank on rank 0's own host connects over loopback: what its hostname resolves to is
+    // the network's business (a host's name may map to an external address), the watch's
+    // traffic never needs to leave the host.
+    const std::string address = root.host == this_host() ? std::string("127.0.0.1") : root.host;
+    root.fd = connect_to(address, announcement.port, &why);
     const Clock::time_point deadline = Clock::now() + std::chrono::seconds(static_cast<int>(kConnectTimeoutS));
     if (root.fd >= 0 && !send_all(root.fd, std::to_string(rank) + " " + std::to_string(getpid()) + " " + this_host() + "\n",
                                   deadline)) {
