@@ -10,6 +10,7 @@
 
 #include "launch/commands.h"
 #include "core/host_memory.h"
+#include "core/log.h"
 #include "core/thread_pool.h"
 #include "runtime/backend/backend_factory.h"
 #include "runtime/comm/mpi_transport.h"
@@ -206,9 +207,27 @@ int resolve_threads(const EngineOptions& v) {
     }
     return static_cast<int>(count);
   }
-  if (std::getenv("MOERT_NUM_THREADS") != nullptr) return default_num_threads();
   const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return threads_for_rank(affinity_cpu_count(), machine, comm::local_rank_count());
+  const int threads = std::getenv("MOERT_NUM_THREADS") != nullptr
+                          ? default_num_threads()
+                          : threads_for_rank(affinity_cpu_count(), machine, comm::local_rank_count());
+  log_rank_resources(threads);
+  return threads;
+}
+
+void log_rank_resources(int threads) {
+  if (!comm::launched_by_mpi()) return;
+  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const std::optional<int64_t> available = available_memory_bytes();
+  const int local_ranks = comm::local_rank_count();
+  char text[320];
+  std::snprintf(text, sizeof(text),
+                "rank %d on %s: local rank %d of %d on this node, %d thread(s), %d of %d CPUs in its affinity mask, "
+                "%.0f MiB available to each local rank",
+                process_identity().rank, process_identity().host.c_str(), comm::local_rank(), local_ranks, threads,
+                affinity_cpu_count(), machine,
+                available ? static_cast<double>(*available) / local_ranks / 1048576.0 : -1.0);
+  MOERT_INFO(text);
 }
 
 std::string describe_weight_modes(const EngineOptions& v, const backend::Backend& backend) {

@@ -45,6 +45,10 @@ void add_engine_options(boost::program_options::options_description& options, En
 engine::EngineConfig resolve_engine_config(const EngineOptions& values, const ModelConfig& config,
                                            DType auto_kv_cache_dtype = DType::kF32);
 int resolve_threads(const EngineOptions& values);
+// Under an MPI launcher, one info line per rank with what it derived from its node: local rank
+// and ranks per node (launcher environment), threads, CPUs in its affinity mask, memory per local
+// rank (what the KV pool check divides). resolve_threads calls it.
+void log_rank_resources(int threads);
 // The backend of `--device` (cpu or cuda) for this rank, never null: the CPU backend over
 // `pool` (which must outlive it) for cpu, the CUDA backend on GPU local_rank % devices for
 // cuda. Throws CommandError with one line naming the problem (no CUDA in this build, no GPU,

@@ -24,6 +24,7 @@ JobTransport make_job_transport() {
     }
     job.mpi = std::make_unique<comm::MpiSession>(nullptr, nullptr);
     job.transport = value_or_throw(comm::make_mpi_transport());
+    job.watch = value_or_throw(comm::start_peer_watch(*job.transport, value_or_throw(comm::peer_watch_options_from_env())));
   } else {
     job.transport = comm::make_self_transport();
   }

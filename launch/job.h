@@ -13,6 +13,7 @@
 #include "experts/placement/placement.h"
 #include "launch/spec_options.h"
 #include "runtime/comm/mpi_transport.h"
+#include "runtime/comm/peer_watch.h"
 #include "launch/serving/output_file.h"
 #include "runtime/model/weights.h"
 #include "runtime/comm/transport.h"
@@ -21,12 +22,16 @@
 
 namespace moert::launch {
 
-// The MPI session (when launched by mpirun / srun) and the job's transport.
+// The MPI session (when launched by mpirun / srun), the job's transport and the watch on its
+// ranks (runtime/comm/peer_watch.h; null with one rank or MOERT_PEER_TIMEOUT_S=0). Members are
+// destroyed in reverse order: the watch says goodbye before the transport goes.
 struct JobTransport {
   std::unique_ptr<comm::MpiSession> mpi;
   std::unique_ptr<comm::Transport> transport;
+  std::unique_ptr<comm::PeerWatch> watch;
 };
-// Throws CommandError when started by an MPI launcher in a build without MPI.
+// Throws CommandError when started by an MPI launcher in a build without MPI, or when
+// MOERT_PEER_TIMEOUT_S is not a number of seconds.
 JobTransport make_job_transport();
 
 // Collective: returns when every rank's set-up succeeded. A failing rank throws its own

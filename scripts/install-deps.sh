@@ -8,6 +8,7 @@ packages=(
   libboost-program-options-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   libpcre2-dev libutf8proc-dev
   slurm-wlm munge jq gnuplot-nox clang-14 libclang-rt-14-dev
+  iproute2 util-linux   # scripts/cluster.sh: ip, tc (iproute2); nsenter, unshare, taskset, flock
 )
 
 missing=()

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# One node with two threads against two nodes with one thread each (expert parallelism over a
+# shaped link of scripts/cluster.sh), on the large preset: decode at batch 1, 16 and 64 and a
+# prefill, at each link rate. Root only (it builds the namespaced cluster and takes it down).
+#   bash bench/multinode.sh [link rates in Mbit/s, default "100 1000 10000"]
+# Knobs (environment):
+#   MOERT_BENCH_PRESET   make-model preset (default large)
+#   MOERT_BENCH_DECODE   output tokens per decode request (default 32; prompts are 16 tokens)
+#   MOERT_BENCH_PREFILL  prefill: "requests x prompt tokens", one output token each (default 4x512)
+# Prints one CSV row per run to stdout (and $MOERT_BUILD_DIR/bench-multinode/results.csv):
+#   setup,link_mbit,workload,tok_s,exchange_pct,link_bytes_per_token
+# tok_s: output tokens/s for decode, prompt tokens/s for prefill (moert's job summary);
+# exchange_pct: the all-to-all's share of the ranks' step time; link_bytes_per_token: bytes both
+# links carried during the run (tx of every node) per token counted in tok_s.
+set -euo pipefail
+source "$(dirname "$0")/../scripts/env.sh"
+rates="${1:-100 1000 10000}"
+preset="${MOERT_BENCH_PRESET:-large}"
+decode_len="${MOERT_BENCH_DECODE:-32}"
+prefill="${MOERT_BENCH_PREFILL:-4x512}"
+moert="$MOERT_BUILD_DIR/launch/moert"
+cluster="$MOERT_ROOT/scripts/cluster.sh"
+work="$MOERT_BUILD_DIR/bench-multinode"
+export MOERT_CLUSTER_DIR="$work/cluster"
+mkdir -p "$work"
+trap 'bash "$cluster" down >/dev/null 2>&1 || true' EXIT
+[ -f "$work/$preset/config.json" ] ||
+  "$moert" make-model --arch qwen3_moe --preset "$preset" --seed 1 --out "$work/$preset" > /dev/null
+
+# requests FILE COUNT PROMPT_LEN OUTPUT_LEN: deterministic prompts.
+requests() {
+  : > "$1"
+  local i j prompt
+  for i in $(seq 0 $(($2 - 1))); do
+    prompt=$(for j in $(seq 0 $(($3 - 1))); do printf '%d,' $(((i * 257 + j * 31 + 7) % 4096)); done)
+    echo "{\"id\": \"s$i\", \"prompt_token_ids\": [${prompt%,}], \"max_tokens\": $4}" >> "$1"
+  done
+}
+workloads=(decode1 decode16 decode64 prefill)
+requests "$work/decode1.jsonl" 1 16 "$decode_len"
+requests "$work/decode16.jsonl" 16 16 "$decode_len"
+requests "$work/decode64.jsonl" 64 16 "$decode_len"
+requests "$work/prefill.jsonl" "${prefill%x*}" "${prefill#*x}" 1
+
+link_bytes() {
+  if [ -s "$MOERT_CLUSTER_DIR/nodes" ]; then
+    bash "$cluster" stats | sed 's/.*tx_bytes=\([0-9]*\).*/\1/' | awk '{s += $1} END {printf "%.0f", s}'
+  else
+    echo 0
+  fi
+}
+
+# run SETUP LINK WORKLOAD THREADS LAUNCH...: one job, one CSV row.
+run() {
+  local setup="$1" link="$2" workload="$3" threads="$4"; shift 4
+  local before after tok_s tokens pct
+  rm -f "$work/out.jsonl" "$work/out.jsonl.manifest.json"
+  before="$(link_bytes)"
+  "$@" "$moert" run --model "$work/$preset" --input "$work/$workload.jsonl" --output "$work/out.jsonl" \
+    --threads "$threads" --max-seqs 64 --progress-interval 0 2> "$work/log" ||
+    { tail -n 20 "$work/log" >&2; echo "bench: $setup $workload failed" >&2; exit 1; }
+  after="$(link_bytes)"
+  if [ "$workload" = prefill ]; then
+    read -r tok_s tokens < <(sed -n 's/^summary: .* input \([0-9.]*\) tok\/s (\([0-9]*\) tokens).*/\1 \2/p' "$work/log")
+  else
+    read -r tok_s tokens < <(sed -n 's/^job: .* output \([0-9.]*\) tok\/s (\([0-9]*\) tokens).*/\1 \2/p' "$work/log")
+  fi
+  pct="$(sed -n 's/^job: .*all-to-all \([0-9.]*\)% of step time.*/\1/p' "$work/log")"
+  echo "$setup,$link,$workload,$tok_s,$pct,$(awk -v b=$((after - before)) -v t="$tokens" 'BEGIN {printf "%.0f", b / t}')" |
+    tee -a "$work/results.csv"
+}
+
+echo "setup,link_mbit,workload,tok_s,exchange_pct,link_bytes_per_token" | tee "$work/results.csv"
+bash "$cluster" down >/dev/null
+for w in "${workloads[@]}"; do run 1node_x2threads - "$w" 2 env; done
+for rate in $rates; do
+  bash "$cluster" up --nodes 2 --link-mbit "$rate" >/dev/null
+  for w in "${workloads[@]}"; do
+    run 2nodes_x1thread "$rate" "$w" 1 bash "$cluster" mpirun -np 2 --map-by ppr:1:node
+  done
+done
