@@ -10,16 +10,16 @@
 
 namespace moert::serving {
 
-std::string format_progress(const ProgressSnapshot& p) {
+std::string format_progress(const parallel::JobProgress& p, int64_t total_requests) {
   char text[320];
   const double elapsed = std::max(p.elapsed_s, 1e-9);
   int used = std::snprintf(text, sizeof(text), "%lld", static_cast<long long>(p.finished_requests));
-  if (p.total_requests > 0) used += std::snprintf(text + used, sizeof(text) - used, "/%lld", static_cast<long long>(p.total_requests));
+  if (total_requests > 0) used += std::snprintf(text + used, sizeof(text) - used, "/%lld", static_cast<long long>(total_requests));
   used += std::snprintf(text + used, sizeof(text) - used, " requests, %.1f output tok/s",
                         static_cast<double>(p.output_tokens) / elapsed);
-  if (p.total_requests > 0) {
+  if (total_requests > 0) {
     if (p.finished_requests > 0) {
-      const double left = static_cast<double>(std::max<int64_t>(0, p.total_requests - p.finished_requests));
+      const double left = static_cast<double>(std::max<int64_t>(0, total_requests - p.finished_requests));
       const auto eta = static_cast<long long>(std::llround(left * elapsed / static_cast<double>(p.finished_requests)));
       used += std::snprintf(text + used, sizeof(text) - used, ", ETA %lld:%02lld:%02lld", eta / 3600, eta / 60 % 60, eta % 60);
     } else {
@@ -38,26 +38,13 @@ std::string format_progress(const ProgressSnapshot& p) {
   return text;
 }
 
-std::string format_progress_bar(const ProgressSnapshot& p) {
+std::string format_progress_bar(const parallel::JobProgress& p, int64_t total_requests) {
   constexpr int kCells = 20;
-  const int filled = p.total_requests > 0
-                         ? static_cast<int>(std::min<int64_t>(kCells, p.finished_requests * kCells / p.total_requests))
+  const int filled = total_requests > 0
+                         ? static_cast<int>(std::min<int64_t>(kCells, p.finished_requests * kCells / total_requests))
                          : 0;
   return "[" + std::string(static_cast<size_t>(filled), '#') + std::string(static_cast<size_t>(kCells - filled), '-') +
-         "] " + format_progress(p);
-}
-
-ProgressSnapshot progress_snapshot(const parallel::JobProgress& progress, int64_t total_requests) {
-  ProgressSnapshot s;
-  s.finished_requests = progress.finished_requests;
-  s.total_requests = total_requests;
-  s.elapsed_s = progress.elapsed_s;
-  s.output_tokens = progress.output_tokens;
-  s.kv_used_blocks = progress.kv_used_blocks;
-  s.kv_total_blocks = progress.kv_total_blocks;
-  s.spec_drafts = progress.spec_drafts;
-  s.spec_accepted = progress.spec_accepted;
-  return s;
+         "] " + format_progress(p, total_requests);
 }
 
 ProgressReporter::ProgressReporter(double interval_s, int64_t total_requests, bool bar_on_terminal)
@@ -68,12 +55,12 @@ void ProgressReporter::operator()(const parallel::JobProgress& progress) {
   // A terminal gets the bar redrawn at most 10 times a second; logs get a line per interval.
   const double interval = terminal_ ? 0.1 : interval_s_;
   if (progress.elapsed_s - last_report_s_ < interval && !progress.finished) return;
-  const ProgressSnapshot snapshot = progress_snapshot(progress, total_requests_);
   if (terminal_) {
-    std::fprintf(stderr, "\r%s\033[K%s", format_progress_bar(snapshot).c_str(), progress.finished ? "\n" : "");
+    std::fprintf(stderr, "\r%s\033[K%s", format_progress_bar(progress, total_requests_).c_str(),
+                 progress.finished ? "\n" : "");
     std::fflush(stderr);
   } else if (!progress.finished) {
-    MOERT_INFO("progress: " << format_progress(snapshot) << ", step " << progress.steps << ", MaxVio "
+    MOERT_INFO("progress: " << format_progress(progress, total_requests_) << ", step " << progress.steps << ", MaxVio "
                             << progress.step_expert_max_violation);
   }
   last_report_s_ = progress.elapsed_s;

@@ -12,24 +12,12 @@
 
 namespace moert::serving {
 
-struct ProgressSnapshot {
-  int64_t finished_requests = 0;
-  int64_t total_requests = 0;    // 0: unknown (no ETA, no bar)
-  double elapsed_s = 0.0;
-  int64_t output_tokens = 0;
-  int64_t kv_used_blocks = 0;    // over all ranks, after the last step
-  int64_t kv_total_blocks = 0;   // usable blocks over all ranks
-  int64_t spec_drafts = 0;       // draft tokens verified so far (0: not speculating)
-  int64_t spec_accepted = 0;
-};
-
 // "12/64 requests, 345.2 output tok/s, ETA 0:01:23, KV 12.5% (40/320 blocks), acceptance 0.731".
 // The ETA extrapolates the request completion rate; it is "?" before the first finish.
-std::string format_progress(const ProgressSnapshot& p);
+// `total_requests`: the job's requests, 0 when unknown (no ETA, no bar).
+std::string format_progress(const parallel::JobProgress& p, int64_t total_requests);
 // The terminal form: "[#####---------------] " (20 cells, by finished / total) + format_progress.
-std::string format_progress_bar(const ProgressSnapshot& p);
-// The snapshot of the coordinator's progress record for a job of `total_requests` (0: unknown).
-ProgressSnapshot progress_snapshot(const parallel::JobProgress& progress, int64_t total_requests);
+std::string format_progress_bar(const parallel::JobProgress& p, int64_t total_requests);
 
 // Draws the coordinator's progress (parallel::CoordinatorEvents::on_progress) on stderr:
 // on a terminal (and when `bar_on_terminal`) the bar redrawn in place at most 10 times a
