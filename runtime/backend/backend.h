@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -70,6 +71,21 @@ class Backend {
     std::string bf16_activations;
   };
   virtual KernelPaths kernel_paths() const { return {}; }
+
+  // What this backend computes where, so that callers choose a path up front (in the manner of
+  // ggml's supports_op) instead of an op falling back silently: route_on and
+  // routed_experts_on (below) take the backend's path within these bounds and the host's
+  // beyond them, naming the fallback once in the log.
+  struct Capabilities {
+    // route() takes router configs of at most this many experts and groups.
+    int max_router_experts = std::numeric_limits<int>::max();
+    int max_router_groups = std::numeric_limits<int>::max();
+    // routed_experts() plans its layout on the device for at most this many tokens and T x K
+    // entries (0: it has no device planning; the default routed_experts plans on the host).
+    int64_t max_device_layout_tokens = 0;
+    int64_t max_device_layout_entries = 0;
+  };
+  virtual Capabilities capabilities() const { return {}; }
 
   // Lays `weights` (views into `checkpoint`'s mappings, in the checkpoint's layout) out for
   // this backend's kernels, in the manner of ggml's buffer types: the CPU repacks FP4 codes
@@ -152,16 +168,30 @@ class Backend {
   // experts::layout_from_routing, grouped_expert_ffn and combine_rows compute together, with
   // the same bits. expert_ids, weights: [T, K] on this device (a device may plan the layout
   // there, so the ids never reach the host); h, out: [T, D]; ids in [0, num_experts)
-  // (checked where the layout is planned on the host). The default plans on the host.
+  // (checked where the layout is planned on the host). The default plans on the host; a
+  // backend with device planning takes at most capabilities().max_device_layout_tokens tokens
+  // (callers: routed_experts_on).
   virtual void routed_experts(const float* h, int64_t num_tokens, int hidden_size, const int32_t* expert_ids,
                               const float* weights, int top_k, int num_experts,
-                              const std::function<ExpertWeights(int expert)>& expert_weights, float* out);
+                              const std::function<ExpertWeights(int expert)>& expert_weights, float* out) {
+    routed_experts_planned_on_host(h, num_tokens, hidden_size, expert_ids, weights, top_k, num_experts,
+                                   expert_weights, out);
+  }
+  // routed_experts() with the layout planned on the host: the routing comes back first.
+  void routed_experts_planned_on_host(const float* h, int64_t num_tokens, int hidden_size, const int32_t* expert_ids,
+                                      const float* weights, int top_k, int num_experts,
+                                      const std::function<ExpertWeights(int expert)>& expert_weights, float* out);
   // counts[e] += the number of entries of expert_ids [N] equal to e, for e < num_experts
   // (load statistics kept where the routing is; both arrays on this device).
   virtual void count_experts(const int32_t* expert_ids, int64_t num_entries, int num_experts, int64_t* counts) = 0;
-  // Router top-k: logits [T, E] -> expert_ids, weights [T, K] (experts/router.h rules).
+  // Router top-k: logits [T, E] -> expert_ids, weights [T, K] (experts/router.h rules), for a
+  // config within capabilities() (callers: route_on).
   virtual void route(const experts::RouterConfig& config, const float* logits, int64_t num_tokens,
                      const float* selection_bias, int32_t* expert_ids, float* weights) = 0;
+  // route() on the host (experts/router.h): the logits and bias come back, the ids and weights
+  // go to this device. Any config.
+  void route_on_host(const experts::RouterConfig& config, const float* logits, int64_t num_tokens,
+                     const float* selection_bias, int32_t* expert_ids, float* weights);
   // Combine of routed experts: out[t] = sum over j of rows[src_rows[t * K + j]], j ascending,
   // from +0.0f (experts/grouped/dispatch_layout.h). rows: [N, D]; src_rows: [T, K]; out: [T, D].
   virtual void combine_rows(std::span<const int64_t> src_rows, int top_k, std::span<const float> rows,
@@ -237,5 +267,17 @@ class Backend {
     (void)max_positions;
   }
 };
+
+// The routing of `num_tokens` tokens: backend.route() when its capabilities take `config`,
+// else backend.route_on_host() (the first such call of the process says so in the log). Same
+// rules, same ids; weights within float rounding of each other.
+void route_on(Backend& backend, const experts::RouterConfig& config, const float* logits, int64_t num_tokens,
+              const float* selection_bias, int32_t* expert_ids, float* weights);
+// The routed experts of one MoE layer: backend.routed_experts() when the backend plans on its
+// device and its capabilities take the batch, else planned on the host (the first fallback of
+// the process says so in the log). The same bits either way.
+void routed_experts_on(Backend& backend, const float* h, int64_t num_tokens, int hidden_size,
+                       const int32_t* expert_ids, const float* weights, int top_k, int num_experts,
+                       const std::function<Backend::ExpertWeights(int expert)>& expert_weights, float* out);
 
 }  // namespace moert::backend

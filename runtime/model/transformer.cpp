@@ -254,13 +254,13 @@ std::function<backend::Backend::ExpertWeights(int)> routed_expert_weights(const 
 }
 
 // Grouped by expert, then each token's contributions summed in ascending expert id
-// (Backend::routed_experts; the ids may be device memory).
+// (backend::routed_experts_on; the ids may be device memory).
 void LocalRoutedExperts::run(backend::Backend& backend, int /*layer*/, const MoeWeights& moe, const float* h, int64_t num_tokens,
                              const int32_t* expert_ids, const float* gate_weights, float* out,
                              const std::function<void()>& overlapped) {
   overlapped();  // nothing is in flight here
-  backend.routed_experts(h, num_tokens, config_.hidden_size, expert_ids, gate_weights, config_.top_k(),
-                         config_.num_experts(), routed_expert_weights(moe), out);
+  backend::routed_experts_on(backend, h, num_tokens, config_.hidden_size, expert_ids, gate_weights, config_.top_k(),
+                             config_.num_experts(), routed_expert_weights(moe), out);
 }
 
 // out[t] = sum over t's selected experts in ascending expert id of w * expert(h[t]),
@@ -302,7 +302,7 @@ void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, const float* 
     }
     bias = combined_bias.data();
   }
-  backend_.route(c.router, router_logits.data<float>(), num_tokens, bias, expert_ids, gate_weights);
+  backend::route_on(backend_, c.router, router_logits.data<float>(), num_tokens, bias, expert_ids, gate_weights);
 
   // The shared expert (and its gate) runs while the routed experts' dispatch is in flight.
   Buffer shared, gate_logits;

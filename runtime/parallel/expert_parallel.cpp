@@ -362,8 +362,8 @@ void ExpertParallelExperts::run_on_device(backend::Backend& backend, int layer, 
   }
   backend.count_experts(expert_ids, num_tokens * top_k, num_experts,
                         device_loads_.data<int64_t>() + static_cast<int64_t>(layer) * num_experts);
-  backend.routed_experts(h, num_tokens, static_cast<int>(config_.hidden_size), expert_ids, weights, top_k, num_experts,
-                         routed_expert_weights(moe), out);
+  backend::routed_experts_on(backend, h, num_tokens, static_cast<int>(config_.hidden_size), expert_ids, weights, top_k,
+                             num_experts, routed_expert_weights(moe), out);
 }
 
 }  // namespace moert::parallel

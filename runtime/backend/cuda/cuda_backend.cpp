@@ -370,50 +370,50 @@ class CudaBackend : public backend::Backend {
     s.finish(MOERT_CUDA_NS::grouped_expert_ffn(args, max_entries, stream()), "grouped_expert_ffn");
   }
 
-  // On the device (experts/cuda/router.h) within its size limits, else on the host with the
-  // same rules (experts/router.h). The ids feed the host-built dispatch layout either way.
+  // The router of experts/cuda/router.h and the device planning of routed_experts: their
+  // bounds, so that callers pick the host's path beyond them (backend::route_on,
+  // backend::routed_experts_on).
+  Capabilities capabilities() const override {
+    return {kMaxRouterExperts, kMaxRouterGroups, kDeviceLayoutMaxTokens, kMaxDeviceLayoutEntries};
+  }
+
+  // On the device (experts/cuda/router.h), within capabilities().
   void route(const experts::RouterConfig& config, const float* logits, int64_t num_tokens,
              const float* selection_bias, int32_t* expert_ids, float* weights) override {
     if (num_tokens == 0) return;
     const Status valid = experts::validate_router_config(config);
     MOERT_CHECK(valid.is_ok(), "route with an invalid RouterConfig: " << valid.message());
+    MOERT_CHECK(config.num_experts <= kMaxRouterExperts && config.n_group <= kMaxRouterGroups,
+                "route of " << config.num_experts << " experts in " << config.n_group
+                            << " groups: beyond this backend's capabilities (backend::route_on routes on the host)");
     const int64_t count = num_tokens * config.top_k;
-    if (config.num_experts <= kMaxRouterExperts && config.n_group <= kMaxRouterGroups) {
-      const DeviceRouterConfig device_config{config.num_experts,      config.top_k,
-                                             config.score_func == experts::ScoreFunc::kSigmoid,
-                                             config.norm_topk_prob,   config.routed_scaling_factor,
-                                             config.n_group,          config.topk_group};
-      Staging s(weights_);
-      s.finish(MOERT_CUDA_NS::route_tokens(device_config, s.in(logits, num_tokens * config.num_experts), num_tokens,
-                                           s.weight(selection_bias, config.num_experts), s.out(expert_ids, count),
-                                           s.out(weights, count), stream()),
-               "route");
-      return;
-    }
-    const std::vector<float> host_logits = host_floats(logits, num_tokens * config.num_experts);
-    const std::vector<float> host_bias =
-        selection_bias == nullptr ? std::vector<float>{} : host_floats(selection_bias, config.num_experts);
-    std::vector<int32_t> ids(static_cast<size_t>(count));
-    std::vector<float> gate_weights(static_cast<size_t>(count));
-    experts::route_tokens(config, host_logits.data(), num_tokens, host_bias.empty() ? nullptr : host_bias.data(),
-                          ids.data(), gate_weights.data());
-    copy_bytes(expert_ids, ids.data(), count * static_cast<int64_t>(sizeof(int32_t)));
-    copy_bytes(weights, gate_weights.data(), count * static_cast<int64_t>(sizeof(float)));
+    const DeviceRouterConfig device_config{config.num_experts,      config.top_k,
+                                           config.score_func == experts::ScoreFunc::kSigmoid,
+                                           config.norm_topk_prob,   config.routed_scaling_factor,
+                                           config.n_group,          config.topk_group};
+    Staging s(weights_);
+    s.finish(MOERT_CUDA_NS::route_tokens(device_config, s.in(logits, num_tokens * config.num_experts), num_tokens,
+                                         s.weight(selection_bias, config.num_experts), s.out(expert_ids, count),
+                                         s.out(weights, count), stream()),
+             "route");
   }
 
-  // Routing in device memory, at most kDeviceLayoutMaxTokens tokens: the layout is planned
-  // on the device (plan_routed_layout), so the MoE layer never waits for the host. Every
-  // group then has at most that many rows, so the grouped FFN runs the warp kernel, as the
-  // host-planned path does for the same groups: the same bits. Otherwise, on the host.
+  // Routing in device memory, within capabilities() (at most kDeviceLayoutMaxTokens tokens):
+  // the layout is planned on the device (plan_routed_layout), so the MoE layer never waits for
+  // the host. Every group then has at most that many rows, so the grouped FFN runs the warp
+  // kernel, as the host-planned path does for the same groups: the same bits. Routing in host
+  // memory (the ids are already there) is planned on the host.
   void routed_experts(const float* h, int64_t num_tokens, int hidden_size, const int32_t* expert_ids,
                       const float* weights, int top_k, int num_experts,
                       const std::function<ExpertWeights(int expert)>& expert_weights, float* out) override {
     const int64_t num_entries = num_tokens * top_k;
     if (num_tokens == 0) return;
-    if (num_tokens > kDeviceLayoutMaxTokens || num_entries > kMaxDeviceLayoutEntries ||
-        !is_device_pointer(expert_ids) || !is_device_pointer(weights)) {
-      Backend::routed_experts(h, num_tokens, hidden_size, expert_ids, weights, top_k, num_experts, expert_weights,
-                              out);
+    MOERT_CHECK(num_tokens <= kDeviceLayoutMaxTokens && num_entries <= kMaxDeviceLayoutEntries,
+                "routed_experts of " << num_tokens << " tokens x " << top_k << ": beyond this backend's device "
+                                     << "planning (backend::routed_experts_on plans on the host)");
+    if (!is_device_pointer(expert_ids) || !is_device_pointer(weights)) {
+      routed_experts_planned_on_host(h, num_tokens, hidden_size, expert_ids, weights, top_k, num_experts,
+                                     expert_weights, out);
       return;
     }
     Staging s(weights_);

@@ -571,14 +571,13 @@ TEST_P(Conformance, RoutedExpertsFromDeviceRoutingMatchFloat64AndTheHostPlan) {
         backend_->copy_bytes(device_ids.data<int32_t>(), ids.data(), entries * 4);
         backend_->copy(device_weights.data<float>(), weights.data(), entries);
         backend_->copy(device_x.data<float>(), x.data(), tokens * dim);
-        backend_->routed_experts(device_x.data<float>(), tokens, static_cast<int>(dim), device_ids.data<int32_t>(),
-                                 device_weights.data<float>(), top_k, num_experts, expert_weights,
-                                 device_out.data<float>());
+        routed_experts_on(*backend_, device_x.data<float>(), tokens, static_cast<int>(dim), device_ids.data<int32_t>(),
+                          device_weights.data<float>(), top_k, num_experts, expert_weights, device_out.data<float>());
         std::vector<float> out(static_cast<size_t>(tokens * dim));
         backend_->to_host(device_out.data<float>(), tokens * dim, out.data());
         std::vector<float> host_planned(out.size());
-        backend_->routed_experts(device_x.data<float>(), tokens, static_cast<int>(dim), ids.data(), weights.data(),
-                                 top_k, num_experts, expert_weights, device_out.data<float>());
+        routed_experts_on(*backend_, device_x.data<float>(), tokens, static_cast<int>(dim), ids.data(), weights.data(),
+                          top_k, num_experts, expert_weights, device_out.data<float>());
         backend_->to_host(device_out.data<float>(), tokens * dim, host_planned.data());
         EXPECT_EQ(out, host_planned) << tokens << " tokens, registered " << registered;
         std::vector<double> want(out.size(), 0.0);
@@ -714,7 +713,7 @@ void check_fp4_activations(Backend& backend, const std::function<std::vector<flo
       backend.copy(device_weights.data<float>(), weights.data(), tokens * top_k);
       backend.copy(device_x.data<float>(), x.data(), tokens * dim);
       for (const bool routing_on_device : {true, false}) {
-        backend.routed_experts(device_x.data<float>(), tokens, static_cast<int>(dim),
+        routed_experts_on(backend, device_x.data<float>(), tokens, static_cast<int>(dim),
                                  routing_on_device ? device_ids.data<int32_t>() : ids.data(),
                                  routing_on_device ? device_weights.data<float>() : weights.data(), top_k, num_experts,
                                  expert_weights, device_out.data<float>());
@@ -913,6 +912,41 @@ TEST_P(Conformance, RouteMatchesTheFloat64ReferenceForEveryRule) {
     EXPECT_EQ(ids, expected.ids) << c.experts << " experts";
     EXPECT_LT(relative_l2_error(weights.data(), expected.weights.data(), static_cast<int64_t>(count)), 1e-6);
   }
+}
+
+// A router beyond a backend's capabilities (600 experts, 80 groups: past the CUDA router's 512
+// and 64) still routes through route_on, on the host where the backend cannot: the reference's
+// ids, weights within float rounding; within them route_on and route() agree exactly.
+TEST_P(Conformance, RouteOnTakesRoutersBeyondTheBackendsCapabilities) {
+  experts::RouterConfig config;
+  config.num_experts = 640;
+  config.top_k = 8;
+  config.score_func = experts::ScoreFunc::kSigmoid;
+  config.n_group = 80;
+  config.topk_group = 4;
+  config.norm_topk_prob = true;
+  config.routed_scaling_factor = 2.5f;
+  ASSERT_TRUE(experts::validate_router_config(config).is_ok());
+  const int64_t tokens = 7;
+  const std::vector<float> logits = random_floats(tokens * config.num_experts, 2.0f);
+  const std::vector<float> bias = random_floats(config.num_experts, 0.1f);
+  const auto count = static_cast<size_t>(tokens * config.top_k);
+  std::vector<int32_t> ids(count, -1);
+  std::vector<float> weights(count);
+  route_on(*backend_, config, logits.data(), tokens, bias.data(), ids.data(), weights.data());
+  const testing::ReferenceRoute expected = testing::reference_route(config, logits, bias.data());
+  EXPECT_EQ(ids, expected.ids);
+  EXPECT_LT(relative_l2_error(weights.data(), expected.weights.data(), static_cast<int64_t>(count)), 1e-6);
+  const Backend::Capabilities caps = backend_->capabilities();
+  config.num_experts = std::min(caps.max_router_experts, 64);
+  config.n_group = 8;
+  const std::vector<float> small = random_floats(tokens * config.num_experts, 2.0f);
+  std::vector<int32_t> direct_ids(count), on_ids(count);
+  std::vector<float> direct_weights(count), on_weights(count);
+  backend_->route(config, small.data(), tokens, nullptr, direct_ids.data(), direct_weights.data());
+  route_on(*backend_, config, small.data(), tokens, nullptr, on_ids.data(), on_weights.data());
+  EXPECT_EQ(direct_ids, on_ids);
+  EXPECT_EQ(direct_weights, on_weights);
 }
 
 // Backend draws against the float64 reference sampler (tests/support/reference_routing.h) on
