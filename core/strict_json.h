@@ -21,9 +21,9 @@ inline constexpr int kMaxJsonDepth = 64;
 Result<nlohmann::json> parse_strict_json(std::string_view text, const std::string& subject,
                                          int max_depth = kMaxJsonDepth);
 
-// Reads and parses a whole file; not_found / io_error / invalid_argument, each naming the path.
-// Files larger than max_bytes are refused (a JSON file is never gigabytes).
-Result<nlohmann::json> read_strict_json_file(const std::string& path, int64_t max_bytes = int64_t{1} << 30);
+// Reads (read_regular_file: links followed, regular files only, at most max_bytes) and parses
+// a whole file; not_found / io_error / invalid_argument, each naming the path.
+Result<nlohmann::json> read_strict_json_file(const std::string& path, int64_t max_bytes);
 
 // value as an int when it is an integer inside [min, max]; else invalid_argument naming
 // `what` and the value (2^32 + 4 is not 4).

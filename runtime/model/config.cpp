@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/regular_file.h"
 #include "core/strict_json.h"
 
 namespace moert {
@@ -134,7 +135,7 @@ attention::RotaryEmbedding model_rotary_embedding(const ModelConfig& c) {
 
 Result<ModelConfig> load_model_config(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  Result<json> read = read_strict_json_file(path);
+  Result<json> read = read_strict_json_file(path, kMaxConfigJsonBytes);
   if (!read.is_ok()) return read.status();
   const json& j = *read;
   Result<ModelConfig> config = parse_model_config(j);
