@@ -60,6 +60,12 @@ Result<int64_t> json_integer_in_range(const json& value, const std::string& what
   } else if (value.is_number_integer()) {
     const int64_t v = value.get<int64_t>();
     if (v >= min && v <= max) return v;
+  } else if (value.is_number_float() && std::isfinite(value.get<double>()) &&
+             value.get<double>() == std::floor(value.get<double>()) && std::fabs(value.get<double>()) >= 0x1p63) {
+    // An integer past 64 bits, which the parser could keep only as a double: its spelling is
+    // gone, so it is named as out of range rather than by a rounded value.
+    return invalid_argument(what + " is an integer out of range (outside [" + std::to_string(min) + ", " +
+                            std::to_string(max) + "])");
   } else {
     return invalid_argument(what + " = " + value.dump() + " must be an integer");
   }

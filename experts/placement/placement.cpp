@@ -3,6 +3,7 @@
 #include "core/regular_file.h"
 #include "core/strict_json.h"
 
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -146,7 +147,10 @@ std::string json_value_text(const nlohmann::json& v) {
 
 // An integer JSON value that fits int32, or kCorrupt naming where and what it is.
 Result<int32_t> json_int(const nlohmann::json& v, const std::string& where) {
-  if (!v.is_number()) return corrupt(where + " = " + json_value_text(v) + " must be an integer");
+  // Not an integer: corrupt; an integer past 64 bits (parsed as a double) is named below.
+  if (!v.is_number_integer() && !(v.is_number_float() && std::fabs(v.get<double>()) >= 0x1p63)) {
+    return corrupt(where + " = " + json_value_text(v) + " must be an integer");
+  }
   MOERT_ASSIGN_OR_RETURN(const int64_t x, json_integer_in_range(v, where, std::numeric_limits<int32_t>::min(),
                                                                  std::numeric_limits<int32_t>::max()));
   return static_cast<int32_t>(x);

@@ -17,14 +17,17 @@ namespace {
 
 using nlohmann::json;
 
-// An optional int that, when present, must be one of [first, first+1, ...]; the EOS id may
-// also be a list in generation configs: take the first entry.
-int first_token_id(const json& j, const char* key) {
+// An optional token id (-1 when absent or null); the EOS id may also be a list: its first
+// entry. An id that is not an integer in [0, 2^31) is an error naming the value as written.
+Result<int> first_token_id(const json& j, const char* key) {
   if (!j.contains(key) || j.at(key).is_null()) return -1;
   const json& value = j.at(key);
-  if (value.is_number_integer()) return value.get<int>();
-  if (value.is_array() && !value.empty() && value.front().is_number_integer()) return value.front().get<int>();
-  return -1;
+  if (value.is_array() && value.empty()) return -1;
+  const json& id = value.is_array() ? value.front() : value;
+  MOERT_ASSIGN_OR_RETURN(const int64_t v, json_integer_in_range(id, std::string("config.json '") + key + "'" +
+                                                                           (value.is_array() ? "[0]" : ""),
+                                                                 0, INT32_MAX));
+  return static_cast<int>(v);
 }
 
 // The rope_scaling keys that belong to a scaling type: given to a type that does not read them
@@ -169,8 +172,8 @@ Result<ModelConfig> parse_model_config(const json& j) {
   ConfigReader reader(j);
   MOERT_RETURN_IF_ERROR(parse_common(reader, &c));
   MOERT_RETURN_IF_ERROR(c.arch->parse(reader, &c));
-  c.bos_token_id = first_token_id(j, "bos_token_id");
-  c.eos_token_id = first_token_id(j, "eos_token_id");
+  MOERT_ASSIGN_OR_RETURN(c.bos_token_id, first_token_id(j, "bos_token_id"));
+  MOERT_ASSIGN_OR_RETURN(c.eos_token_id, first_token_id(j, "eos_token_id"));
 
   MOERT_RETURN_IF_ERROR(experts::validate_router_config(c.router).with_context("config.json router"));
   MOERT_RETURN_IF_ERROR(check_positive("moe_intermediate_size", c.moe_intermediate_size));

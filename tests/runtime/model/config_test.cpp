@@ -117,6 +117,29 @@ TEST(ModelConfig, RopeScalingFieldsNeedTheirCompanions) {
   EXPECT_EQ(c.rope_theta, 5e5);
 }
 
+// Integers are the user's numbers in every message: 2^64 - 1 is not -1, 2^32 + 5 is not 5.
+TEST(ModelConfig, IntegersAreReportedAsWritten) {
+  struct Case {
+    const char* key;
+    const char* value;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"eos_token_id", "18446744073709551615", "'eos_token_id' = 18446744073709551615 is outside [0, 2147483647]"},
+      {"bos_token_id", "4294967301", "'bos_token_id' = 4294967301 is outside [0, 2147483647]"},
+      {"eos_token_id", "[4294967301, 2]", "'eos_token_id'[0] = 4294967301 is outside"},
+      {"mlp_only_layers", "[18446744073709551615]", "'mlp_only_layers' entry = 18446744073709551615 is outside"},
+      {"num_experts", "100000000000000000000000", "'num_experts' is an integer out of range"},
+  };
+  for (const Case& test : cases) {
+    json j = qwen3_json();
+    j[test.key] = json::parse(test.value);
+    Result<ModelConfig> c = parse_model_config(j);
+    ASSERT_FALSE(c.is_ok()) << test.key << " = " << test.value;
+    EXPECT_NE(c.status().message().find(test.expected), std::string::npos) << c.status().message();
+  }
+}
+
 TEST(ModelConfig, SharedReferenceConfigsParse) {
   if (testing::reference_model_names().empty()) GTEST_SKIP() << "no shared reference models";
   for (const std::string& name : testing::reference_model_names()) {
