@@ -120,7 +120,10 @@ Result<Request> parse_request(const json& j) {
   }
   if (!j.contains("prompt_token_ids")) return invalid_argument(who + " lacks 'prompt_token_ids'");
   MOERT_RETURN_IF_ERROR(sampling::validate_sampling_params(request.params).with_context(who));
-  request.default_seed = fnv1a_64(request.id);
+  // A string id's text, or another id's JSON form hashed from another basis: 7 and "7" are two
+  // requests and draw differently (docs/requests.md); string ids keep the seeds they always had.
+  request.default_seed =
+      j["id"].is_string() ? fnv1a_64(request.id) : fnv1a_64(request.id_json, fnv1a_64("moert: a non-string id"));
   return request;
 }
 
