@@ -1,7 +1,12 @@
 #include "core/digest.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
-#include <fstream>
+#include <cstring>
+
+#include "core/regular_file.h"
 
 namespace moert {
 
@@ -29,12 +34,16 @@ uint64_t fnv1a_64(std::string_view bytes, uint64_t hash) {
 }
 
 Result<std::string> digest_of_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error("cannot read " + path);
+  MOERT_ASSIGN_OR_RETURN(const RegularFile file, RegularFile::open(path));
   Digest digest;
   char buffer[1 << 16];
-  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) digest.add(std::string_view(buffer, static_cast<size_t>(in.gcount())));
-  if (in.bad()) return io_error("cannot read " + path);
+  while (true) {
+    const ssize_t got = ::read(file.fd(), buffer, sizeof(buffer));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return io_error("cannot read " + path + ": " + std::strerror(errno));
+    if (got == 0) break;
+    digest.add(std::string_view(buffer, static_cast<size_t>(got)));
+  }
   return digest.hex();
 }
 

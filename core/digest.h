@@ -25,7 +25,8 @@ std::string digest_of(std::string_view bytes);
 // 64-bit FNV-1a of `bytes`, continuing from `hash` (default: the FNV offset basis). Request
 // seeds and prefix keys depend on its exact values.
 uint64_t fnv1a_64(std::string_view bytes, uint64_t hash = 0xcbf29ce484222325ull);
-// The digest of a file's bytes; io_error naming the path when it cannot be read.
+// The digest of a regular file's bytes (RegularFile::open: links followed, FIFOs and devices
+// refused); errors name the path.
 Result<std::string> digest_of_file(const std::string& path);
 
 }  // namespace moert

@@ -1,10 +1,8 @@
 #include "core/strict_json.h"
 
-#include <sys/stat.h>
+#include "core/regular_file.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
+#include <cmath>
 #include <set>
 #include <vector>
 
@@ -51,21 +49,7 @@ Result<json> parse_strict_json(std::string_view text, const std::string& subject
 }
 
 Result<json> read_strict_json_file(const std::string& path, int64_t max_bytes) {
-  struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) {
-    if (errno == ENOENT) return not_found("cannot open " + path + ": no such file");
-    return io_error("cannot open " + path + ": " + std::strerror(errno));
-  }
-  if (!S_ISREG(info.st_mode)) return invalid_argument(path + " is not a regular file");
-  if (info.st_size > max_bytes) {
-    return invalid_argument(path + " is " + std::to_string(info.st_size) + " bytes, more than the " +
-                            std::to_string(max_bytes) + " a JSON file may have");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error("cannot read " + path + ": " + std::strerror(errno));
-  std::string text(static_cast<size_t>(info.st_size), '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.gcount() != static_cast<std::streamsize>(text.size())) return io_error("cannot read " + path);
+  MOERT_ASSIGN_OR_RETURN(const std::string text, read_regular_file(path, max_bytes, "a JSON file"));
   return parse_strict_json(text, path);
 }
 
@@ -76,6 +60,12 @@ Result<int64_t> json_integer_in_range(const json& value, const std::string& what
   } else if (value.is_number_integer()) {
     const int64_t v = value.get<int64_t>();
     if (v >= min && v <= max) return v;
+  } else if (value.is_number_float() && std::isfinite(value.get<double>()) &&
+             value.get<double>() == std::floor(value.get<double>()) && std::fabs(value.get<double>()) >= 0x1p63) {
+    // An integer past 64 bits, which the parser could keep only as a double: its spelling is
+    // gone, so it is named as out of range rather than by a rounded value.
+    return invalid_argument(what + " is an integer out of range (outside [" + std::to_string(min) + ", " +
+                            std::to_string(max) + "])");
   } else {
     return invalid_argument(what + " = " + value.dump() + " must be an integer");
   }

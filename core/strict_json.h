@@ -21,12 +21,14 @@ inline constexpr int kMaxJsonDepth = 64;
 Result<nlohmann::json> parse_strict_json(std::string_view text, const std::string& subject,
                                          int max_depth = kMaxJsonDepth);
 
-// Reads and parses a whole file; not_found / io_error / invalid_argument, each naming the path.
-// Files larger than max_bytes are refused (a JSON file is never gigabytes).
-Result<nlohmann::json> read_strict_json_file(const std::string& path, int64_t max_bytes = int64_t{1} << 30);
+// Reads (read_regular_file: links followed, regular files only, at most max_bytes) and parses
+// a whole file; not_found / io_error / invalid_argument, each naming the path.
+Result<nlohmann::json> read_strict_json_file(const std::string& path, int64_t max_bytes);
 
 // value as an int when it is an integer inside [min, max]; else invalid_argument naming
-// `what` and the value (2^32 + 4 is not 4).
+// `what` and the value as written (2^32 + 4 is not 4, 2^64 - 1 is not -1); an integer past
+// 64 bits (kept by the parser only as a rounded double) is named "out of range". The one
+// integer parse for every JSON value moert reads (requests, config, placement, headers).
 Result<int64_t> json_integer_in_range(const nlohmann::json& value, const std::string& what, int64_t min, int64_t max);
 
 }  // namespace moert

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/regular_file.h"
+#include "core/strict_json.h"
 #include "launch/commands.h"
 
 namespace moert::launch {
@@ -80,10 +82,7 @@ int run_plot(const std::vector<std::string>& args) {
       ("out", po::value(&png_path)->required(), "the PNG to write");
   po::variables_map vm;
   if (!parse_command_line(args, options, &vm)) return 0;
-  std::ifstream in(json_path);
-  if (!in) throw CommandError("cannot open " + json_path);
-  const nlohmann::json document = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (document.is_discarded()) throw CommandError(json_path + " is not valid JSON");
+  const nlohmann::json document = value_or_throw(read_strict_json_file(json_path, kMaxOptionsFileBytes));
   throw_if_error(plot_bench_results(document, png_path));
   return 0;
 }

@@ -17,6 +17,7 @@
 
 #include "core/log.h"
 #include "experts/placement/placement.h"
+#include "launch/bench_options.h"
 #include "launch/bench_plot.h"
 #include "launch/commands.h"
 #include "launch/engine_options.h"
@@ -138,6 +139,7 @@ int run_bench(const std::vector<std::string>& args) {
   add_spec_options(options, worker_options.spec);
   po::variables_map vm;
   if (!parse_command_line(args, options, &vm)) return 0;
+  validate_bench_options(vm);
   if (o.input_len < 1 || o.output_len < 1) throw CommandError("--input-len and --output-len must be >= 1");
   if (o.num_requests < 0) throw CommandError("--num-requests must be >= 0");
   if (o.warmup < 0 || o.repeats < 1) throw CommandError("--warmup must be >= 0 and --repeats >= 1");

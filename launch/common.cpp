@@ -3,6 +3,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
+
+#include "core/regular_file.h"
 #include <iostream>
 
 namespace moert::launch {
@@ -25,8 +28,9 @@ bool parse_command_line(const std::vector<std::string>& args, const boost::progr
   }
   if (vm->count("config")) {
     const std::string path = (*vm)["config"].as<std::string>();
-    std::ifstream file(path);
-    if (!file) throw CommandError("--config: cannot open " + path);
+    const Result<std::string> text = read_regular_file(path, kMaxOptionsFileBytes, "an options file");
+    if (!text.is_ok()) throw CommandError("--config: " + text.status().message());
+    std::istringstream file(*text);
     try {
       po::store(po::parse_config_file(file, all), *vm);
     } catch (const po::error& e) {

@@ -1,5 +1,7 @@
 #include "quant/quantized_weight.h"
 
+#include <cstdio>
+
 #include <algorithm>
 #include <limits>
 #include <utility>
@@ -73,6 +75,50 @@ Status validate_quantized_weight(const QuantizedWeightView& w) {
   if (fp4 && w.scales == nullptr) return invalid_argument(where() + "scales is null");
   if (w.format == WeightFormat::kFp8Block && w.block_scale_inv == nullptr) {
     return invalid_argument(where() + "block_scale_inv is null");
+  }
+  return Status::ok();
+}
+
+Status check_zero_block_scales(const QuantizedWeightView& w) {
+  const int64_t n = w.rows, k = w.cols;
+  auto refuse = [](int64_t bi, int64_t bj, int64_t r0, int64_t r1, int64_t c0, int64_t c1, unsigned code, int64_t i,
+                   int64_t j) {
+    char hex[8];
+    std::snprintf(hex, sizeof(hex), "0x%02X", code);
+    return invalid_argument("scale block [" + std::to_string(bi) + ", " + std::to_string(bj) + "] (rows " +
+                            std::to_string(r0) + ".." + std::to_string(r1 - 1) + ", columns " + std::to_string(c0) +
+                            ".." + std::to_string(c1 - 1) + ") is 0 but code " + hex + " at [" + std::to_string(i) +
+                            ", " + std::to_string(j) + "] is not zero");
+  };
+  if (w.format == WeightFormat::kFp8Block) {
+    const int64_t block_cols = (k + kFp8BlockSize - 1) / kFp8BlockSize;
+    for (int64_t bi = 0; bi * kFp8BlockSize < n; ++bi) {
+      for (int64_t bj = 0; bj < block_cols; ++bj) {
+        if (w.block_scale_inv[bi * block_cols + bj] != 0.0f) continue;  // +0 and -0
+        const int64_t r0 = bi * kFp8BlockSize, r1 = std::min(n, r0 + kFp8BlockSize);
+        const int64_t c0 = bj * kFp8BlockSize, c1 = std::min(k, c0 + kFp8BlockSize);
+        for (int64_t i = r0; i < r1; ++i) {
+          for (int64_t j = c0; j < c1; ++j) {
+            const uint8_t code = w.data[i * k + j];
+            if ((code & 0x7F) != 0) return refuse(bi, bj, r0, r1, c0, c1, code, i, j);  // 0x00, 0x80: +-0
+          }
+        }
+      }
+    }
+  } else if (w.format == WeightFormat::kNvfp4) {
+    const int64_t blocks = k / kNvfp4BlockSize;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        if ((w.scales[i * blocks + b] & 0x7F) != 0) continue;  // E4M3 +-0
+        const uint8_t* row = w.data + i * (k / 2);
+        for (int64_t j = b * kNvfp4BlockSize; j < (b + 1) * kNvfp4BlockSize; ++j) {
+          const uint8_t code = fp4_code_at(row, j, k, w.code_order);
+          if ((code & 0x7) != 0) {  // E2M1 0x0, 0x8: +-0
+            return refuse(i, b, i, i + 1, b * kNvfp4BlockSize, (b + 1) * kNvfp4BlockSize, code, i, j);
+          }
+        }
+      }
+    }
   }
   return Status::ok();
 }

@@ -96,6 +96,16 @@ void reorder_fp4_codes(const uint8_t* in, int64_t rows, int64_t cols, Fp4CodeOrd
 // matrix; kCpuChunk32 and int8 activations only for NVFP4 / MXFP4. Errors are kInvalidArgument and name the offending value.
 Status validate_quantized_weight(const QuantizedWeightView& w);
 
+// A block whose scale is 0 decodes to 0 whatever its codes: legal only when every code of the
+// block is +-0 (what moert's and DeepSeek's quantizers write for an all-zero block), since
+// otherwise the checkpoint's values are lost without a word (docs/quant-formats.md, "Zero
+// block scales"). Checks the FP8 block scales (`weight_scale_inv`) and the NVFP4 E4M3 block
+// scales (`weight_scale`, codes in checkpoint order); MXFP4's E8M0 has no zero and FP8 tensor
+// scales are checked by the loader. invalid_argument "scale block [bi, bj] (rows r0..r1,
+// columns c0..c1) is 0 but code 0xCC at [i, j] is not zero". Reads only the scales, and the
+// codes of zero-scale blocks. Precondition: validate_quantized_weight(w) is ok.
+Status check_zero_block_scales(const QuantizedWeightView& w);
+
 // The bytes of each buffer of the view (0 for a buffer its format does not use): what a
 // copy of the weight (a device upload, a residency registration) must take.
 struct QuantizedWeightSizes {

@@ -1,7 +1,9 @@
 #include "experts/placement/placement.h"
 
+#include "core/regular_file.h"
 #include "core/strict_json.h"
 
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -145,13 +147,12 @@ std::string json_value_text(const nlohmann::json& v) {
 
 // An integer JSON value that fits int32, or kCorrupt naming where and what it is.
 Result<int32_t> json_int(const nlohmann::json& v, const std::string& where) {
-  if (!v.is_number_integer()) {
+  // Not an integer: corrupt; an integer past 64 bits (parsed as a double) is named below.
+  if (!v.is_number_integer() && !(v.is_number_float() && std::fabs(v.get<double>()) >= 0x1p63)) {
     return corrupt(where + " = " + json_value_text(v) + " must be an integer");
   }
-  const int64_t x = v.get<int64_t>();
-  if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) {
-    return invalid_argument(where + " = " + std::to_string(x) + " is out of the int32 range");
-  }
+  MOERT_ASSIGN_OR_RETURN(const int64_t x, json_integer_in_range(v, where, std::numeric_limits<int32_t>::min(),
+                                                                 std::numeric_limits<int32_t>::max()));
   return static_cast<int32_t>(x);
 }
 
@@ -214,12 +215,8 @@ Result<ExpertPlacement> parse_placement_json(const std::string& text, int num_ex
 }
 
 Result<ExpertPlacement> load_placement_json(const std::string& path, int num_experts) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("placement file " + path + " cannot be opened");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return io_error("placement file " + path + " cannot be read");
-  Result<ExpertPlacement> placement = parse_placement_json(text.str(), num_experts);
+  MOERT_ASSIGN_OR_RETURN(const std::string text, read_regular_file(path, kMaxPlacementBytes, "a placement file"));
+  Result<ExpertPlacement> placement = parse_placement_json(text, num_experts);
   if (!placement.is_ok()) return placement.status().with_context(path);
   return placement;
 }

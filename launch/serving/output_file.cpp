@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/regular_file.h"
+#include "core/strict_json.h"
 #include "launch/serving/request_io.h"
 
 namespace moert::serving {
@@ -47,10 +49,11 @@ Result<int64_t> cut_torn_tail(int fd, const std::string& path) {
 }
 
 Result<OutputManifest> read_manifest(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return not_found("no manifest " + path);
-  const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return corrupt(path + " is not a JSON object");
+  const Result<json> read = read_strict_json_file(path, kMaxOptionsFileBytes);
+  if (read.status().code() == StatusCode::kNotFound) return not_found("no manifest " + path);
+  if (!read.is_ok()) return read.status();
+  const json& j = *read;
+  if (!j.is_object()) return corrupt(path + " is not a JSON object");
   OutputManifest manifest;
   for (const auto& [key, value] : j.items()) manifest[key] = value.is_string() ? value.get<std::string>() : value.dump();
   return manifest;

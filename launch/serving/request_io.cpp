@@ -18,11 +18,10 @@ Result<std::vector<int32_t>> int_list(const json& j, const std::string& key) {
   if (!j.is_array()) return invalid_argument("'" + key + "' must be a list of integers");
   std::vector<int32_t> values;
   for (size_t i = 0; i < j.size(); ++i) {
-    if (!j[i].is_number_integer() || j[i].get<int64_t>() < INT32_MIN || j[i].get<int64_t>() > INT32_MAX) {
-      return invalid_argument("'" + key + "'[" + std::to_string(i) + "] = " + j[i].dump() +
-                              " is not an integer token id");
-    }
-    values.push_back(j[i].get<int32_t>());
+    // The value as written in every message: 2^64 - 1 is not -1.
+    MOERT_ASSIGN_OR_RETURN(const int64_t id, json_integer_in_range(j[i], "'" + key + "'[" + std::to_string(i) + "]",
+                                                                    INT32_MIN, INT32_MAX));
+    values.push_back(static_cast<int32_t>(id));
   }
   return values;
 }
@@ -33,7 +32,6 @@ Result<float> number(const json& j, const std::string& key) {
 }
 
 Result<int> int32_value(const json& j, const std::string& key) {
-  if (!j.is_number_integer()) return invalid_argument("'" + key + "' = " + j.dump() + " must be an integer");
   MOERT_ASSIGN_OR_RETURN(int64_t v, json_integer_in_range(j, "'" + key + "'", INT32_MIN, INT32_MAX));
   return static_cast<int>(v);
 }
@@ -83,8 +81,10 @@ Status read_key(const std::string& key, const json& value, Request& request) {
       MOERT_ASSIGN_OR_RETURN(p.logprobs, int32_value(value, key));
     }
   } else if (key == "seed") {
-    if (!value.is_number_integer()) return invalid_argument("'seed' = " + value.dump() + " must be an integer");
-    p.seed = value.get<int64_t>();
+    // -1 or null: none (the request's id gives the seed).
+    if (!value.is_null()) {
+      MOERT_ASSIGN_OR_RETURN(p.seed, json_integer_in_range(value, "'seed'", -1, INT64_MAX));
+    }
   } else if (key == "ignore_eos") {
     if (!value.is_boolean()) return invalid_argument("'ignore_eos' = " + value.dump() + " must be true or false");
     p.ignore_eos = value.get<bool>();
@@ -120,7 +120,10 @@ Result<Request> parse_request(const json& j) {
   }
   if (!j.contains("prompt_token_ids")) return invalid_argument(who + " lacks 'prompt_token_ids'");
   MOERT_RETURN_IF_ERROR(sampling::validate_sampling_params(request.params).with_context(who));
-  request.default_seed = fnv1a_64(request.id);
+  // A string id's text, or another id's JSON form hashed from another basis: 7 and "7" are two
+  // requests and draw differently (docs/requests.md); string ids keep the seeds they always had.
+  request.default_seed =
+      j["id"].is_string() ? fnv1a_64(request.id) : fnv1a_64(request.id_json, fnv1a_64("moert: a non-string id"));
   return request;
 }
 

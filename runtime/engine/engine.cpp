@@ -66,9 +66,9 @@ Status Engine::check_request(const Request& request) const {
                               std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
     }
   }
-  if (request.params.n > config_.scheduler.max_seqs) {
-    return invalid_argument(who + ": n = " + std::to_string(request.params.n) + " samples exceed --max-seqs = " +
-                            std::to_string(config_.scheduler.max_seqs) + " running sequences");
+  if (request.params.n > kMaxSamplesPerRequest) {
+    return invalid_argument(who + ": n = " + std::to_string(request.params.n) + " samples, more than the " +
+                            std::to_string(kMaxSamplesPerRequest) + " one request may ask for");
   }
   const int64_t max_len = static_cast<int64_t>(request.prompt.size()) + request.params.max_tokens;
   if (max_len > c.max_position_embeddings) {
@@ -108,8 +108,15 @@ Status Engine::add_request(Request request) {
     }
   }
   state.added = std::chrono::steady_clock::now();
-  scheduler_.add_sequence(seq, request.prompt, request.params.n);
-  owners_[seq] = {idx, 0};
+  // n > max_seqs: the samples run in waves of at most max_seqs, each its own sequence (its
+  // prompt served by the prefix cache where it still holds it) that forks into its samples.
+  // A sample's tokens depend only on its index (the uniforms' stream), never on its wave.
+  const int wave = config_.scheduler.max_seqs;
+  for (int first_sample = 0; first_sample < request.params.n; first_sample += wave) {
+    const SeqId wave_seq = first_sample == 0 ? seq : next_seq_id_++;
+    scheduler_.add_sequence(wave_seq, request.prompt, std::min(wave, request.params.n - first_sample));
+    owners_[wave_seq] = {idx, first_sample};
+  }
   state.request = std::move(request);
   requests_.emplace(idx, std::move(state));
   return Status::ok();
@@ -133,7 +140,8 @@ Status Engine::propose_drafts() {
     // At most max_tokens are emitted: K accepted drafts + 1 final token must fit.
     const int64_t room = state.request.params.max_tokens - generated - 1;
     // Drafts are verified against unadjusted rows: history-dependent logits are not drafted for.
-    if (room < 1 || state.request.params.adjusts_logits()) {
+    // A sequence that has still to fork into its samples samples plainly first.
+    if (room < 1 || state.request.params.adjusts_logits() || scheduler_.sequence(seq).pending_forks > 0) {
       scheduler_.set_spec_tokens(seq, {});
       continue;
     }
@@ -280,7 +288,7 @@ std::optional<std::vector<backend::Backend::RowSampling>> Engine::backend_draws(
     const SeqOwner owner = owners_.at(scheduled.seq);
     const RequestState& state = requests_.at(owner.request_idx);
     const sampling::SamplingParams& params = state.request.params;
-    const bool forks = params.n > 1 && !state.forked;
+    const bool forks = scheduler_.sequence(scheduled.seq).pending_forks > 0;
     if (scheduled.num_spec_tokens > 0 || params.adjusts_logits() || params.logprobs >= 0 || forks) return std::nullopt;
     const SampleOutput& sample = state.samples[static_cast<size_t>(owner.sample_idx)];
     // The uniform sample_and_append would draw with.
@@ -299,14 +307,12 @@ void Engine::sample_and_append(SeqId seq, const float* logits, std::vector<Reque
   const sampling::SamplingParams& params = state.request.params;
   if (state.cached_prompt_tokens < 0) state.cached_prompt_tokens = scheduler_.sequence(seq).num_cached_prompt_tokens;
   std::vector<SeqId> targets{seq};
-  if (!state.forked) {
-    state.forked = true;
-    for (int s = 1; s < params.n; ++s) {
-      const SeqId child = next_seq_id_++;
-      scheduler_.fork_sequence(seq, child);
-      owners_[child] = {owner.request_idx, s};
-      targets.push_back(child);
-    }
+  // The first sampling point of a wave's sequence: it forks into the wave's other samples.
+  for (int s = 1, forks = scheduler_.sequence(seq).pending_forks; s <= forks; ++s) {
+    const SeqId child = next_seq_id_++;
+    scheduler_.fork_sequence(seq, child);
+    owners_[child] = {owner.request_idx, owner.sample_idx + s};
+    targets.push_back(child);
   }
   const uint64_t seed = seed_of(state);
   const int vocab = model_.config().vocab_size;

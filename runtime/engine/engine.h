@@ -5,7 +5,8 @@
 // asks for the logits of its last token and every draft) -> sample the sequences whose
 // chunk reached their last token, or verify their drafts with the rejection sampler and
 // roll the rejected ones back -> finish requests. Requests with n > 1 prefill once and
-// fork into n samples that share the prompt's blocks.
+// fork into n samples that share the prompt's blocks; with n > max_seqs in waves of at most
+// max_seqs samples (docs/requests.md), with the same tokens as in one wave.
 #pragma once
 
 #include <chrono>
@@ -30,6 +31,10 @@
 #include "runtime/speculative/proposer.h"
 
 namespace moert::engine {
+
+// The most samples (n) one request may ask for: its outputs are held until its last sample
+// finishes.
+inline constexpr int kMaxSamplesPerRequest = 4096;
 
 struct Request {
   std::string id;       // the id as text (a string id's value, else its JSON), for messages and seeds
@@ -160,7 +165,6 @@ class Engine {
     std::vector<SampleOutput> samples;
     std::vector<SampleText> texts;  // [n] with a TokenText, else empty
     int samples_finished = 0;
-    bool forked = false;
     int64_t cached_prompt_tokens = -1;
     int num_preemptions = 0;  // over the samples finished so far
     std::chrono::steady_clock::time_point added;

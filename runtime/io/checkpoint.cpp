@@ -1,5 +1,6 @@
 #include "runtime/io/checkpoint.h"
 
+#include "core/regular_file.h"
 #include "core/strict_json.h"
 #include <cstring>
 #include <cerrno>
@@ -9,10 +10,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <system_error>
 
 #include <nlohmann/json.hpp>
@@ -32,15 +31,6 @@ std::string shard_file_name(size_t shard_idx, size_t num_shards) {
   char text[64];
   std::snprintf(text, sizeof(text), "model-%05zu-of-%05zu.safetensors", shard_idx + 1, num_shards);
   return text;
-}
-
-Result<std::string> read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error("cannot open " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return io_error("cannot read " + path);
-  return text.str();
 }
 
 }  // namespace
@@ -73,7 +63,8 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
                      " exists");
   }
 
-  MOERT_ASSIGN_OR_RETURN(std::string index_text, read_text_file(index_path));
+  MOERT_ASSIGN_OR_RETURN(std::string index_text,
+                         read_regular_file(index_path, kMaxCheckpointIndexBytes, "a checkpoint index"));
   Result<json> parsed_index = parse_strict_json(index_text, "index");
   if (!parsed_index.is_ok()) return corrupt(index_path + ": " + parsed_index.status().message());
   const json& index = *parsed_index;

@@ -12,6 +12,7 @@
 #include <system_error>
 #include <tuple>
 
+#include "core/regular_file.h"
 #include "runtime/io/safetensors.h"
 
 namespace moert::io {
@@ -186,12 +187,9 @@ Status write_npy_f32(const std::string& path, const Shape& shape, const float* d
 Result<NpyArray> read_npy(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return not_found("npy file " + path + " does not exist");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error("cannot open " + path);
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return io_error("cannot read " + path);
-  const std::string file = buffer.str();
+  // A reference array of a test: its regular file's size is the bound.
+  MOERT_ASSIGN_OR_RETURN(const RegularFile opened, RegularFile::open(path));
+  MOERT_ASSIGN_OR_RETURN(const std::string file, opened.read_all(opened.size(), "a .npy file"));
 
   if (file.size() < kMagicBytes + 2 || file.compare(0, kMagicBytes, kMagic, kMagicBytes) != 0) {
     return corrupt(path + ": not a .npy file (bad magic)");

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/regular_file.h"
 #include "core/strict_json.h"
 
 namespace moert::io {
@@ -242,34 +243,25 @@ Result<std::vector<TensorInfo>> parse_safetensors_header(const uint8_t* data, ui
 // ---- SafetensorsFile ---------------------------------------------------------------------
 
 Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return not_found("safetensors file " + path + " does not exist");
-    return io_error("cannot open " + path + ": " + errno_text());
+  // Links followed, FIFOs and devices refused without blocking (docs/files.md); the mapping
+  // covers the size the file had when opened and outlives the descriptor.
+  Result<RegularFile> opened = RegularFile::open(path);
+  if (!opened.is_ok()) {
+    if (opened.status().code() == StatusCode::kNotFound) return not_found("safetensors file " + path + " does not exist");
+    return opened.status();
   }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const std::string err = errno_text();
-    ::close(fd);
-    return io_error("cannot stat " + path + ": " + err);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return io_error(path + " is not a regular file");
-  }
+  const int fd = opened->fd();
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
-  file->map_size_ = static_cast<uint64_t>(st.st_size);
+  file->map_size_ = static_cast<uint64_t>(opened->size());
   if (file->map_size_ > 0) {
     void* base = ::mmap(nullptr, file->map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (base == MAP_FAILED) {
       const std::string err = errno_text();
-      ::close(fd);
       return io_error("cannot mmap " + path + " (" + std::to_string(file->map_size_) + " bytes): " + err);
     }
     file->map_base_ = base;
   }
-  ::close(fd);  // the mapping keeps the file alive
 
   const auto* bytes = static_cast<const uint8_t*>(file->map_base_);
   MOERT_ASSIGN_OR_RETURN(file->tensors_, parse_safetensors_header(bytes, file->map_size_, &file->metadata_, path));

@@ -1,11 +1,15 @@
 #include "runtime/model/config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <span>
+#include <string_view>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/regular_file.h"
 #include "core/strict_json.h"
 
 namespace moert {
@@ -13,36 +17,95 @@ namespace {
 
 using nlohmann::json;
 
-// An optional int that, when present, must be one of [first, first+1, ...]; the EOS id may
-// also be a list in generation configs: take the first entry.
-int first_token_id(const json& j, const char* key) {
+// An optional token id (-1 when absent or null); the EOS id may also be a list: its first
+// entry. An id that is not an integer in [0, 2^31) is an error naming the value as written.
+Result<int> first_token_id(const json& j, const char* key) {
   if (!j.contains(key) || j.at(key).is_null()) return -1;
   const json& value = j.at(key);
-  if (value.is_number_integer()) return value.get<int>();
-  if (value.is_array() && !value.empty() && value.front().is_number_integer()) return value.front().get<int>();
-  return -1;
+  if (value.is_array() && value.empty()) return -1;
+  const json& id = value.is_array() ? value.front() : value;
+  MOERT_ASSIGN_OR_RETURN(const int64_t v, json_integer_in_range(id, std::string("config.json '") + key + "'" +
+                                                                           (value.is_array() ? "[0]" : ""),
+                                                                 0, INT32_MAX));
+  return static_cast<int>(v);
+}
+
+// The rope_scaling keys that belong to a scaling type: given to a type that does not read them
+// (or with no type at all) they would be ignored, so they are refused by name (docs/rope.md).
+constexpr const char* kRopeScalingKeys[] = {
+    "factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "truncate", "mscale", "mscale_all_dim",
+    "attention_factor", "short_factor", "long_factor", "low_freq_factor", "high_freq_factor"};
+// The keys each type moert implements reads (YaRN: transformers' _validate_yarn_parameters).
+constexpr const char* kYarnKeys[] = {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+                                     "truncate", "mscale", "mscale_all_dim", "attention_factor"};
+
+// The scaling type named by rope_type (or the older type), "" when neither is set.
+Result<std::string> rope_scaling_type(const json& scaling, const std::string& where) {
+  std::string type;
+  for (const char* name : {"rope_type", "type"}) {
+    if (!scaling.contains(name) || scaling.at(name).is_null()) continue;
+    const json& value = scaling.at(name);
+    if (!value.is_string()) return invalid_argument(where + " '" + name + "' = " + value.dump() + " must be a string");
+    if (!type.empty() && type != value.get<std::string>()) {
+      return invalid_argument(where + " has 'rope_type' \"" + type + "\" and 'type' \"" + value.get<std::string>() +
+                              "\", which disagree");
+    }
+    type = value.get<std::string>();
+  }
+  return type;
 }
 
 // rope_scaling (transformers v4) or rope_parameters (v5, which also holds rope_theta):
-// none / "default", or "yarn" (docs/rope.md). Other types are refused by name.
+// none / "default", or "yarn" (docs/rope.md). Other types are refused by name, and so is a
+// type without the fields it requires or a scaling field without its type.
 Status parse_rope_scaling(const ConfigReader& r, ModelConfig* c) {
   const char* key = r.is_set("rope_scaling") ? "rope_scaling" : r.is_set("rope_parameters") ? "rope_parameters" : nullptr;
   if (key == nullptr) return Status::ok();
+  const std::string where = std::string("config.json '") + key + "'";
   const json& scaling = r.raw(key);
-  if (!scaling.is_object()) return invalid_argument(std::string("config.json '") + key + "' must be an object");
+  if (!scaling.is_object()) return invalid_argument(where + " must be an object");
   const ConfigReader s(scaling);
   if (scaling.contains("rope_theta")) {
     MOERT_ASSIGN_OR_RETURN(c->rope_theta, s.optional_number("rope_theta", c->rope_theta));
   }
-  const json type = scaling.contains("rope_type") ? scaling.at("rope_type") : scaling.contains("type") ? scaling.at("type") : json("default");
-  if (type == "default") return Status::ok();
+  // transformers v5 may move partial_rotary_factor here; moert reads it at the top level only.
+  if (s.is_set("partial_rotary_factor") &&
+      (!r.is_set("partial_rotary_factor") || r.raw("partial_rotary_factor") != scaling.at("partial_rotary_factor"))) {
+    return unsupported(where + " holds 'partial_rotary_factor' = " + scaling.at("partial_rotary_factor").dump() +
+                       ", which moert reads only at the top level of config.json (give it there too)");
+  }
+  MOERT_ASSIGN_OR_RETURN(const std::string type, rope_scaling_type(scaling, where));
+  const std::span<const char* const> reads =
+      type == "yarn" ? std::span<const char* const>(kYarnKeys) : std::span<const char* const>();
+  for (const char* field : kRopeScalingKeys) {
+    if (!s.is_set(field) || std::find_if(reads.begin(), reads.end(), [&](const char* k) {
+                              return std::string_view(k) == field;
+                            }) != reads.end()) {
+      continue;
+    }
+    if (type.empty()) {
+      return invalid_argument(where + " has '" + field + "' = " + scaling.at(field).dump() +
+                              " but no 'rope_type' saying which scaling it is for (moert: default, yarn)");
+    }
+    if (type == "default" || type == "yarn") {
+      return invalid_argument(where + " type \"" + type + "\" does not use '" + field + "' = " +
+                              scaling.at(field).dump() + " (a field of another scaling type)");
+    }
+  }
+  if (type.empty() || type == "default") return Status::ok();
   if (type != "yarn") {
-    return unsupported(std::string("config.json '") + key + "' type " + type.dump() + " is not supported (default, yarn)");
+    return unsupported(where + " type \"" + type + "\" is not supported (default, yarn)");
   }
   attention::RopeScaling& y = c->rope_scaling;
   y.kind = attention::RopeScaling::Kind::kYarn;
+  // Required, as in transformers: YaRN without its factor has nothing to scale by.
+  if (!s.is_set("factor")) return invalid_argument(where + " type \"yarn\" lacks 'factor', which it requires");
   MOERT_ASSIGN_OR_RETURN(y.factor, s.optional_number("factor", 0.0));
-  if (!(y.factor >= 1.0)) return invalid_argument(std::string("config.json '") + key + "' factor must be >= 1");
+  if (!(y.factor >= 1.0) || !std::isfinite(y.factor)) {
+    return invalid_argument(where + " 'factor' = " + scaling.at("factor").dump() + " must be finite and >= 1");
+  }
+  // Optional, as in transformers: the context the model was trained with defaults to
+  // max_position_embeddings.
   MOERT_ASSIGN_OR_RETURN(y.original_max_positions,
                          s.optional_number("original_max_position_embeddings", c->max_position_embeddings));
   MOERT_ASSIGN_OR_RETURN(y.beta_fast, s.optional_number("beta_fast", 32.0));
@@ -52,8 +115,7 @@ Status parse_rope_scaling(const ConfigReader& r, ModelConfig* c) {
   MOERT_ASSIGN_OR_RETURN(y.mscale_all_dim, s.optional_number("mscale_all_dim", 0.0));
   MOERT_ASSIGN_OR_RETURN(y.attention_factor, s.optional_number("attention_factor", 0.0));
   if (!(y.original_max_positions > 0.0) || !(y.beta_fast > 0.0) || !(y.beta_slow > 0.0)) {
-    return invalid_argument(std::string("config.json '") + key + "': original_max_position_embeddings, beta_fast and "
-                            "beta_slow must be > 0");
+    return invalid_argument(where + ": original_max_position_embeddings, beta_fast and beta_slow must be > 0");
   }
   return Status::ok();
 }
@@ -110,8 +172,8 @@ Result<ModelConfig> parse_model_config(const json& j) {
   ConfigReader reader(j);
   MOERT_RETURN_IF_ERROR(parse_common(reader, &c));
   MOERT_RETURN_IF_ERROR(c.arch->parse(reader, &c));
-  c.bos_token_id = first_token_id(j, "bos_token_id");
-  c.eos_token_id = first_token_id(j, "eos_token_id");
+  MOERT_ASSIGN_OR_RETURN(c.bos_token_id, first_token_id(j, "bos_token_id"));
+  MOERT_ASSIGN_OR_RETURN(c.eos_token_id, first_token_id(j, "eos_token_id"));
 
   MOERT_RETURN_IF_ERROR(experts::validate_router_config(c.router).with_context("config.json router"));
   MOERT_RETURN_IF_ERROR(check_positive("moe_intermediate_size", c.moe_intermediate_size));
@@ -134,7 +196,7 @@ attention::RotaryEmbedding model_rotary_embedding(const ModelConfig& c) {
 
 Result<ModelConfig> load_model_config(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  Result<json> read = read_strict_json_file(path);
+  Result<json> read = read_strict_json_file(path, kMaxConfigJsonBytes);
   if (!read.is_ok()) return read.status();
   const json& j = *read;
   Result<ModelConfig> config = parse_model_config(j);

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/regular_file.h"
 #include "core/strict_json.h"
 
 namespace moert {
@@ -28,7 +29,7 @@ Result<GenerationDefaults> load_generation_defaults(const std::string& model_dir
   const std::string file = (std::filesystem::path(model_dir) / "generation_config.json").string();
   std::error_code error;
   if (!std::filesystem::exists(file, error)) return defaults;
-  MOERT_ASSIGN_OR_RETURN(json j, read_strict_json_file(file, int64_t{1} << 20));
+  MOERT_ASSIGN_OR_RETURN(json j, read_strict_json_file(file, kMaxConfigJsonBytes));
   if (!j.is_object()) return invalid_argument(file + " is not a JSON object");
   MOERT_ASSIGN_OR_RETURN(defaults.temperature, optional_number(j, "temperature", file));
   MOERT_ASSIGN_OR_RETURN(defaults.top_p, optional_number(j, "top_p", file));

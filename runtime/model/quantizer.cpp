@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/regular_file.h"
+#include "core/strict_json.h"
 #include "quant/formats/fp4.h"
 #include "quant/formats/fp8.h"
 #include "runtime/io/checkpoint.h"
@@ -167,9 +169,8 @@ Result<QuantizeReport> quantize_checkpoint(const std::string& in_dir, const std:
     return invalid_argument("--out must differ from --model (" + out_dir + ")");
   }
   MOERT_ASSIGN_OR_RETURN(io::Checkpoint checkpoint, io::Checkpoint::open(in_dir));
-  std::ifstream config_in(in_dir + "/config.json");
-  json config = json::parse(config_in, nullptr, false);
-  if (config.is_discarded() || !config.is_object()) return corrupt(in_dir + "/config.json is not a JSON object");
+  MOERT_ASSIGN_OR_RETURN(json config, read_strict_json_file(in_dir + "/config.json", kMaxConfigJsonBytes));
+  if (!config.is_object()) return corrupt(in_dir + "/config.json is not a JSON object");
   if (config.contains("quantization_config")) {
     return invalid_argument(in_dir + " is already quantized (config.json has 'quantization_config')");
   }

@@ -90,6 +90,8 @@ class WeightBinder {
       }
     }
     MOERT_RETURN_IF_ERROR(quant::validate_quantized_weight(q).with_context("'" + prefix + "'"));
+    const char* scale_name = q.format == quant::WeightFormat::kFp8Block ? ".weight_scale_inv" : ".weight_scale";
+    MOERT_RETURN_IF_ERROR(quant::check_zero_block_scales(q).with_context("tensor '" + prefix + scale_name + "'"));
     return quant::LinearWeight::from_packed(q);
   }
 

@@ -42,12 +42,12 @@ TEST(StrictJson, IntegersAreRangeCheckedBeforeNarrowing) {
 }
 
 TEST(StrictJson, FilesMustBeRegularAndBounded) {
-  EXPECT_EQ(read_strict_json_file("/nonexistent/x.json").status().code(), StatusCode::kNotFound);
-  EXPECT_NE(read_strict_json_file("/tmp").status().message().find("is not a regular file"), std::string::npos);
-  EXPECT_NE(read_strict_json_file("/dev/zero").status().message().find("is not a regular file"), std::string::npos);
+  EXPECT_EQ(read_strict_json_file("/nonexistent/x.json", 1 << 20).status().code(), StatusCode::kNotFound);
+  EXPECT_NE(read_strict_json_file("/tmp", 1 << 20).status().message().find("is not a regular file"), std::string::npos);
+  EXPECT_NE(read_strict_json_file("/dev/zero", 1 << 20).status().message().find("is not a regular file"), std::string::npos);
   const std::string path = ::testing::TempDir() + "strict_json_test.json";
   std::ofstream(path) << R"({"a": 1})";
-  EXPECT_EQ(read_strict_json_file(path).value().at("a"), 1);
+  EXPECT_EQ(read_strict_json_file(path, 1 << 20).value().at("a"), 1);
   EXPECT_NE(read_strict_json_file(path, 3).status().message().find("more than the 3"), std::string::npos);
 }
 

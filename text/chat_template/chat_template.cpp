@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/regular_file.h"
 #include "core/strict_json.h"
 #include "text/chat_template/jinja_parser.h"
 #include "text/chat_template/jinja_render.h"
@@ -75,11 +76,9 @@ std::shared_ptr<const ChatTemplate> parse_for(const std::string& text, const std
 }
 
 std::string read_text_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  Result<std::string> text = read_regular_file(path.string(), kMaxChatTemplateBytes, "a chat template");
+  if (!text.is_ok()) throw std::runtime_error(text.status().message());
+  return std::move(text).value();
 }
 
 }  // namespace
@@ -99,7 +98,7 @@ std::optional<CheckpointChatTemplate> CheckpointChatTemplate::load_config_and_te
   const std::filesystem::path jinja_path = dir / "chat_template.jinja";
   const bool has_jinja = std::filesystem::exists(jinja_path);
   if (only_if_present && !has_jinja && !std::filesystem::exists(config_path)) return std::nullopt;
-  Result<nlohmann::json> config = read_strict_json_file(config_path.string());
+  Result<nlohmann::json> config = read_strict_json_file(config_path.string(), kMaxTokenizerFileBytes);
   if (!config.is_ok()) throw std::runtime_error(config.status().to_string());
   if (only_if_present && !has_jinja && !(config->is_object() && config->contains("chat_template"))) {
     return std::nullopt;

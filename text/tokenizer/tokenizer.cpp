@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/regular_file.h"
 #include "text/tokenizer/tokenizer_data.h"
 #include "text/tokenizer/unicode.h"
 
@@ -11,12 +12,9 @@ namespace moert::text {
 namespace {
 
 std::string read_whole_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("tokenizer: " + path.string() + ": cannot open file");
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) throw std::runtime_error("tokenizer: " + path.string() + ": read error");
-  return std::move(contents).str();
+  Result<std::string> text = read_regular_file(path.string(), kMaxTokenizerFileBytes, "a tokenizer file");
+  if (!text.is_ok()) throw std::runtime_error("tokenizer: " + text.status().message());
+  return std::move(text).value();
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/strict_json.h"
 #include "runtime/model/config.h"
 
 namespace moert::arch {
@@ -21,8 +22,9 @@ Status parse_qwen_moe(const ConfigReader& r, ModelConfig* c) {
     const json& list = r.raw("mlp_only_layers");
     if (!list.is_array()) return invalid_argument("config.json 'mlp_only_layers' must be a list of layer indices");
     for (const json& entry : list) {
-      if (!entry.is_number_integer()) return invalid_argument("config.json 'mlp_only_layers' holds " + entry.dump());
-      mlp_only_layers.push_back(entry.get<int>());
+      MOERT_ASSIGN_OR_RETURN(const int64_t layer,
+                             json_integer_in_range(entry, "config.json 'mlp_only_layers' entry", INT32_MIN, INT32_MAX));
+      mlp_only_layers.push_back(static_cast<int>(layer));
     }
   }
   c->layer_is_moe.assign(static_cast<size_t>(c->num_layers), false);

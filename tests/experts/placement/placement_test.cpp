@@ -116,6 +116,9 @@ TEST(PlacementJson, ErrorsNameTheOffendingValue) {
        StatusCode::kInvalidArgument, "layers[0].rank_experts[1][1] = -1 must be in [0, 12)"},
       {R"({"num_ranks": 2, "layers": [{"rank_experts": [[0,1,2,3,4,5],[6,1.5,8,9,10,11]]}]})",
        StatusCode::kCorrupt, "layers[0].rank_experts[1][1] = 1.5 must be an integer"},
+      {R"({"num_ranks": 2, "layers": [{"rank_experts": [[0,1,2,3,4,5],[6,18446744073709551615,8,9,10,11]]}]})",
+       StatusCode::kInvalidArgument,
+       "layers[0].rank_experts[1][1] = 18446744073709551615 is outside [-2147483648, 2147483647]"},  // not -1
       {R"({"num_ranks": 2, "layers": [{"rank_experts": [[0,1,2,3,4,5],[6,8,9,10,11]]}]})",
        StatusCode::kInvalidArgument,
        "layers[0]: expert 7 has no slot: every expert in [0, 12) must be placed at least once"},

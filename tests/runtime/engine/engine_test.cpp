@@ -327,13 +327,14 @@ TEST_F(EngineOnGeneratedModel, OutputsDoNotDependOnTheBatch) {
 // and V rows of KVH x Dh per token and layer, FP8 with F32 scales per block, layer and head.
 // --max-seqs bounds the running sequences including the samples a request will fork into:
 // with a limit of 3, requests of n = 3 and n = 2 never run together and never exceed it;
-// n above the limit is refused by name.
+// n above the limit runs in waves of at most 3 samples (docs/requests.md), and more than
+// kMaxSamplesPerRequest is refused by name.
 TEST_F(EngineOnGeneratedModel, MaxSeqsCountsTheSamplesOfARequest) {
   EngineConfig config;
   config.num_kv_blocks = 256;
   config.scheduler.max_seqs = 3;
   Engine engine(*transformer_, config);
-  for (const auto& [id, n] : {std::pair{"three", 3}, std::pair{"two", 2}, std::pair{"one", 1}}) {
+  for (const auto& [id, n] : {std::pair{"three", 3}, std::pair{"two", 2}, std::pair{"one", 1}, std::pair{"seven", 7}}) {
     Request request;
     request.id = id;
     request.prompt = {5, 6, 7, 8};
@@ -343,19 +344,60 @@ TEST_F(EngineOnGeneratedModel, MaxSeqsCountsTheSamplesOfARequest) {
     ASSERT_TRUE(engine.add_request(request).is_ok());
   }
   Request too_many;
-  too_many.id = "four";
+  too_many.id = "many";
   too_many.prompt = {1, 2};
-  too_many.params.n = 4;
+  too_many.params.n = kMaxSamplesPerRequest + 1;
   const Status refused = engine.check_request(too_many);
-  EXPECT_NE(refused.message().find("n = 4 samples exceed --max-seqs = 3"), std::string::npos) << refused.to_string();
+  EXPECT_NE(refused.message().find("n = 4097 samples, more than the 4096"), std::string::npos) << refused.to_string();
   size_t most = 0;
   int finished = 0;
   while (engine.has_unfinished()) {
-    finished += static_cast<int>(engine.step().value().size());
+    const std::vector<RequestOutput> outputs = engine.step().value();
+    for (const RequestOutput& output : outputs) {
+      ++finished;
+      if (output.id == "seven") EXPECT_EQ(output.outputs.size(), 7u);
+    }
     most = std::max(most, engine.num_running());
   }
-  EXPECT_EQ(finished, 3);
+  EXPECT_EQ(finished, 4);
   EXPECT_EQ(most, 3u);
+}
+
+// The samples of a request in waves (n > max_seqs) have the tokens they have in one wave:
+// a sample's uniforms depend on its index, not on its wave; with and without the prefix
+// cache, greedy and sampled, with penalties and log-probabilities (host sampling).
+TEST_F(EngineOnGeneratedModel, SamplesInWavesEqualOneWave) {
+  std::vector<Request> requests = greedy_requests(mixed_requests(4, 512, 41));
+  for (size_t r = 0; r < requests.size(); ++r) {
+    requests[r].params.n = 3 + static_cast<int>(r);
+    if (r != 1) requests[r].params.temperature = 0.8f;
+    if (r == 2) requests[r].params.presence_penalty = 0.5f;
+    if (r == 3) requests[r].params.logprobs = 2;
+  }
+  EngineConfig one_wave;
+  one_wave.scheduler.max_seqs = 64;
+  const auto expected = run_all(*transformer_, one_wave, requests);
+  for (const bool prefix_caching : {true, false}) {
+    for (const int max_seqs : {1, 2, 4}) {
+      EngineConfig waves;
+      waves.scheduler.max_seqs = max_seqs;
+      waves.scheduler.max_batched_tokens = 29;
+      waves.enable_prefix_caching = prefix_caching;
+      const auto got = run_all(*transformer_, waves, requests);
+      for (const Request& request : requests) {
+        const auto& want = expected.at(request.id).outputs;
+        const auto& have = got.at(request.id).outputs;
+        ASSERT_EQ(have.size(), want.size()) << request.id;
+        for (size_t s = 0; s < want.size(); ++s) {
+          EXPECT_EQ(have[s].token_ids, want[s].token_ids) << request.id << " sample " << s << " max_seqs " << max_seqs;
+          EXPECT_EQ(have[s].logprobs.size(), want[s].logprobs.size());
+          for (size_t t = 0; t < want[s].logprobs.size() && t < have[s].logprobs.size(); ++t) {
+            EXPECT_EQ(have[s].logprobs[t].logprob, want[s].logprobs[t].logprob);
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST_F(EngineOnGeneratedModel, KvCacheGroupsAndBytes) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,8 @@
 #include <iterator>
 
 #include <nlohmann/json.hpp>
+
+#include "tests/support/fifo_watchdog.h"
 
 namespace moert::io {
 namespace {
@@ -270,6 +273,38 @@ TEST_F(CheckpointTest, CorruptShardIsReported) {
   fs::resize_file(shard, fs::file_size(shard) - 1);
   const Status status = Checkpoint::open(dir_.string()).status();
   expect_status(status, StatusCode::kCorrupt, "model-00003-of-00003.safetensors");
+}
+
+// Files that are not files (docs/files.md): a shard or an index that is a FIFO is refused at
+// once instead of blocking the load, an index linked to /dev/zero is refused instead of read
+// until the memory runs out, and shards reached through symbolic links (a Hugging Face cache)
+// still open.
+TEST_F(CheckpointTest, ShardsAndIndexMustBeRegularFiles) {
+  write_three_shards();
+  const std::string shard = path("model-00002-of-00003.safetensors");
+  fs::rename(shard, path("blob"));
+  fs::create_symlink("blob", shard);
+  ASSERT_TRUE(Checkpoint::open(dir_.string()).is_ok());
+
+  fs::remove(shard);
+  ASSERT_EQ(::mkfifo(shard.c_str(), 0600), 0);
+  Status status;
+  EXPECT_TRUE(testing::returns_without_blocking_on_fifo([&] { status = Checkpoint::open(dir_.string()).status(); }, shard));
+  EXPECT_EQ(status.message(), shard + " is not a regular file (a FIFO)");
+  fs::remove(shard);
+  fs::rename(path("blob"), shard);
+
+  const std::string index = path(kIndexFileName);
+  fs::rename(index, path("index-blob"));
+  ASSERT_EQ(::mkfifo(index.c_str(), 0600), 0);
+  EXPECT_TRUE(testing::returns_without_blocking_on_fifo([&] { status = Checkpoint::open(dir_.string()).status(); }, index));
+  EXPECT_EQ(status.message(), index + " is not a regular file (a FIFO)");
+  fs::remove(index);
+  fs::create_symlink("/dev/zero", index);
+  EXPECT_EQ(Checkpoint::open(dir_.string()).status().message(), index + " is not a regular file (a character device)");
+  fs::remove(index);
+  fs::rename(path("index-blob"), index);
+  EXPECT_TRUE(Checkpoint::open(dir_.string()).is_ok());
 }
 
 TEST(CheckpointReferenceTest, OpensQwen3MoeTinyDir) {

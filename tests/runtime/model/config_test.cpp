@@ -71,6 +71,75 @@ TEST(ModelConfig, BadValuesAreNamed) {
   EXPECT_NE(parse_model_config(missing).status().message().find("lacks 'num_experts'"), std::string::npos);
 }
 
+// rope_scaling values that need a companion (docs/rope.md): a type without the fields it
+// requires, a scaling field without a type or under a type that does not read it, and types
+// that disagree are refused by name; what transformers accepts for yarn and default parses.
+TEST(ModelConfig, RopeScalingFieldsNeedTheirCompanions) {
+  struct Case {
+    json scaling;
+    const char* expected;  // "" : parses
+  };
+  const Case cases[] = {
+      {{{"rope_type", "yarn"}, {"original_max_position_embeddings", 4096}},
+       "config.json 'rope_scaling' type \"yarn\" lacks 'factor', which it requires"},
+      {{{"type", "yarn"}, {"factor", nullptr}}, "type \"yarn\" lacks 'factor'"},
+      {{{"factor", 4.0}, {"original_max_position_embeddings", 4096}},
+       "config.json 'rope_scaling' has 'factor' = 4.0 but no 'rope_type' saying which scaling it is for"},
+      {{{"rope_type", "default"}, {"factor", 4.0}}, "type \"default\" does not use 'factor' = 4.0"},
+      {{{"rope_type", "yarn"}, {"factor", 4.0}, {"low_freq_factor", 1.0}}, "type \"yarn\" does not use 'low_freq_factor'"},
+      {{{"rope_type", "yarn"}, {"type", "linear"}, {"factor", 4.0}}, "has 'rope_type' \"yarn\" and 'type' \"linear\""},
+      {{{"rope_type", "llama3"}, {"factor", 8.0}}, "type \"llama3\" is not supported (default, yarn)"},
+      {{{"rope_type", "yarn"}, {"factor", 0.5}}, "'factor' = 0.5 must be finite and >= 1"},
+      {{{"rope_type", 3}}, "'rope_type' = 3 must be a string"},
+      {{{"rope_type", "default"}, {"partial_rotary_factor", 0.5}}, "holds 'partial_rotary_factor' = 0.5"},
+      {{{"rope_type", "yarn"}, {"factor", 4.0}}, ""},
+      {{{"type", "yarn"}, {"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", 32}, {"mscale", 1.0}}, ""},
+      {{{"rope_type", "default"}, {"rope_theta", 1e6}}, ""},
+      {json::object(), ""},
+  };
+  for (const Case& test : cases) {
+    json j = qwen3_json();
+    j["rope_scaling"] = test.scaling;
+    Result<ModelConfig> c = parse_model_config(j);
+    if (std::string(test.expected).empty()) {
+      EXPECT_TRUE(c.is_ok()) << test.scaling << ": " << c.status().to_string();
+    } else {
+      ASSERT_FALSE(c.is_ok()) << test.scaling;
+      EXPECT_NE(c.status().message().find(test.expected), std::string::npos) << c.status().message();
+    }
+  }
+  json v5 = qwen3_json();
+  v5.erase("rope_scaling");
+  v5["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 2.0}, {"rope_theta", 5e5}};
+  const ModelConfig c = parse_model_config(v5).value();
+  EXPECT_EQ(c.rope_scaling.kind, attention::RopeScaling::Kind::kYarn);
+  EXPECT_EQ(c.rope_scaling.original_max_positions, c.max_position_embeddings);  // transformers' fallback
+  EXPECT_EQ(c.rope_theta, 5e5);
+}
+
+// Integers are the user's numbers in every message: 2^64 - 1 is not -1, 2^32 + 5 is not 5.
+TEST(ModelConfig, IntegersAreReportedAsWritten) {
+  struct Case {
+    const char* key;
+    const char* value;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"eos_token_id", "18446744073709551615", "'eos_token_id' = 18446744073709551615 is outside [0, 2147483647]"},
+      {"bos_token_id", "4294967301", "'bos_token_id' = 4294967301 is outside [0, 2147483647]"},
+      {"eos_token_id", "[4294967301, 2]", "'eos_token_id'[0] = 4294967301 is outside"},
+      {"mlp_only_layers", "[18446744073709551615]", "'mlp_only_layers' entry = 18446744073709551615 is outside"},
+      {"num_experts", "100000000000000000000000", "'num_experts' is an integer out of range"},
+  };
+  for (const Case& test : cases) {
+    json j = qwen3_json();
+    j[test.key] = json::parse(test.value);
+    Result<ModelConfig> c = parse_model_config(j);
+    ASSERT_FALSE(c.is_ok()) << test.key << " = " << test.value;
+    EXPECT_NE(c.status().message().find(test.expected), std::string::npos) << c.status().message();
+  }
+}
+
 TEST(ModelConfig, SharedReferenceConfigsParse) {
   if (testing::reference_model_names().empty()) GTEST_SKIP() << "no shared reference models";
   for (const std::string& name : testing::reference_model_names()) {

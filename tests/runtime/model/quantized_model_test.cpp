@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -299,6 +300,52 @@ TEST_F(QuantizedModel, ExcludePatternsAndErrors) {
   EXPECT_NE(broken.status().message().find("model.layers.1.mlp.experts.0.gate_proj.weight' has shape [96, 64], expected [80, 64]"),
             std::string::npos)
       << broken.status().message();
+}
+
+// Overwrites bytes [byte_offset, byte_offset + bytes.size()) of tensor `name`'s data in a
+// checkpoint directory (single file or sharded), in place.
+void poke_tensor_bytes(const std::string& dir, const std::string& name, int64_t byte_offset, const std::string& bytes) {
+  std::string file = dir + "/" + io::kSingleFileName;
+  if (!fs::exists(file)) {
+    const nlohmann::json index = nlohmann::json::parse(testing::read_file(dir + "/" + io::kIndexFileName));
+    file = dir + "/" + index["weight_map"][name].get<std::string>();
+  }
+  std::fstream stream(file, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_bytes = 0;
+  stream.read(reinterpret_cast<char*>(&header_bytes), 8);  // little-endian, as this host
+  std::string header(header_bytes, '\0');
+  stream.read(header.data(), static_cast<std::streamsize>(header_bytes));
+  const int64_t begin = nlohmann::json::parse(header)[name]["data_offsets"][0].get<int64_t>();
+  stream.seekp(static_cast<std::streamoff>(8 + header_bytes + begin + byte_offset));
+  stream.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(stream.good()) << file;
+}
+
+// A block scale of 0 is legal only over a block of +-0 codes (docs/quant-formats.md, 3c):
+// otherwise the load stops naming the scale tensor, the block and the first non-zero code,
+// for FP8 block scales and NVFP4 block scales alike.
+TEST_F(QuantizedModel, ZeroBlockScalesNeedZeroCodes) {
+  const std::string tensor = "model.layers.1.mlp.experts.0.up_proj";
+  const std::string zero_f32(4, '\0');
+  for (const char* format : {"fp8", "nvfp4"}) {
+    QuantizeOptions options;
+    options.format = parse_weight_format(format).value();
+    const std::string out = dir(std::string(format) + "-zero-scale");
+    ASSERT_TRUE(quantize_checkpoint(dir("bf16"), out, options).is_ok());
+    const bool fp8 = std::string(format) == "fp8";
+    const std::string scale = tensor + (fp8 ? ".weight_scale_inv" : ".weight_scale");
+    poke_tensor_bytes(out, scale, 0, fp8 ? zero_f32 : std::string(1, '\0'));  // block [0, 0]
+    Result<std::unique_ptr<LoadedModel>> model = load_model(out);
+    ASSERT_FALSE(model.is_ok()) << format;
+    const std::string expected = fp8 ? "tensor '" + scale + "': scale block [0, 0] (rows 0..95, columns 0..127) is 0 but code"
+                                     : "tensor '" + scale + "': scale block [0, 0] (rows 0..0, columns 0..15) is 0 but code";
+    EXPECT_NE(model.status().message().find(expected), std::string::npos) << model.status().message();
+    // The same zero scale over all-zero codes (an all-zero block) loads.
+    const int64_t block_code_bytes = fp8 ? 96 * 128 : 8;  // FP8: the one block is the whole [96, 128] matrix
+    poke_tensor_bytes(out, tensor + ".weight", 0, std::string(static_cast<size_t>(block_code_bytes), '\0'));
+    model = load_model(out);
+    EXPECT_TRUE(model.is_ok()) << format << ": " << model.status().to_string();
+  }
 }
 
 }  // namespace
