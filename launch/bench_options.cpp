@@ -55,6 +55,8 @@ void validate_bench_options(const boost::program_options::variables_map& vm) {
   check_range("input-len", input_len, 1, INT32_MAX);
   check_range("output-len", output_len, 1, INT32_MAX);
   check_range("warmup", option_or(vm, "warmup", 1), 0, kMaxRuns);
+  const int64_t seed = option_or<int64_t>(vm, "seed", 0);
+  if (seed < 0) throw CommandError("--seed " + std::to_string(seed) + " must be >= 0");
   check_range("repeats", option_or(vm, "repeats", 3), 1, kMaxRuns);
   const std::string dist = option_or<std::string>(vm, "len-dist", "fixed");
   if (dist != "fixed" && dist != "uniform") throw CommandError("--len-dist '" + dist + "' is not fixed or uniform");

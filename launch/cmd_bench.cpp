@@ -41,14 +41,14 @@ struct BenchOptions {
   int num_requests = 0, input_len = 128, output_len = 64, warmup = 1, repeats = 3;
   std::string len_dist = "fixed";
   double len_range = 0.5;
-  uint64_t seed = 0;
+  int64_t seed = 0;  // >= 0 (validate_bench_options); a signed option, so -1 is refused, not wrapped
   bool repetitive = false;
 };
 
 // A length around `mean` for request r: fixed, or uniform in [mean (1 - range), mean (1 + range)].
 int request_length(const BenchOptions& o, int mean, uint64_t stream, int r) {
   if (o.len_dist == "fixed") return mean;
-  const double u = sampling::counter_uniform(o.seed ^ 0x5bd1e995u, stream, static_cast<uint64_t>(r));
+  const double u = sampling::counter_uniform(static_cast<uint64_t>(o.seed) ^ 0x5bd1e995u, stream, static_cast<uint64_t>(r));
   const double low = mean * (1.0 - o.len_range), high = mean * (1.0 + o.len_range);
   return std::max(1, static_cast<int>(low + u * (high - low + 1.0)));
 }
@@ -69,7 +69,7 @@ std::vector<std::string> make_request_lines(const BenchOptions& o, const std::ve
       for (int i = 0; i < input_len; ++i) {
         const int at = o.repetitive ? i % 8 : i;  // a repetitive prompt repeats its first 8 tokens
         // Runs draw different prompts (no prefix-cache hits between repeats).
-        const double u = sampling::counter_uniform(o.seed + static_cast<uint64_t>(run) * 7919u +
+        const double u = sampling::counter_uniform(static_cast<uint64_t>(o.seed) + static_cast<uint64_t>(run) * 7919u +
                                                        static_cast<uint64_t>(batch_size) * 104729u,
                                                    static_cast<uint64_t>(r), static_cast<uint64_t>(at));
         prompt.push_back(static_cast<int32_t>(u * vocab_size));

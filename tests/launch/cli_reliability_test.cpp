@@ -212,6 +212,7 @@ TEST(CliReliability, BenchValidatesItsOptionsLikeRun) {
   expect_one_line_error(run_command(moert() + " bench --model " + model + " --repeats 0"), "--repeats 0 is outside [1, 1000]");
   expect_one_line_error(run_command(moert() + " bench --model " + model + " --warmup=-1"), "--warmup -1 is outside [0, 1000]");
   expect_one_line_error(run_command(bench + "--batch-sizes 4,0"), "--batch-sizes entry 0 is outside");
+  expect_one_line_error(run_command(bench + "--seed=-1"), "--seed -1 must be >= 0");  // not 2^64 - 1
   expect_one_line_error(run_command(bench + "--len-range 1"), "--len-range 1.000000 is outside [0, 1)");
   expect_one_line_error(run_command(bench + "--len-dist normal"), "--len-dist 'normal' is not fixed or uniform");
   expect_one_line_error(run_command(bench + "--json " + (scratch / "r") + " --csv " + (scratch / "r")),
