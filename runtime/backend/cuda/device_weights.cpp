@@ -33,10 +33,11 @@ DeviceWeight device_weight(const quant::LinearWeight& weight, Staging& staging) 
     return w;
   }
   const quant::QuantizedWeightView& q = *weight.packed;
-  // The device kernels read FP4 codes in checkpoint order: load the model with
-  // LoadOptions::repack_for_cpu = false (the launcher does for --device cuda).
+  // The device kernels read FP4 codes in checkpoint order, as load_model binds them (only the
+  // CPU backend's own layout repacks them).
   MOERT_CHECK(q.code_order == quant::Fp4CodeOrder::kCheckpoint,
-              "the CUDA backend reads FP4 codes in checkpoint order, not the CPU order (load without repack_for_cpu)");
+              "the CUDA backend reads FP4 codes in checkpoint order, not the CPU order (weights laid out by the CPU "
+              "backend cannot compute on a device)");
   const quant::QuantizedWeightSizes sizes = quant::quantized_weight_sizes(q);
   w.global_scale = q.global_scale;
   switch (q.format) {
