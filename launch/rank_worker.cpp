@@ -35,7 +35,7 @@ RankWorker::RankWorker(comm::Transport& transport, const RankWorkerOptions& opti
   const experts::ExpertPlacement& placement = *initial_placement_;
   const int rank = transport_.rank();
   lay_out_model(*model_, *backend_, activations, weight_memory, [&](int layer, int expert) {
-    return placement.layer(placement.num_layers() == 1 ? 0 : layer).rank_hosts(rank, expert);
+    return placement.for_model_layer(layer).rank_hosts(rank, expert);
   });
 }
 

@@ -90,6 +90,8 @@ class ExpertPlacement {
   int num_experts() const { return layers_.front().num_experts(); }
   int num_ranks() const { return layers_.front().num_ranks(); }
   const LayerPlacement& layer(int layer_idx) const { return layers_[static_cast<size_t>(layer_idx)]; }
+  // The placement model layer `model_layer` uses: the one shared by every layer, or its own.
+  const LayerPlacement& for_model_layer(int model_layer) const { return layer(num_layers() == 1 ? 0 : model_layer); }
   const std::vector<LayerPlacement>& layers() const { return layers_; }
 
   // Serialises to the placement-file schema above (one line, with "num_experts").

@@ -536,30 +536,6 @@ Result<ModelWeights> bind_model_weights(const ModelConfig& c, const io::Checkpoi
   return m;
 }
 
-namespace {
-
-// Calls on_linear(linear) for every Linear of the model: attention, dense and expert MLPs, the
-// shared expert (the LM head is a bare LinearWeight, not among them). Weights: ModelWeights or
-// const ModelWeights.
-template <typename Weights, typename OnLinear>
-void for_each_linear(Weights& weights, OnLinear on_linear) {
-  auto mlp = [&](auto& m) {
-    for (auto* linear : {&m.gate, &m.up, &m.down}) on_linear(*linear);
-  };
-  for (auto& layer : weights.layers) {
-    auto& a = layer.attention;
-    for (auto* linear : {&a.q, &a.k, &a.v, &a.o, &a.q_a, &a.kv_a}) on_linear(*linear);
-    if (layer.is_moe) {
-      for (auto& expert : layer.moe.experts) mlp(expert);
-      if (layer.moe.shared_expert.has_value()) mlp(*layer.moe.shared_expert);
-    } else {
-      mlp(layer.dense_mlp);
-    }
-  }
-}
-
-}  // namespace
-
 void for_each_linear_weight(ModelWeights& weights,
                             const std::function<void(quant::LinearWeight& weight, int layer, int expert)>& visit) {
   visit(weights.lm_head, -1, -1);
@@ -582,11 +558,9 @@ void for_each_linear_weight(ModelWeights& weights,
 namespace {
 
 void for_each_packed_weight(ModelWeights& weights, const std::function<void(quant::QuantizedWeightView&)>& visit) {
-  auto visit_weight = [&](quant::LinearWeight& weight) {
+  for_each_linear_weight(weights, [&](quant::LinearWeight& weight, int /*layer*/, int /*expert*/) {
     if (weight.packed.has_value()) visit(*weight.packed);
-  };
-  visit_weight(weights.lm_head);
-  for_each_linear(weights, [&](Linear& linear) { visit_weight(linear.weight); });
+  });
 }
 
 void mark_fp8_codes_finite(ModelWeights& weights) {

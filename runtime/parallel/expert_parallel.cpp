@@ -186,7 +186,7 @@ class ExpertParallelLayerStep {
         top_k_(x_.config_.top_k()),
         dim_(x_.config_.hidden_size),
         row_bytes_(dim_ * static_cast<int64_t>(sizeof(float))),
-        placement_(x_.placement_.layer(x_.placement_.num_layers() == 1 ? 0 : layer)),
+        placement_(x_.placement_.for_model_layer(layer)),
         rows_on_device_(x_.payload_.buffer_location() == comm::BufferLocation::kDevice),
         backend_on_device_(backend.device().kind != DeviceKind::kCpu),
         row_device_(rows_on_device_ ? &backend : nullptr) {
