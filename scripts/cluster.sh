@@ -37,7 +37,8 @@ slurm_dir="$dir/slurm"
 # slurmd's spool and Open MPI's session folders hold Unix sockets, whose paths may not exceed
 # 108 bytes: they go to a short folder named after the state folder (which may lie deep in a
 # build tree), removed by down with the rest.
-short_dir="${TMPDIR:-/tmp}/moert-cluster-$(printf '%s' "$dir" | cksum | cut -d' ' -f1)"
+short_dir_of() { echo "${TMPDIR:-/tmp}/moert-cluster-$(printf '%s' "$1" | cksum | cut -d' ' -f1)"; }
+short_dir="$(short_dir_of "$dir")"
 spool_dir="$short_dir/spool"
 slurm_port="${MOERT_CLUSTER_SLURM_PORT:-6827}"
 head_name=moert-head   # the root namespace's name on the cluster network (slurmctld, mpirun)
@@ -367,13 +368,33 @@ locked() {
 }
 
 # The bridge carries the state folder of the cluster that made it (its alias): one cluster per
-# machine, and neither up nor down touches a cluster of another folder.
+# machine, and neither up nor down touches a live cluster of another folder. A cluster whose state
+# folder is gone (or no longer carries up's marker) is stale: its run was killed before down, or
+# made it in a mount namespace that has ended. Nothing can use it any more, so it is taken down,
+# with one line saying so, instead of blocking every later cluster of the machine.
 check_owner() {
   local owner
   owner="$(cat "/sys/class/net/$bridge/ifalias" 2>/dev/null || true)"
-  if [ -n "$owner" ] && [ "$owner" != "$dir" ]; then
+  [ -n "$owner" ] && [ "$owner" != "$dir" ] || return 0
+  if [ -f "$owner/.moert-cluster" ]; then
     die "a cluster with state in $owner is up; take it down first (MOERT_CLUSTER_DIR=$owner bash $self down)"
   fi
+  echo "cluster: taking down the stale cluster of $owner (that state folder is gone)" >&2
+  stale_down "$owner"
+}
+
+# stale_down OWNER: what a cluster of the state folder OWNER left, found without that folder:
+# its slurmctld by the configuration in its environment (the slurmds die with their nodes), the
+# nodes, bridge and /etc/hosts lines, and its short folder.
+stale_down() {
+  local owner="$1" pid
+  for pid in $(pgrep -x slurmctld || true); do
+    if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qxF "SLURM_CONF=$owner/slurm/slurm.conf"; then
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+  done
+  network_down
+  rm -rf "$(short_dir_of "$owner")"
 }
 
 cmd_up() {

@@ -11,12 +11,15 @@
 #   run_test.sh loss-link   within seconds with one line naming the lost rank and node, the output
 #                           stays whole, and `moert run --resume` on the remaining nodes completes it
 #                           with the undisturbed job's results
+#   run_test.sh stale       a live cluster of another state folder blocks `up` with one line naming
+#                           it; once that folder is gone (its run was killed), `up` takes it down
+#                           (nodes, bridge, slurmctld) and builds its own
 # Needs MOERT_BIN and MOERT_ROOT (CTest sets them). Exit 77 (skip) where namespaces cannot be made
 # (not root, no iproute2), except under CI=true, where that fails. The cluster is taken down on
 # every exit; its state lives under the test's folder.
 set -euo pipefail
 : "${MOERT_BIN:?}" "${MOERT_ROOT:?}"
-mode="${1:?usage: run_test.sh ep|agree|slurm|loss-kill|loss-link}"
+mode="${1:?usage: run_test.sh ep|agree|slurm|loss-kill|loss-link|stale}"
 work="$PWD/multinode_$mode"
 cluster="$MOERT_ROOT/scripts/cluster.sh"
 export MOERT_CLUSTER_DIR="$work/cluster"
@@ -41,6 +44,7 @@ rm -rf "$work" && mkdir -p "$work"
 teardown() {
   local rc=$?
   [ -n "${job_name:-}" ] && { scancel --name "$job_name" >/dev/null 2>&1 || true; }
+  [ -f "$work/other/.moert-cluster" ] && { MOERT_CLUSTER_DIR="$work/other" bash "$cluster" down >/dev/null 2>&1 || true; }
   bash "$cluster" down >/dev/null 2>&1 || echo "WARNING: cluster.sh down failed" >&2
   exit $rc
 }
@@ -235,12 +239,34 @@ mode_loss() {
   echo "resumed: $kept results kept, $(($(wc -l < "$work/out.jsonl") - kept)) served on moert-node1,2"
 }
 
+mode_stale() {
+  local other="$work/other" ctld
+  MOERT_CLUSTER_DIR="$other" bash "$cluster" up --nodes 2 --slurm > "$work/other-up.log" 2>&1 ||
+    { cat "$work/other-up.log" >&2; fail "the other cluster did not come up"; }
+  # Live: refused, naming the owner; the other cluster untouched.
+  if bash "$cluster" up --nodes 1 > "$work/refused.log" 2>&1; then fail "up took over a live cluster"; fi
+  grep -qF "a cluster with state in $other is up" "$work/refused.log" || { cat "$work/refused.log" >&2; fail "the refusal does not name $other"; }
+  MOERT_CLUSTER_DIR="$other" bash "$cluster" status > "$work/other-status.log" 2>&1 || fail "the refused up disturbed the other cluster"
+  ctld="$(cat "$other/slurm/slurmctld.pid")"
+  kill -0 "$ctld" || fail "the other cluster's slurmctld is not running"
+  # Stale: its state folder gone, as when its run is killed and its build tree removed.
+  rm -rf "$other"
+  up --nodes 2
+  grep -qF "taking down the stale cluster of $other" "$work/up.log" || { cat "$work/up.log" >&2; fail "up did not say it took the stale cluster down"; }
+  for _ in $(seq 50); do kill -0 "$ctld" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$ctld" 2>/dev/null; then fail "the stale cluster's slurmctld ($ctld) still runs"; fi
+  bash "$cluster" status > "$work/status.log" 2>&1 || { cat "$work/status.log" >&2; fail "the new cluster is not up"; }
+  grep -q "state in $MOERT_CLUSTER_DIR" "$work/status.log" || fail "status does not show the new cluster's state folder"
+  bash "$cluster" exec moert-node2 true || fail "moert-node2 of the new cluster cannot run a command"
+}
+
 case "$mode" in
   ep) mode_ep ;;
   agree) mode_agree ;;
   slurm) mode_slurm ;;
   loss-kill) mode_loss kill ;;
   loss-link) mode_loss link ;;
+  stale) mode_stale ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac
 echo "[${SECONDS}s] PASS: $mode"
