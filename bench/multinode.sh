@@ -7,8 +7,11 @@
 #   MOERT_BENCH_PRESET   make-model preset (default large)
 #   MOERT_BENCH_DECODE   output tokens per decode request (default 32; prompts are 16 tokens)
 #   MOERT_BENCH_PREFILL  prefill: "requests x prompt tokens", one output token each (default 4x512)
+#   MOERT_BENCH_PAYLOADS expert-parallel payloads "dispatch/combine" to compare across nodes
+#                        (--ep-dispatch-dtype / --ep-combine-dtype; default "f32/f32 bf16/bf16 fp8/bf16")
+#   MOERT_BENCH_WORKLOADS subset of "decode1 decode16 decode64 prefill" (default all)
 # Prints one CSV row per run to stdout (and $MOERT_BUILD_DIR/bench-multinode/results.csv):
-#   setup,link_mbit,workload,tok_s,exchange_pct,link_bytes_per_token
+#   setup,link_mbit,payload,workload,tok_s,exchange_pct,link_bytes_per_token
 # tok_s: output tokens/s for decode, prompt tokens/s for prefill (moert's job summary);
 # exchange_pct: the all-to-all's share of the ranks' step time; link_bytes_per_token: bytes both
 # links carried during the run (tx of every node) per token counted in tok_s.
@@ -18,6 +21,7 @@ rates="${1:-100 1000 10000}"
 preset="${MOERT_BENCH_PRESET:-large}"
 decode_len="${MOERT_BENCH_DECODE:-32}"
 prefill="${MOERT_BENCH_PREFILL:-4x512}"
+payloads="${MOERT_BENCH_PAYLOADS:-f32/f32 bf16/bf16 fp8/bf16}"
 moert="$MOERT_BUILD_DIR/launch/moert"
 cluster="$MOERT_ROOT/scripts/cluster.sh"
 work="$MOERT_BUILD_DIR/bench-multinode"
@@ -36,7 +40,7 @@ requests() {
     echo "{\"id\": \"s$i\", \"prompt_token_ids\": [${prompt%,}], \"max_tokens\": $4}" >> "$1"
   done
 }
-workloads=(decode1 decode16 decode64 prefill)
+read -r -a workloads <<< "${MOERT_BENCH_WORKLOADS:-decode1 decode16 decode64 prefill}"
 requests "$work/decode1.jsonl" 1 16 "$decode_len"
 requests "$work/decode16.jsonl" 16 16 "$decode_len"
 requests "$work/decode64.jsonl" 64 16 "$decode_len"
@@ -50,14 +54,15 @@ link_bytes() {
   fi
 }
 
-# run SETUP LINK WORKLOAD THREADS LAUNCH...: one job, one CSV row.
+# run SETUP LINK PAYLOAD WORKLOAD THREADS LAUNCH...: one job, one CSV row.
 run() {
-  local setup="$1" link="$2" workload="$3" threads="$4"; shift 4
+  local setup="$1" link="$2" payload="$3" workload="$4" threads="$5"; shift 5
   local before after tok_s tokens pct
   rm -f "$work/out.jsonl" "$work/out.jsonl.manifest.json"
   before="$(link_bytes)"
   "$@" "$moert" run --model "$work/$preset" --input "$work/$workload.jsonl" --output "$work/out.jsonl" \
-    --threads "$threads" --max-seqs 64 --progress-interval 0 2> "$work/log" ||
+    --threads "$threads" --max-seqs 64 --progress-interval 0 \
+    --ep-dispatch-dtype "${payload%/*}" --ep-combine-dtype "${payload#*/}" 2> "$work/log" ||
     { tail -n 20 "$work/log" >&2; echo "bench: $setup $workload failed" >&2; exit 1; }
   after="$(link_bytes)"
   if [ "$workload" = prefill ]; then
@@ -66,16 +71,19 @@ run() {
     read -r tok_s tokens < <(sed -n 's/^job: .* output \([0-9.]*\) tok\/s (\([0-9]*\) tokens).*/\1 \2/p' "$work/log")
   fi
   pct="$(sed -n 's/^job: .*all-to-all \([0-9.]*\)% of step time.*/\1/p' "$work/log")"
-  echo "$setup,$link,$workload,$tok_s,$pct,$(awk -v b=$((after - before)) -v t="$tokens" 'BEGIN {printf "%.0f", b / t}')" |
+  echo "$setup,$link,$payload,$workload,$tok_s,$pct,$(awk -v b=$((after - before)) -v t="$tokens" 'BEGIN {printf "%.0f", b / t}')" |
     tee -a "$work/results.csv"
 }
 
-echo "setup,link_mbit,workload,tok_s,exchange_pct,link_bytes_per_token" | tee "$work/results.csv"
+echo "setup,link_mbit,payload,workload,tok_s,exchange_pct,link_bytes_per_token" | tee "$work/results.csv"
 bash "$cluster" down >/dev/null
-for w in "${workloads[@]}"; do run 1node_x2threads - "$w" 2 env; done
+for w in "${workloads[@]}"; do run 1node_x2threads - f32/f32 "$w" 2 env; done
 for rate in $rates; do
   bash "$cluster" up --nodes 2 --link-mbit "$rate" >/dev/null
   for w in "${workloads[@]}"; do
-    run 2nodes_x1thread "$rate" "$w" 1 bash "$cluster" mpirun -np 2 --map-by ppr:1:node
+    # The payloads back to back per workload: their ratios share the machine's state.
+    for payload in $payloads; do
+      run 2nodes_x1thread "$rate" "$payload" "$w" 1 bash "$cluster" mpirun -np 2 --map-by ppr:1:node
+    done
   done
 done

@@ -104,6 +104,9 @@ int run_serve_batch(const std::vector<std::string>& args) {
     fields = job_fields(worker->model(), worker->engine_config(), worker_options.spec, worker->spec(), job,
                         worker->placement(), routing);
     fields["text"] = text_files_digest(model_dir, generation_mode);
+    const parallel::PayloadDTypes payloads = resolve_payload_dtypes(worker_options.engine);
+    fields["ep_payloads"] = std::string(parallel::payload_dtype_name(payloads.dispatch)) + "/" +
+                            parallel::payload_dtype_name(payloads.combine);
   } catch (const CommandError& e) {
     setup_error = e.what();
   }

@@ -39,6 +39,12 @@ void add_engine_options(po::options_description& options, EngineOptions& v) {
       ("ep-transport", po::value(&v.ep_transport)->default_value("auto"),
        "what moves the expert-parallel rows: auto (NCCL with --device cuda when built with NCCL, else MPI), nccl, "
        "or mpi (host memory)")
+      ("ep-dispatch-dtype", po::value(&v.ep_dispatch_dtype)->default_value("f32"),
+       "what the expert-parallel dispatch sends per hidden row: f32 (exact), bf16 (half the bytes) or fp8 (E4M3 "
+       "with a scale per 128 values, ~0.26x the bytes); every routed row is rounded alike, local or remote, so "
+       "outputs stay the same on any rank count; docs/ep-payloads.md")
+      ("ep-combine-dtype", po::value(&v.ep_combine_dtype)->default_value("f32"),
+       "what each expert output travels back as: f32 (exact) or bf16 (half the bytes); docs/ep-payloads.md")
       ("fp4-activations", po::value(&v.fp4_activations)->default_value("f32"),
        "what NVFP4 / MXFP4 weights are computed with: f32 (exact), int8 (CPU only: activations quantized per 16 "
        "elements, faster decode, logits off by ~1e-3 relative) or fp4 (W4A4: activations rounded per row to the "
@@ -135,8 +141,21 @@ std::unique_ptr<comm::Transport> open_row_transport(const std::string& ep_transp
       backend::open_row_transport(value_or_throw(backend::parse_row_transport(ep_transport)), backend, control));
 }
 
+parallel::PayloadDTypes resolve_payload_dtypes(const EngineOptions& v) {
+  parallel::PayloadDTypes dtypes;
+  dtypes.dispatch = value_or_throw(parallel::parse_payload_dtype(v.ep_dispatch_dtype, true, "--ep-dispatch-dtype"));
+  dtypes.combine = value_or_throw(parallel::parse_payload_dtype(v.ep_combine_dtype, false, "--ep-combine-dtype"));
+  if (!dtypes.all_f32() && v.ep_transport == "nccl") {
+    throw CommandError(std::string("--ep-dispatch-dtype ") + parallel::payload_dtype_name(dtypes.dispatch) +
+                       " --ep-combine-dtype " + parallel::payload_dtype_name(dtypes.combine) +
+                       " needs --ep-transport mpi (the rows are encoded on the host; NCCL moves device rows)");
+  }
+  return dtypes;
+}
+
 engine::EngineConfig resolve_engine_config(const EngineOptions& v, const ModelConfig& model, DType auto_kv_cache_dtype) {
   engine::EngineConfig c;
+  resolve_payload_dtypes(v);  // checked before anything is written
   // --ep-transport is checked here, before anything is written; NCCL opens later.
   throw_if_error(backend::check_row_transport(value_or_throw(backend::parse_row_transport(v.ep_transport)),
                                               value_or_throw(backend::parse_device(v.device))));

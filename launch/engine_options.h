@@ -15,6 +15,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/model/config.h"
 #include "runtime/model/weights.h"
+#include "runtime/parallel/payload_codec.h"
 
 namespace moert::launch {
 
@@ -30,6 +31,8 @@ struct EngineOptions {
   std::string kv_cache_dtype = "auto";  // auto, f32, bf16, fp8_e4m3
   std::string device = "cpu";           // cpu, cuda
   std::string ep_transport = "auto";    // auto, nccl, mpi: what moves the expert-parallel rows
+  std::string ep_dispatch_dtype = "f32";  // f32, bf16, fp8: what the dispatched rows travel as
+  std::string ep_combine_dtype = "f32";   // f32, bf16: what the expert outputs travel back as
   std::string fp4_activations = "f32";  // f32, int8, fp4: what NVFP4 / MXFP4 weights are computed with
   std::string fp8_activations = "f32";  // f32, bf16: what the CPU computes FP8 weights with
   std::string bf16_activations = "f32";  // f32, bf16: what the CPU computes dense BF16 weights with
@@ -45,6 +48,11 @@ void add_engine_options(boost::program_options::options_description& options, En
 engine::EngineConfig resolve_engine_config(const EngineOptions& values, const ModelConfig& config,
                                            DType auto_kv_cache_dtype = DType::kF32);
 int resolve_threads(const EngineOptions& values);
+// `--ep-dispatch-dtype` and `--ep-combine-dtype` (runtime/parallel/payload_codec.h). Throws
+// CommandError with one line naming the option; narrower than f32 needs a host row transport
+// (the rows are encoded on the host): refused here with --ep-transport nccl, and by
+// RankWorker::start when auto picks NCCL.
+parallel::PayloadDTypes resolve_payload_dtypes(const EngineOptions& values);
 // Under an MPI launcher, one info line per rank with what it derived from its node: local rank
 // and ranks per node (launcher environment), threads, CPUs in its affinity mask, memory per local
 // rank (what the KV pool check divides). resolve_threads calls it.

@@ -109,7 +109,7 @@ std::string text_files_digest(const std::string& model_dir, const std::string& m
 serving::OutputManifest output_manifest(const JobFields& fields) {
   serving::OutputManifest manifest;
   for (const char* key : {"model", "kv_cache_dtype", "spec", "spec_k", "spec_max_k", "spec_ngram", "draft_model", "balance",
-                          "balance_gamma", "text"}) {
+                          "balance_gamma", "text", "ep_payloads"}) {
     if (fields.count(key) > 0) manifest[key] = fields.at(key);
   }
   return manifest;

@@ -48,8 +48,15 @@ const experts::ExpertPlacement& RankWorker::placement() const {
 void RankWorker::start() {
   forward_ = std::make_unique<TransformerForward>(model_->config, model_->weights, *backend_);
   row_transport_ = open_row_transport(options_.engine.ep_transport, *backend_, transport_);
+  const parallel::PayloadDTypes payload_dtypes = resolve_payload_dtypes(options_.engine);
+  if (!payload_dtypes.all_f32() && row_transport_ != nullptr &&
+      row_transport_->buffer_location() == comm::BufferLocation::kDevice) {
+    throw CommandError(std::string("--ep-dispatch-dtype ") + parallel::payload_dtype_name(payload_dtypes.dispatch) +
+                       " --ep-combine-dtype " + parallel::payload_dtype_name(payload_dtypes.combine) +
+                       " needs --ep-transport mpi here (the rows are encoded on the host; NCCL moves device rows)");
+  }
   experts_ = std::make_unique<parallel::ExpertParallelExperts>(model_->config, std::move(*initial_placement_), transport_,
-                                                               row_transport_.get());
+                                                               row_transport_.get(), payload_dtypes);
   initial_placement_.reset();
   forward_->set_routed_experts(experts_.get());
   proposer_ = spec_->start(*engine_config_, *backend_);

@@ -60,10 +60,11 @@ std::string format_job_summary(const parallel::BatchJobReport& report, parallel:
   const double wall = report.wall_s > 0 ? report.wall_s : 1e-9;
   std::snprintf(line, sizeof(line),
                 "job: %zu ranks, %lld lock-step iterations, %.2f s, output %.1f tok/s (%lld tokens), input %lld "
-                "tokens, all-to-all %.1f%% of step time\n",
+                "tokens, all-to-all %.1f%% of step time, rows sent as %s (dispatch) and %s (combine)\n",
                 report.rank_totals.size(), static_cast<long long>(report.steps), report.wall_s, output_tokens / wall,
                 static_cast<long long>(output_tokens), static_cast<long long>(prompt_tokens),
-                step_s > 0 ? 100.0 * a2a_s / step_s : 0.0);
+                step_s > 0 ? 100.0 * a2a_s / step_s : 0.0, parallel::payload_dtype_name(report.payload_dtypes.dispatch),
+                parallel::payload_dtype_name(report.payload_dtypes.combine));
   out << line;
   std::snprintf(line, sizeof(line),
                 "balance %s: expert MaxVio %.3f over the run, %.3f per step (mean over MoE layers); rank compute "

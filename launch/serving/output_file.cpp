@@ -48,6 +48,13 @@ Result<int64_t> cut_torn_tail(int fd, const std::string& path) {
   return cut;
 }
 
+// What a key a manifest lacks meant when that manifest was written: keys added later carry
+// the behaviour of the versions before them, so their jobs still resume.
+std::string absent_manifest_value(const std::string& key) {
+  if (key == "ep_payloads") return "f32/f32";  // before --ep-dispatch-dtype / --ep-combine-dtype
+  return "(missing)";
+}
+
 Result<OutputManifest> read_manifest(const std::string& path) {
   const Result<json> read = read_strict_json_file(path, kMaxOptionsFileBytes);
   if (read.status().code() == StatusCode::kNotFound) return not_found("no manifest " + path);
@@ -114,7 +121,7 @@ Result<std::unique_ptr<OutputFile>> OutputFile::open(const std::string& path, co
     }
     for (const auto& [key, value] : manifest) {
       const auto found = there->find(key);
-      const std::string theirs = found == there->end() ? "(missing)" : found->second;
+      const std::string theirs = found == there->end() ? absent_manifest_value(key) : found->second;
       if (theirs != value) {
         return fail(invalid_argument("--resume: " + path + " was written by another job: " + key + " is " + theirs +
                                      " there and " + value + " here; nothing was changed"));

@@ -462,6 +462,7 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
   };
 
   BatchJobReport report;
+  report.payload_dtypes = experts.payload_dtypes();
   report.rank_totals.resize(static_cast<size_t>(world));
   experts::LoadTracker expert_loads(num_layers, num_experts);
   experts::LoadTracker rank_loads(num_layers, world);

@@ -26,6 +26,7 @@
 #include "core/status.h"
 #include "runtime/engine/engine.h"
 #include "runtime/parallel/expert_parallel.h"
+#include "runtime/parallel/payload_codec.h"
 
 namespace moert::parallel {
 
@@ -132,6 +133,7 @@ struct BatchJobReport {  // complete at rank 0 only
   double rank_run_max_violation = 0.0;
   double rank_step_max_violation = 0.0;
   int rebalances = 0;                         // placements installed (--balance=replicate)
+  PayloadDTypes payload_dtypes;               // what the exchanged rows travelled as
 };
 
 // Collective: serves what was added to `engine` in lock-step with every other rank until

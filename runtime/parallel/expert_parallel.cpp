@@ -34,11 +34,13 @@ int64_t bytes_to_peers(const std::vector<int64_t>& bytes, int rank) {
 }  // namespace
 
 ExpertParallelExperts::ExpertParallelExperts(const ModelConfig& config, experts::ExpertPlacement placement,
-                                             comm::Transport& transport, comm::Transport* payload_transport)
+                                             comm::Transport& transport, comm::Transport* payload_transport,
+                                             PayloadDTypes payload_dtypes)
     : config_(config),
       placement_(std::move(placement)),
       transport_(transport),
       payload_(payload_transport != nullptr ? *payload_transport : transport),
+      payload_dtypes_(payload_dtypes),
       routed_loads_(static_cast<size_t>(config.num_layers) * static_cast<size_t>(config.num_experts()), 0),
       computed_loads_(static_cast<size_t>(config.num_layers), 0) {
   check_placement(placement_);
@@ -46,6 +48,10 @@ ExpertParallelExperts::ExpertParallelExperts(const ModelConfig& config, experts:
               "the payload transport is rank " << payload_.rank() << " of " << payload_.world_size()
                                                << ", the control transport rank " << transport_.rank() << " of "
                                                << transport_.world_size());
+  MOERT_CHECK(payload_dtypes_.all_f32() || payload_.buffer_location() == comm::BufferLocation::kHost,
+              "dispatch " << payload_dtype_name(payload_dtypes_.dispatch) << " / combine "
+                          << payload_dtype_name(payload_dtypes_.combine)
+                          << " payloads are encoded on the host: they need a host payload transport (MPI)");
 }
 
 void ExpertParallelExperts::check_placement(const experts::ExpertPlacement& placement) const {
@@ -185,7 +191,9 @@ class ExpertParallelLayerStep {
         rank_(x_.transport_.rank()),
         top_k_(x_.config_.top_k()),
         dim_(x_.config_.hidden_size),
-        row_bytes_(dim_ * static_cast<int64_t>(sizeof(float))),
+        dtypes_(x_.payload_dtypes_),
+        dispatch_row_bytes_(payload_row_bytes(dtypes_.dispatch, dim_)),
+        combine_row_bytes_(payload_row_bytes(dtypes_.combine, dim_)),
         placement_(x_.placement_.for_model_layer(layer)),
         rows_on_device_(x_.payload_.buffer_location() == comm::BufferLocation::kDevice),
         backend_on_device_(backend.device().kind != DeviceKind::kCpu),
@@ -220,6 +228,10 @@ class ExpertParallelLayerStep {
                                 send_.span());
     }
     routing_send_ = pack_row_routing(plan_, routing_format());
+    if (dtypes_.dispatch != PayloadDType::kF32) {
+      send_wire_.resize(static_cast<size_t>(num_send * dispatch_row_bytes_));
+      encode_payload_rows(dtypes_.dispatch, send_.data(), num_send, dim_, send_wire_.data());
+    }
   }
 
   void start_dispatch() {
@@ -236,9 +248,16 @@ class ExpertParallelLayerStep {
     routing_exchange_ = x_.transport_.start_all_to_all_v(routing_send_.data(), routing_send_bytes_,
                                                          routing_recv_.data(), routing_recv_bytes_);
     recv_ = PayloadRows(row_device_, num_recv_, dim_);
-    send_bytes_ = scaled(plan_.send_row_counts, row_bytes_);
-    recv_bytes_ = scaled(recv_rows_, row_bytes_);
-    dispatch_ = x_.payload_.start_all_to_all_v(send_.data(), send_bytes_, recv_.data(), recv_bytes_);
+    send_bytes_ = scaled(plan_.send_row_counts, dispatch_row_bytes_);
+    recv_bytes_ = scaled(recv_rows_, dispatch_row_bytes_);
+    void* recv = recv_.data();
+    const void* send = send_.data();
+    if (dtypes_.dispatch != PayloadDType::kF32) {
+      recv_wire_.resize(static_cast<size_t>(num_recv_ * dispatch_row_bytes_));
+      recv = recv_wire_.data();
+      send = send_wire_.data();
+    }
+    dispatch_ = x_.payload_.start_all_to_all_v(send, send_bytes_, recv, recv_bytes_);
     x_.stats_.all_to_all_s += seconds_since(start);
   }
 
@@ -250,6 +269,9 @@ class ExpertParallelLayerStep {
     }
     x_.stats_.all_to_all_s += seconds_since(start);
     x_.stats_.dispatch_bytes_sent += bytes_to_peers(send_bytes_, rank_);
+    if (dtypes_.dispatch != PayloadDType::kF32) {
+      decode_payload_rows(dtypes_.dispatch, recv_wire_.data(), num_recv_, dim_, recv_.data());
+    }
   }
 
   void compute() {
@@ -264,16 +286,26 @@ class ExpertParallelLayerStep {
     backend_.grouped_expert_ffn(compute_.layout, recv_.span(), static_cast<int>(dim_), routed_expert_weights(moe_),
                                 contributions_.span());
     if (rows_on_device_) backend_.synchronize();
+    if (dtypes_.combine != PayloadDType::kF32) {
+      combine_wire_.resize(static_cast<size_t>(compute_.num_contribs() * combine_row_bytes_));
+      encode_payload_rows(dtypes_.combine, contributions_.data(), compute_.num_contribs(), dim_, combine_wire_.data());
+    }
     x_.stats_.expert_compute_s += seconds_since(start);
   }
 
   void start_combine() {
     const auto start = std::chrono::steady_clock::now();
     returned_ = PayloadRows(row_device_, plan_.num_return_rows(), dim_);
-    combine_send_bytes_ = scaled(compute_.return_row_counts, row_bytes_);
-    combine_recv_bytes_ = scaled(plan_.return_row_counts, row_bytes_);
-    combine_ = x_.payload_.start_all_to_all_v(contributions_.data(), combine_send_bytes_, returned_.data(),
-                                              combine_recv_bytes_);
+    combine_send_bytes_ = scaled(compute_.return_row_counts, combine_row_bytes_);
+    combine_recv_bytes_ = scaled(plan_.return_row_counts, combine_row_bytes_);
+    const void* send = contributions_.data();
+    void* recv = returned_.data();
+    if (dtypes_.combine != PayloadDType::kF32) {
+      returned_wire_.resize(static_cast<size_t>(plan_.num_return_rows() * combine_row_bytes_));
+      send = combine_wire_.data();
+      recv = returned_wire_.data();
+    }
+    combine_ = x_.payload_.start_all_to_all_v(send, combine_send_bytes_, recv, combine_recv_bytes_);
     x_.stats_.all_to_all_s += seconds_since(start);
   }
 
@@ -283,6 +315,9 @@ class ExpertParallelLayerStep {
     if (!combined.is_ok()) fail(combined);
     x_.stats_.all_to_all_s += seconds_since(start);
     x_.stats_.combine_bytes_sent += bytes_to_peers(combine_send_bytes_, rank_);
+    if (dtypes_.combine != PayloadDType::kF32) {
+      decode_payload_rows(dtypes_.combine, returned_wire_.data(), plan_.num_return_rows(), dim_, returned_.data());
+    }
     backend_.combine_rows(plan_.combine_src_rows, top_k_, returned_.span(), static_cast<int>(dim_),
                           {out, static_cast<size_t>(num_tokens_ * dim_)});
   }
@@ -306,7 +341,9 @@ class ExpertParallelLayerStep {
   const int rank_;
   const int top_k_;
   const int64_t dim_;
-  const int64_t row_bytes_;
+  const PayloadDTypes dtypes_;        // what the rows travel as (host rows when not f32)
+  const int64_t dispatch_row_bytes_;  // one hidden row on the wire
+  const int64_t combine_row_bytes_;   // one contribution on the wire
   const experts::LayerPlacement& placement_;
   const bool rows_on_device_;     // the payload transport moves device buffers (NCCL)
   const bool backend_on_device_;  // the experts compute on a device
@@ -314,6 +351,9 @@ class ExpertParallelLayerStep {
 
   experts::DispatchPlan plan_;
   PayloadRows send_;
+  // Encoded rows (payload dtypes other than f32): what the payload transport moves instead
+  // of the float rows, decoded on arrival.
+  std::vector<std::byte> send_wire_, recv_wire_, combine_wire_, returned_wire_;
   std::vector<std::byte> routing_send_, routing_recv_;
   std::vector<int64_t> recv_rows_;
   int64_t num_recv_ = 0;

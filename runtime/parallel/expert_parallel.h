@@ -21,6 +21,7 @@
 
 #include "experts/placement/placement.h"
 #include "runtime/comm/transport.h"
+#include "runtime/parallel/payload_codec.h"
 #include "runtime/model/transformer.h"
 
 namespace moert::parallel {
@@ -40,16 +41,21 @@ class ExpertParallelExperts : public RoutedExperts {
   // single one used for every layer. config and the transports must outlive this object.
   // payload_transport: moves the rows (null: `transport` does); same ranks as `transport`.
   // Expert compute runs on the backend run() is given (the model's); a device payload
-  // transport needs a device backend.
+  // transport needs a device backend. payload_dtypes: what the rows travel as
+  // (payload_codec.h); other than f32 they are encoded on the host, so the payload transport
+  // must move host buffers. Every routed row takes the trip (the ones staying on this rank
+  // too), so outputs do not depend on the rank count or placement for a given pair.
   ExpertParallelExperts(const ModelConfig& config, experts::ExpertPlacement placement, comm::Transport& transport,
-                        comm::Transport* payload_transport = nullptr);
+                        comm::Transport* payload_transport = nullptr, PayloadDTypes payload_dtypes = {});
   // A transport failure aborts the whole job with a message naming this rank (no hang).
   void run(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
            const int32_t* expert_ids, const float* weights, float* out,
            const std::function<void()>& overlapped) override;
-  // One rank computes every expert: the routing stays on the device (no exchange, the loads
-  // counted there), so a step graph may record the layer.
-  bool routes_on_device() const override { return transport_.world_size() == 1; }
+  // One rank computes every expert with f32 payloads: the routing stays on the device (no
+  // exchange, the loads counted there), so a step graph may record the layer. Narrower
+  // payloads take the staged path on one rank too, so that their rounding is the same.
+  bool routes_on_device() const override { return transport_.world_size() == 1 && payload_dtypes_.all_f32(); }
+  const PayloadDTypes& payload_dtypes() const { return payload_dtypes_; }
 
   // Swaps the placement between steps (every rank must swap to the same one before the
   // next step). Same checks as the constructor (MOERT_CHECK).
@@ -77,6 +83,7 @@ class ExpertParallelExperts : public RoutedExperts {
   experts::ExpertPlacement placement_;
   comm::Transport& transport_;
   comm::Transport& payload_;
+  const PayloadDTypes payload_dtypes_;
   ExpertParallelStats stats_;
   std::vector<int64_t> routed_loads_;    // [L, E]
   std::vector<int64_t> computed_loads_;  // [L]
