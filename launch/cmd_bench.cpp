@@ -184,6 +184,7 @@ int run_bench(const std::vector<std::string>& args) {
   TransformerForward& forward = worker->forward();
   spec::Proposer* proposer = worker->proposer();
   parallel::BatchJobConfig job;
+  job.micro_batches = resolve_micro_batches(worker_options.engine);
 
   std::vector<serving::BenchResult> results;
   for (const int batch_size : batch_sizes) {

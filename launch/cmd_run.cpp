@@ -72,6 +72,7 @@ int run_serve_batch(const std::vector<std::string>& args) {
     throw CommandError("--request-routing '" + routing + "' is not prefix or free-blocks");
   }
   job.prefix_routing = routing == "prefix";
+  job.micro_batches = resolve_micro_batches(worker_options.engine);
   if (generation_mode != "auto" && generation_mode != "none") {
     throw CommandError("--generation-config '" + generation_mode + "' is not auto or none");
   }

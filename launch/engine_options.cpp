@@ -45,6 +45,10 @@ void add_engine_options(po::options_description& options, EngineOptions& v) {
        "outputs stay the same on any rank count; docs/ep-payloads.md")
       ("ep-combine-dtype", po::value(&v.ep_combine_dtype)->default_value("f32"),
        "what each expert output travels back as: f32 (exact) or bf16 (half the bytes); docs/ep-payloads.md")
+      ("micro-batches", po::value(&v.micro_batches)->default_value("auto"),
+       "expert-parallel micro-batches per step: 1, 2 (each MoE layer's tokens in two halves: one half's "
+       "all-to-all in flight while the other half's experts compute; outputs bit-identical to 1) or auto (2 with "
+       "several ranks once a step computes >= 16 tokens per rank); docs/ep-payloads.md")
       ("fp4-activations", po::value(&v.fp4_activations)->default_value("f32"),
        "what NVFP4 / MXFP4 weights are computed with: f32 (exact), int8 (CPU only: activations quantized per 16 "
        "elements, faster decode, logits off by ~1e-3 relative) or fp4 (W4A4: activations rounded per row to the "
@@ -141,6 +145,13 @@ std::unique_ptr<comm::Transport> open_row_transport(const std::string& ep_transp
       backend::open_row_transport(value_or_throw(backend::parse_row_transport(ep_transport)), backend, control));
 }
 
+int resolve_micro_batches(const EngineOptions& v) {
+  if (v.micro_batches == "auto") return 0;
+  if (v.micro_batches == "1") return 1;
+  if (v.micro_batches == "2") return 2;
+  throw CommandError("--micro-batches '" + v.micro_batches + "' is not one of 1, 2, auto");
+}
+
 parallel::PayloadDTypes resolve_payload_dtypes(const EngineOptions& v) {
   parallel::PayloadDTypes dtypes;
   dtypes.dispatch = value_or_throw(parallel::parse_payload_dtype(v.ep_dispatch_dtype, true, "--ep-dispatch-dtype"));
@@ -156,6 +167,7 @@ parallel::PayloadDTypes resolve_payload_dtypes(const EngineOptions& v) {
 engine::EngineConfig resolve_engine_config(const EngineOptions& v, const ModelConfig& model, DType auto_kv_cache_dtype) {
   engine::EngineConfig c;
   resolve_payload_dtypes(v);  // checked before anything is written
+  resolve_micro_batches(v);
   // --ep-transport is checked here, before anything is written; NCCL opens later.
   throw_if_error(backend::check_row_transport(value_or_throw(backend::parse_row_transport(v.ep_transport)),
                                               value_or_throw(backend::parse_device(v.device))));

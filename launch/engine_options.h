@@ -33,6 +33,7 @@ struct EngineOptions {
   std::string ep_transport = "auto";    // auto, nccl, mpi: what moves the expert-parallel rows
   std::string ep_dispatch_dtype = "f32";  // f32, bf16, fp8: what the dispatched rows travel as
   std::string ep_combine_dtype = "f32";   // f32, bf16: what the expert outputs travel back as
+  std::string micro_batches = "auto";     // 1, 2, auto: MoE micro-batches per step (parallel::BatchJobConfig)
   std::string fp4_activations = "f32";  // f32, int8, fp4: what NVFP4 / MXFP4 weights are computed with
   std::string fp8_activations = "f32";  // f32, bf16: what the CPU computes FP8 weights with
   std::string bf16_activations = "f32";  // f32, bf16: what the CPU computes dense BF16 weights with
@@ -53,6 +54,9 @@ int resolve_threads(const EngineOptions& values);
 // (the rows are encoded on the host): refused here with --ep-transport nccl, and by
 // RankWorker::start when auto picks NCCL.
 parallel::PayloadDTypes resolve_payload_dtypes(const EngineOptions& values);
+// `--micro-batches`: 1, 2, or 0 for auto (parallel::BatchJobConfig::micro_batches). Throws
+// CommandError with one line naming the value.
+int resolve_micro_batches(const EngineOptions& values);
 // Under an MPI launcher, one info line per rank with what it derived from its node: local rank
 // and ranks per node (launcher environment), threads, CPUs in its affinity mask, memory per local
 // rank (what the KV pool check divides). resolve_threads calls it.

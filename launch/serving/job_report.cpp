@@ -6,16 +6,17 @@
 namespace moert::serving {
 
 std::string metrics_json(int64_t step, int rank, const parallel::StepMetrics& m, int64_t kv_cache_bytes_per_token) {
-  char text[640];
+  char text[768];
   std::snprintf(text, sizeof(text),
                 "{\"step\": %lld, \"rank\": %d, \"tokens\": %lld, \"output_tokens\": %lld, \"finished\": %lld, "
                 "\"dispatch_bytes\": %lld, \"combine_bytes\": %lld, \"step_s\": %.6f, \"all_to_all_s\": %.6f, "
-                "\"expert_s\": %.6f, \"shared_s\": %.6f, \"spec_drafts\": %lld, \"spec_accepted\": %lld, "
-                "\"draft_s\": %.6f, \"kv_cache_bytes_per_token\": %lld}",
+                "\"expert_s\": %.6f, \"shared_s\": %.6f, \"exchange_in_flight_s\": %.6f, \"exchange_wait_s\": %.6f, "
+                "\"spec_drafts\": %lld, \"spec_accepted\": %lld, \"draft_s\": %.6f, \"kv_cache_bytes_per_token\": %lld}",
                 static_cast<long long>(step), rank, static_cast<long long>(m.scheduled_tokens),
                 static_cast<long long>(m.output_tokens), static_cast<long long>(m.finished_requests),
                 static_cast<long long>(m.dispatch_bytes), static_cast<long long>(m.combine_bytes), m.step_s,
-                m.all_to_all_s, m.expert_s, m.shared_s, static_cast<long long>(m.spec_drafts),
+                m.all_to_all_s, m.expert_s, m.shared_s, m.exchange_in_flight_s, m.exchange_wait_s,
+                static_cast<long long>(m.spec_drafts),
                 static_cast<long long>(m.spec_accepted), m.draft_s, static_cast<long long>(kv_cache_bytes_per_token));
   return text;
 }
@@ -50,11 +51,12 @@ std::string format_job_summary(const parallel::BatchJobReport& report, parallel:
     std::snprintf(line, sizeof(line),
                   "rank %zu: %lld requests, %lld tokens computed, %lld output tokens, %lld preemptions, step %.2f s "
                   "(all-to-all %.2f s = %.1f%%, routed experts %.2f s, shared experts %.2f s), sent %.2f MB dispatch "
-                  "+ %.2f MB combine\n",
+                  "+ %.2f MB combine, exchange %.2f s in flight, %.1f%% of it hidden behind compute\n",
                   r, static_cast<long long>(m.finished_requests), static_cast<long long>(m.scheduled_tokens),
                   static_cast<long long>(e.output_tokens), static_cast<long long>(e.preemptions), m.step_s,
                   m.all_to_all_s, m.step_s > 0 ? 100.0 * m.all_to_all_s / m.step_s : 0.0, m.expert_s, m.shared_s,
-                  m.dispatch_bytes / 1e6, m.combine_bytes / 1e6);
+                  m.dispatch_bytes / 1e6, m.combine_bytes / 1e6, m.exchange_in_flight_s,
+                  m.exchange_in_flight_s > 0 ? 100.0 * (1.0 - m.exchange_wait_s / m.exchange_in_flight_s) : 0.0);
     out << line;
   }
   const double wall = report.wall_s > 0 ? report.wall_s : 1e-9;

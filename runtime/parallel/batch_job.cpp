@@ -56,6 +56,8 @@ void add_into(StepMetrics& total, const StepMetrics& step) {
   total.all_to_all_s += step.all_to_all_s;
   total.expert_s += step.expert_s;
   total.shared_s += step.shared_s;
+  total.exchange_in_flight_s += step.exchange_in_flight_s;
+  total.exchange_wait_s += step.exchange_wait_s;
   total.spec_drafts += step.spec_drafts;
   total.spec_accepted += step.spec_accepted;
   total.draft_s += step.draft_s;
@@ -128,6 +130,9 @@ Status validate_batch_job_config(const BatchJobConfig& config) {
   }
   if (config.balance_interval < 1) {
     return invalid_argument("--balance-interval " + std::to_string(config.balance_interval) + " must be >= 1");
+  }
+  if (config.micro_batches < 0 || config.micro_batches > 2) {
+    return invalid_argument("--micro-batches " + std::to_string(config.micro_batches) + " must be 1, 2 or auto");
   }
   if (config.redundant_slots_per_rank < 0) {
     return invalid_argument("--balance-redundant " + std::to_string(config.redundant_slots_per_rank) +
@@ -280,6 +285,8 @@ Result<std::vector<engine::RequestOutput>> run_step_and_measure(engine::Engine& 
   mine.all_to_all_s = now.all_to_all_s - previous.all_to_all_s;
   mine.expert_s = now.expert_compute_s - previous.expert_compute_s;
   mine.shared_s = now.overlapped_s - previous.overlapped_s;
+  mine.exchange_in_flight_s = now.exchange_in_flight_s - previous.exchange_in_flight_s;
+  mine.exchange_wait_s = now.exchange_wait_s - previous.exchange_wait_s;
   baseline.experts = now;
   const engine::EngineStats& engine_now = engine.stats();
   const engine::EngineStats& previous_engine = baseline.engine;
@@ -335,15 +342,17 @@ Status collect_step_at_root(comm::Transport& transport, const StepMetrics& mine,
 }
 
 // Sums over the ranks, in one all-reduce, whether work is left anywhere, this step's routed
-// loads [L, E] and the rows each rank computed [L, R]. `reduce` holds
-// [work left, routed loads, computed rows] afterwards; rank 0 records the loads. Returns the
-// number of routed-load entries.
+// loads [L, E], the rows each rank computed [L, R] and the tokens the step computed. `reduce`
+// holds [work left, routed loads, computed rows, tokens] afterwards; rank 0 records the loads.
+// Returns the number of routed-load entries.
 Result<size_t> share_work_left_and_loads(comm::Transport& transport, const engine::Engine& engine,
-                                         ExpertParallelExperts& experts, int num_layers, std::vector<int64_t>& reduce,
-                                         experts::LoadTracker& expert_loads, experts::LoadTracker& rank_loads) {
+                                         ExpertParallelExperts& experts, int num_layers, int64_t step_tokens,
+                                         std::vector<int64_t>& reduce, experts::LoadTracker& expert_loads,
+                                         experts::LoadTracker& rank_loads) {
   const int world = transport.world_size();
   std::fill(reduce.begin(), reduce.end(), 0);
   reduce[0] = engine.has_unfinished() ? 1 : 0;
+  reduce.back() = step_tokens;
   const std::vector<int64_t> routed = experts.take_routed_loads();
   std::copy(routed.begin(), routed.end(), reduce.begin() + 1);
   const std::vector<int64_t> computed = experts.take_computed_loads();
@@ -483,7 +492,13 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
   JobProgress progress;
   std::vector<int64_t> kv_used(static_cast<size_t>(world), 0), kv_pool(static_cast<size_t>(world), 0);  // [R]
   StepBaseline baseline{experts.stats(), engine.stats()};
-  std::vector<int64_t> reduce(1 + static_cast<size_t>(num_layers) * (num_experts + world));
+  std::vector<int64_t> reduce(2 + static_cast<size_t>(num_layers) * (num_experts + world));
+  // Micro-batches: fixed, or auto from the tokens of the step before (see BatchJobConfig).
+  auto micro_batches_after = [&](int64_t tokens_all_ranks) {
+    if (config.micro_batches != 0) return config.micro_batches;
+    return world > 1 && tokens_all_ranks >= kMicroBatchMinTokensPerRank * world ? 2 : 1;
+  };
+  experts.set_micro_batches(config.micro_batches != 0 ? config.micro_batches : (world > 1 ? 2 : 1));
   while (unfinished > 0) {
     // 1. One lock-step iteration.
     StepMetrics mine;
@@ -496,10 +511,11 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
     ++report.steps;
 
     // 3. Work left anywhere, and the loads of this step.
-    Result<size_t> routed_entries =
-        share_work_left_and_loads(transport, engine, experts, num_layers, reduce, expert_loads, rank_loads);
+    Result<size_t> routed_entries = share_work_left_and_loads(transport, engine, experts, num_layers,
+                                                              mine.scheduled_tokens, reduce, expert_loads, rank_loads);
     if (!routed_entries.is_ok()) return fail(routed_entries.status());
     unfinished = reduce[0];
+    experts.set_micro_batches(micro_batches_after(reduce.back()));
     const std::span<const int64_t> step_loads(reduce.data() + 1, *routed_entries);
 
     // 4. Balancing, decided at rank 0.

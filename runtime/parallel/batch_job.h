@@ -41,7 +41,13 @@ struct BatchJobConfig {
   int balance_interval = 16;         // steps between replica plans (--balance=replicate)
   int redundant_slots_per_rank = 1;  // extra expert slots per rank (--balance=replicate)
   bool prefix_routing = true;        // requests sharing a first block go to the same rank (assign_requests)
+  // MoE micro-batches per step (ExpertParallelExperts::set_micro_batches): 1, 2, or 0 = auto:
+  // 2 when the job has several ranks and the previous step computed at least
+  // kMicroBatchMinTokensPerRank tokens per rank (the first step: 2), else 1. The decision comes
+  // from the step's all-reduce, so every rank takes the same one.
+  int micro_batches = 0;
 };
+inline constexpr int64_t kMicroBatchMinTokensPerRank = 16;
 // invalid_argument naming the option for gamma < 0, interval < 1, redundant slots < 0.
 Status validate_batch_job_config(const BatchJobConfig& config);
 
@@ -86,6 +92,8 @@ struct StepMetrics {
   double all_to_all_s = 0.0;     // inside exchanges (waiting for peers included)
   double expert_s = 0.0;         // routed experts computed here
   double shared_s = 0.0;         // shared experts, overlapped with the dispatch
+  double exchange_in_flight_s = 0.0;  // exchanges from start to done (ExpertParallelStats)
+  double exchange_wait_s = 0.0;       // of that, blocked in waits: hidden = 1 - wait / in flight
   int64_t spec_drafts = 0;       // draft tokens verified (speculative decoding)
   int64_t spec_accepted = 0;     // of those, accepted
   double draft_s = 0.0;          // in the proposer

@@ -63,6 +63,11 @@ void ExpertParallelExperts::check_placement(const experts::ExpertPlacement& plac
               "placement has " << placement.num_experts() << " experts, the model " << config_.num_experts());
 }
 
+void ExpertParallelExperts::set_micro_batches(int micro_batches) {
+  MOERT_CHECK(micro_batches == 1 || micro_batches == 2, "micro-batches must be 1 or 2, not " << micro_batches);
+  micro_batches_ = micro_batches;
+}
+
 void ExpertParallelExperts::set_placement(experts::ExpertPlacement placement) {
   check_placement(placement);
   placement_ = std::move(placement);
@@ -259,6 +264,9 @@ class ExpertParallelLayerStep {
     }
     dispatch_ = x_.payload_.start_all_to_all_v(send, send_bytes_, recv, recv_bytes_);
     x_.stats_.all_to_all_s += seconds_since(start);
+    x_.stats_.exchange_in_flight_s += seconds_since(start);  // the blocking counts and the starts
+    x_.stats_.exchange_wait_s += seconds_since(start);
+    dispatch_started_ = std::chrono::steady_clock::now();
   }
 
   void finish_dispatch() {
@@ -268,6 +276,8 @@ class ExpertParallelLayerStep {
       if (!done.is_ok()) fail(done);
     }
     x_.stats_.all_to_all_s += seconds_since(start);
+    x_.stats_.exchange_wait_s += seconds_since(start);
+    x_.stats_.exchange_in_flight_s += seconds_since(dispatch_started_);
     x_.stats_.dispatch_bytes_sent += bytes_to_peers(send_bytes_, rank_);
     if (dtypes_.dispatch != PayloadDType::kF32) {
       decode_payload_rows(dtypes_.dispatch, recv_wire_.data(), num_recv_, dim_, recv_.data());
@@ -307,6 +317,7 @@ class ExpertParallelLayerStep {
     }
     combine_ = x_.payload_.start_all_to_all_v(send, combine_send_bytes_, recv, combine_recv_bytes_);
     x_.stats_.all_to_all_s += seconds_since(start);
+    combine_started_ = start;
   }
 
   void finish(float* out) {
@@ -314,6 +325,8 @@ class ExpertParallelLayerStep {
     const Status combined = combine_->wait();
     if (!combined.is_ok()) fail(combined);
     x_.stats_.all_to_all_s += seconds_since(start);
+    x_.stats_.exchange_wait_s += seconds_since(start);
+    x_.stats_.exchange_in_flight_s += seconds_since(combine_started_);
     x_.stats_.combine_bytes_sent += bytes_to_peers(combine_send_bytes_, rank_);
     if (dtypes_.combine != PayloadDType::kF32) {
       decode_payload_rows(dtypes_.combine, returned_wire_.data(), plan_.num_return_rows(), dim_, returned_.data());
@@ -365,6 +378,7 @@ class ExpertParallelLayerStep {
   PayloadRows returned_;
   std::vector<int64_t> combine_send_bytes_, combine_recv_bytes_;
   std::unique_ptr<comm::PendingExchange> combine_;
+  std::chrono::steady_clock::time_point dispatch_started_, combine_started_;
 };
 
 void ExpertParallelExperts::run(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
@@ -374,16 +388,43 @@ void ExpertParallelExperts::run(backend::Backend& backend, int layer, const MoeW
     run_on_device(backend, layer, moe, h, num_tokens, expert_ids, weights, out, overlapped);
     return;
   }
-  ExpertParallelLayerStep step(*this, backend, layer, moe, h, num_tokens, expert_ids, weights);
-  step.prepare();
-  step.start_dispatch();
-  const auto overlap_start = std::chrono::steady_clock::now();
-  overlapped();  // the shared experts, while the dispatch is in flight
-  stats_.overlapped_s += seconds_since(overlap_start);
-  step.finish_dispatch();
-  step.compute();
-  step.start_combine();
-  step.finish(out);
+  auto run_overlapped = [&] {
+    const auto overlap_start = std::chrono::steady_clock::now();
+    overlapped();  // the shared experts, while a dispatch is in flight
+    stats_.overlapped_s += seconds_since(overlap_start);
+  };
+  if (micro_batches_ == 1) {
+    ExpertParallelLayerStep step(*this, backend, layer, moe, h, num_tokens, expert_ids, weights);
+    step.prepare();
+    step.start_dispatch();
+    run_overlapped();
+    step.finish_dispatch();
+    step.compute();
+    step.start_combine();
+    step.finish(out);
+    return;
+  }
+  // Two halves (the first one takes the odd token; either may be empty, and every rank still
+  // runs both halves' collectives in this order).
+  const int64_t first = (num_tokens + 1) / 2;
+  const int64_t dim = config_.hidden_size;
+  const int64_t k = config_.top_k();
+  ExpertParallelLayerStep a(*this, backend, layer, moe, h, first, expert_ids, weights);
+  ExpertParallelLayerStep b(*this, backend, layer, moe, h + first * dim, num_tokens - first, expert_ids + first * k,
+                            weights + first * k);
+  a.prepare();
+  a.start_dispatch();
+  b.prepare();         // while a's dispatch is in flight
+  b.start_dispatch();
+  run_overlapped();    // while both are
+  a.finish_dispatch();
+  a.compute();         // while b's dispatch is in flight
+  a.start_combine();
+  b.finish_dispatch();
+  b.compute();         // while a's combine is in flight
+  b.start_combine();
+  a.finish(out);
+  b.finish(out + first * dim);
 }
 
 void ExpertParallelExperts::run_on_device(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h,

@@ -33,6 +33,11 @@ struct ExpertParallelStats {
   double all_to_all_s = 0.0;        // inside the exchanges, waiting for peers included
   double expert_compute_s = 0.0;    // local routed expert FFNs
   double overlapped_s = 0.0;        // the overlapped work (shared experts)
+  // How much of the exchange compute hid: every exchange's time from its start to its wait's
+  // return (the blocking row-count exchanges count whole), and the part of it spent blocked in
+  // waits. Hidden share = 1 - wait / in flight.
+  double exchange_in_flight_s = 0.0;
+  double exchange_wait_s = 0.0;
 };
 
 class ExpertParallelExperts : public RoutedExperts {
@@ -56,6 +61,15 @@ class ExpertParallelExperts : public RoutedExperts {
   // payloads take the staged path on one rank too, so that their rounding is the same.
   bool routes_on_device() const override { return transport_.world_size() == 1 && payload_dtypes_.all_f32(); }
   const PayloadDTypes& payload_dtypes() const { return payload_dtypes_; }
+
+  // Micro-batches of the next steps' MoE layers (1 or 2; every rank the same before a step;
+  // docs/ep-payloads.md "Micro-batch overlap"). With 2, each layer's tokens split in two halves
+  // whose stages interleave: the second half's dispatch is in flight while the first half's
+  // experts compute, the first half's combine while the second's compute. Each token's
+  // arithmetic and summation order are those of one batch, so outputs are bit-identical.
+  // Ignored where the routing stays on the device (one rank, f32 payloads).
+  void set_micro_batches(int micro_batches);
+  int micro_batches() const { return micro_batches_; }
 
   // Swaps the placement between steps (every rank must swap to the same one before the
   // next step). Same checks as the constructor (MOERT_CHECK).
@@ -84,6 +98,7 @@ class ExpertParallelExperts : public RoutedExperts {
   comm::Transport& transport_;
   comm::Transport& payload_;
   const PayloadDTypes payload_dtypes_;
+  int micro_batches_ = 1;
   ExpertParallelStats stats_;
   std::vector<int64_t> routed_loads_;    // [L, E]
   std::vector<int64_t> computed_loads_;  // [L]

@@ -35,21 +35,24 @@ TEST_P(EpLogitsOverMpi, BitIdenticalToOneRankForContiguousAndReplicatedPlacement
   DenseKvCache local_cache(config);
   const std::vector<float> expected = local.forward(batch, local_cache).value();
   for (const bool replicas : {false, true}) {
-    experts::ExpertPlacement placement = replicas
-                                             ? placement_with_replicas(config.num_experts(), transport.world_size())
-                                             : experts::contiguous_placement(config.num_experts(), transport.world_size()).value();
-    TransformerForward forward(config, model->weights, cpu);
-    ExpertParallelExperts experts(config, std::move(placement), transport);
-    forward.set_routed_experts(&experts);
-    DenseKvCache cache(config);
-    Result<std::vector<float>> got = forward.forward(batch, cache);
-    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
-    ASSERT_EQ(got->size(), expected.size());
-    EXPECT_EQ(std::memcmp(got->data(), expected.data(), expected.size() * sizeof(float)), 0)
-        << GetParam() << (replicas ? ", replicas" : ", contiguous") << ", rank " << transport.rank() << " of "
-        << transport.world_size();
-    if (transport.world_size() > 1) {
-      EXPECT_GT(experts.stats().dispatch_bytes_sent, 0);
+    for (const int micro_batches : {1, 2}) {
+      experts::ExpertPlacement placement = replicas
+                                               ? placement_with_replicas(config.num_experts(), transport.world_size())
+                                               : experts::contiguous_placement(config.num_experts(), transport.world_size()).value();
+      TransformerForward forward(config, model->weights, cpu);
+      ExpertParallelExperts experts(config, std::move(placement), transport);
+      experts.set_micro_batches(micro_batches);
+      forward.set_routed_experts(&experts);
+      DenseKvCache cache(config);
+      Result<std::vector<float>> got = forward.forward(batch, cache);
+      ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+      ASSERT_EQ(got->size(), expected.size());
+      EXPECT_EQ(std::memcmp(got->data(), expected.data(), expected.size() * sizeof(float)), 0)
+          << GetParam() << (replicas ? ", replicas" : ", contiguous") << ", " << micro_batches
+          << " micro-batch(es), rank " << transport.rank() << " of " << transport.world_size();
+      if (transport.world_size() > 1) {
+        EXPECT_GT(experts.stats().dispatch_bytes_sent, 0);
+      }
     }
   }
 }
@@ -98,18 +101,21 @@ TEST_P(EpLogitsOverMpi, NarrowPayloadsGiveOneRanksLogitsOnAnyRankCount) {
                   scaled_max_error(expected, f32_logits));
     }
     for (const bool replicas : {false, true}) {
-      experts::ExpertPlacement placement =
-          replicas ? placement_with_replicas(config.num_experts(), transport.world_size())
-                   : experts::contiguous_placement(config.num_experts(), transport.world_size()).value();
-      TransformerForward forward(config, model->weights, cpu);
-      ExpertParallelExperts experts(config, std::move(placement), transport, nullptr, dtypes);
-      forward.set_routed_experts(&experts);
-      DenseKvCache cache(config);
-      Result<std::vector<float>> got = forward.forward(batch, cache);
-      ASSERT_TRUE(got.is_ok()) << got.status().to_string();
-      ASSERT_EQ(got->size(), expected.size());
-      EXPECT_EQ(std::memcmp(got->data(), expected.data(), expected.size() * sizeof(float)), 0)
-          << what << (replicas ? ", replicas" : ", contiguous");
+      for (const int micro_batches : {1, 2}) {
+        experts::ExpertPlacement placement =
+            replicas ? placement_with_replicas(config.num_experts(), transport.world_size())
+                     : experts::contiguous_placement(config.num_experts(), transport.world_size()).value();
+        TransformerForward forward(config, model->weights, cpu);
+        ExpertParallelExperts experts(config, std::move(placement), transport, nullptr, dtypes);
+        experts.set_micro_batches(micro_batches);
+        forward.set_routed_experts(&experts);
+        DenseKvCache cache(config);
+        Result<std::vector<float>> got = forward.forward(batch, cache);
+        ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+        ASSERT_EQ(got->size(), expected.size());
+        EXPECT_EQ(std::memcmp(got->data(), expected.data(), expected.size() * sizeof(float)), 0)
+            << what << (replicas ? ", replicas" : ", contiguous") << ", " << micro_batches << " micro-batch(es)";
+      }
     }
   }
 }

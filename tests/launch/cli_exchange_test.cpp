@@ -1,8 +1,9 @@
-// `moert run --ep-dispatch-dtype / --ep-combine-dtype` under real `mpirun`: for each payload
-// pair, greedy and sampled outputs are byte for byte the same on 1, 2 and 4 ranks (every
-// routed row takes the wire trip, local or remote), they are not the f32 outputs (the rounding
-// is applied), the job line names the pair, a job does not resume the output of another pair,
-// and bad values are refused in one line.
+// The expert-parallel exchange options of `moert run` under real `mpirun`.
+// --ep-dispatch-dtype / --ep-combine-dtype: for each payload pair, greedy and sampled outputs
+// are byte for byte the same on 1, 2 and 4 ranks (every routed row takes the wire trip, local
+// or remote), they are not the f32 outputs (the rounding is applied), the job line names the
+// pair, a job does not resume the output of another pair, and bad values are refused in one line.
+// --micro-batches: 1, 2 and auto give byte-identical outputs on 2 and 4 ranks.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -102,8 +103,31 @@ TEST_F(CliPayloads, AJobDoesNotResumeTheOutputOfAnotherPair) {
   EXPECT_EQ(same.exit_code, 0) << same.err;
 }
 
+TEST_F(CliPayloads, MicroBatchesGiveByteIdenticalOutputs) {
+  for (const std::string payloads : {"", "--ep-dispatch-dtype bf16 --ep-combine-dtype bf16 "}) {
+    for (const int ranks : {2, 4}) {
+      std::map<std::string, std::string> one;
+      for (const std::string micro_batches : {"1", "2", "auto"}) {
+        const std::string name = "mb" + micro_batches + "_np" + std::to_string(ranks) + (payloads.empty() ? "" : "_bf16");
+        const testing::CommandResult result = run(ranks, name, payloads + "--micro-batches " + micro_batches);
+        ASSERT_EQ(result.exit_code, 0) << name << ": " << result.err;
+        const auto outputs = outputs_by_id(scratch_ / (name + ".jsonl"));
+        ASSERT_EQ(outputs.size(), 10u) << name;
+        if (micro_batches == "1") {
+          one = outputs;
+        } else {
+          EXPECT_EQ(outputs, one) << name;
+        }
+        // Each rank reports how much of its exchange compute hid.
+        EXPECT_NE(result.err.find("% of it hidden behind compute"), std::string::npos) << result.err;
+      }
+    }
+  }
+}
+
 TEST_F(CliPayloads, BadValuesAreRefusedInOneLine) {
   for (const auto& [options, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--micro-batches 3", "--micro-batches '3' is not one of 1, 2, auto"},
            {"--ep-dispatch-dtype fp16", "--ep-dispatch-dtype 'fp16' is not one of f32, bf16, fp8"},
            {"--ep-combine-dtype fp8", "--ep-combine-dtype 'fp8' is not one of f32, bf16"},
            {"--ep-dispatch-dtype bf16 --ep-transport nccl", "needs --ep-transport mpi"}}) {
