@@ -7,11 +7,15 @@
 #   MOERT_BENCH_PRESET   make-model preset (default large)
 #   MOERT_BENCH_DECODE   output tokens per decode request (default 32; prompts are 16 tokens)
 #   MOERT_BENCH_PREFILL  prefill: "requests x prompt tokens", one output token each (default 4x512)
-#   MOERT_BENCH_PAYLOADS expert-parallel payloads "dispatch/combine" to compare across nodes
-#                        (--ep-dispatch-dtype / --ep-combine-dtype; default "f32/f32 bf16/bf16 fp8/bf16")
-#   MOERT_BENCH_WORKLOADS subset of "decode1 decode16 decode64 prefill" (default all)
+#   MOERT_BENCH_VARIANTS exchange variants compared across nodes, each DISPATCH/COMBINE/MICRO/PROGRESS:
+#                        --ep-dispatch-dtype, --ep-combine-dtype, --micro-batches, and "pt" for Open MPI's
+#                        TCP progress thread (--mca btl_tcp_progress_thread 1) or "-" for none
+#                        (default "f32/f32/1/- f32/f32/2/- f32/f32/2/pt bf16/bf16/1/- fp8/bf16/1/-")
+#   MOERT_BENCH_WORKLOADS subset of "decode1 decode16 decode32 decode64 prefill"
+#                        (default "decode1 decode16 decode64 prefill")
 # Prints one CSV row per run to stdout (and $MOERT_BUILD_DIR/bench-multinode/results.csv):
-#   setup,link_mbit,payload,workload,tok_s,exchange_pct,link_bytes_per_token
+#   setup,link_mbit,variant,workload,tok_s,exchange_pct,hidden_pct,link_bytes_per_token
+# hidden_pct: the share of the exchange's time in flight that compute hid (rank 0's line).
 # tok_s: output tokens/s for decode, prompt tokens/s for prefill (moert's job summary);
 # exchange_pct: the all-to-all's share of the ranks' step time; link_bytes_per_token: bytes both
 # links carried during the run (tx of every node) per token counted in tok_s.
@@ -21,7 +25,7 @@ rates="${1:-100 1000 10000}"
 preset="${MOERT_BENCH_PRESET:-large}"
 decode_len="${MOERT_BENCH_DECODE:-32}"
 prefill="${MOERT_BENCH_PREFILL:-4x512}"
-payloads="${MOERT_BENCH_PAYLOADS:-f32/f32 bf16/bf16 fp8/bf16}"
+variants="${MOERT_BENCH_VARIANTS:-f32/f32/1/- f32/f32/2/- f32/f32/2/pt bf16/bf16/1/- fp8/bf16/1/-}"
 moert="$MOERT_BUILD_DIR/launch/moert"
 cluster="$MOERT_ROOT/scripts/cluster.sh"
 work="$MOERT_BUILD_DIR/bench-multinode"
@@ -43,6 +47,7 @@ requests() {
 read -r -a workloads <<< "${MOERT_BENCH_WORKLOADS:-decode1 decode16 decode64 prefill}"
 requests "$work/decode1.jsonl" 1 16 "$decode_len"
 requests "$work/decode16.jsonl" 16 16 "$decode_len"
+requests "$work/decode32.jsonl" 32 16 "$decode_len"
 requests "$work/decode64.jsonl" 64 16 "$decode_len"
 requests "$work/prefill.jsonl" "${prefill%x*}" "${prefill#*x}" 1
 
@@ -54,15 +59,17 @@ link_bytes() {
   fi
 }
 
-# run SETUP LINK PAYLOAD WORKLOAD THREADS LAUNCH...: one job, one CSV row.
+# run SETUP LINK VARIANT WORKLOAD THREADS LAUNCH...: one job, one CSV row.
 run() {
-  local setup="$1" link="$2" payload="$3" workload="$4" threads="$5"; shift 5
-  local before after tok_s tokens pct
+  local setup="$1" link="$2" variant="$3" workload="$4" threads="$5"; shift 5
+  local dispatch combine micro progress
+  IFS=/ read -r dispatch combine micro progress <<< "$variant"
+  local before after tok_s tokens pct hidden
   rm -f "$work/out.jsonl" "$work/out.jsonl.manifest.json"
   before="$(link_bytes)"
   "$@" "$moert" run --model "$work/$preset" --input "$work/$workload.jsonl" --output "$work/out.jsonl" \
     --threads "$threads" --max-seqs 64 --progress-interval 0 \
-    --ep-dispatch-dtype "${payload%/*}" --ep-combine-dtype "${payload#*/}" 2> "$work/log" ||
+    --ep-dispatch-dtype "$dispatch" --ep-combine-dtype "$combine" --micro-batches "$micro" 2> "$work/log" ||
     { tail -n 20 "$work/log" >&2; echo "bench: $setup $workload failed" >&2; exit 1; }
   after="$(link_bytes)"
   if [ "$workload" = prefill ]; then
@@ -71,19 +78,22 @@ run() {
     read -r tok_s tokens < <(sed -n 's/^job: .* output \([0-9.]*\) tok\/s (\([0-9]*\) tokens).*/\1 \2/p' "$work/log")
   fi
   pct="$(sed -n 's/^job: .*all-to-all \([0-9.]*\)% of step time.*/\1/p' "$work/log")"
-  echo "$setup,$link,$payload,$workload,$tok_s,$pct,$(awk -v b=$((after - before)) -v t="$tokens" 'BEGIN {printf "%.0f", b / t}')" |
+  hidden="$(sed -n 's/^rank 0: .*, \([0-9.]*\)% of it hidden behind compute.*/\1/p' "$work/log")"
+  echo "$setup,$link,$variant,$workload,$tok_s,$pct,${hidden:-0},$(awk -v b=$((after - before)) -v t="$tokens" 'BEGIN {printf "%.0f", b / t}')" |
     tee -a "$work/results.csv"
 }
 
-echo "setup,link_mbit,payload,workload,tok_s,exchange_pct,link_bytes_per_token" | tee "$work/results.csv"
+echo "setup,link_mbit,variant,workload,tok_s,exchange_pct,hidden_pct,link_bytes_per_token" | tee "$work/results.csv"
 bash "$cluster" down >/dev/null
-for w in "${workloads[@]}"; do run 1node_x2threads - f32/f32 "$w" 2 env; done
+for w in "${workloads[@]}"; do run 1node_x2threads - f32/f32/1/- "$w" 2 env; done
 for rate in $rates; do
   bash "$cluster" up --nodes 2 --link-mbit "$rate" >/dev/null
   for w in "${workloads[@]}"; do
-    # The payloads back to back per workload: their ratios share the machine's state.
-    for payload in $payloads; do
-      run 2nodes_x1thread "$rate" "$payload" "$w" 1 bash "$cluster" mpirun -np 2 --map-by ppr:1:node
+    # The variants back to back per workload: their ratios share the machine's state.
+    for variant in $variants; do
+      mca=()
+      [ "${variant##*/}" = pt ] && mca=(--mca btl_tcp_progress_thread 1)
+      run 2nodes_x1thread "$rate" "$variant" "$w" 1 bash "$cluster" mpirun "${mca[@]}" -np 2 --map-by ppr:1:node
     done
   done
 done

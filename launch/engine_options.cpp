@@ -42,13 +42,13 @@ void add_engine_options(po::options_description& options, EngineOptions& v) {
       ("ep-dispatch-dtype", po::value(&v.ep_dispatch_dtype)->default_value("f32"),
        "what the expert-parallel dispatch sends per hidden row: f32 (exact), bf16 (half the bytes) or fp8 (E4M3 "
        "with a scale per 128 values, ~0.26x the bytes); every routed row is rounded alike, local or remote, so "
-       "outputs stay the same on any rank count; docs/ep-payloads.md")
+       "outputs stay the same on any rank count; docs/ep-exchange.md")
       ("ep-combine-dtype", po::value(&v.ep_combine_dtype)->default_value("f32"),
-       "what each expert output travels back as: f32 (exact) or bf16 (half the bytes); docs/ep-payloads.md")
+       "what each expert output travels back as: f32 (exact) or bf16 (half the bytes); docs/ep-exchange.md")
       ("micro-batches", po::value(&v.micro_batches)->default_value("auto"),
        "expert-parallel micro-batches per step: 1, 2 (each MoE layer's tokens in two halves: one half's "
        "all-to-all in flight while the other half's experts compute; outputs bit-identical to 1) or auto (2 with "
-       "several ranks once a step computes >= 16 tokens per rank); docs/ep-payloads.md")
+       "several ranks once a step computes >= 16 tokens per rank); docs/ep-exchange.md")
       ("fp4-activations", po::value(&v.fp4_activations)->default_value("f32"),
        "what NVFP4 / MXFP4 weights are computed with: f32 (exact), int8 (CPU only: activations quantized per 16 "
        "elements, faster decode, logits off by ~1e-3 relative) or fp4 (W4A4: activations rounded per row to the "

@@ -63,7 +63,7 @@ class ExpertParallelExperts : public RoutedExperts {
   const PayloadDTypes& payload_dtypes() const { return payload_dtypes_; }
 
   // Micro-batches of the next steps' MoE layers (1 or 2; every rank the same before a step;
-  // docs/ep-payloads.md "Micro-batch overlap"). With 2, each layer's tokens split in two halves
+  // docs/ep-exchange.md "Micro-batch overlap"). With 2, each layer's tokens split in two halves
   // whose stages interleave: the second half's dispatch is in flight while the first half's
   // experts compute, the first half's combine while the second's compute. Each token's
   // arithmetic and summation order are those of one batch, so outputs are bit-identical.

@@ -14,6 +14,33 @@ namespace {
 
 int64_t fp8_blocks(int64_t dim) { return (dim + kFp8PayloadBlock - 1) / kFp8PayloadBlock; }
 
+}  // namespace
+
+// quant::e4m3_encode's result for finite |v| <= 448 (what x / (amax / 448) is, up to one
+// rounding), from the bits instead of frexp/ldexp: the dispatch encodes every value it sends.
+// Normals (|v| >= 2^-6): round the float's 23-bit mantissa to 3 bits, ties to even (a carry
+// moves into the exponent), and rebias the exponent from 127 to 7. Subnormals: multiples of
+// 2^-9, rounded to nearest even (the default rounding mode); 8 x 2^-9 is the smallest normal,
+// code 0x08, so the two ranges meet. Past 448 the code saturates at 0x7E, as e4m3_encode's.
+uint8_t e4m3_encode_in_range(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  const auto sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  uint32_t code;
+  if (magnitude < 0x3c800000u) {  // 2^-6
+    float a;
+    std::memcpy(&a, &magnitude, sizeof(a));
+    code = static_cast<uint32_t>(std::nearbyint(a * 512.0f));
+  } else {
+    const uint32_t rounded = magnitude + 0x7ffffu + ((magnitude >> 20) & 1u);
+    code = std::min((rounded >> 20) - (120u << 3), 0x7eu);
+  }
+  return static_cast<uint8_t>(sign | code);
+}
+
+namespace {
+
 void encode_fp8_row(const float* row, int64_t dim, std::byte* out) {
   std::byte* codes = out + fp8_blocks(dim) * static_cast<int64_t>(sizeof(float));
   for (int64_t b = 0, start = 0; start < dim; ++b, start += kFp8PayloadBlock) {
@@ -27,7 +54,7 @@ void encode_fp8_row(const float* row, int64_t dim, std::byte* out) {
     const float scale = finite ? amax / quant::kE4m3Max : std::numeric_limits<float>::quiet_NaN();
     std::memcpy(out + b * static_cast<int64_t>(sizeof(float)), &scale, sizeof(float));
     for (int64_t i = start; i < end; ++i) {
-      const uint8_t code = !finite ? quant::kE4m3NaN : scale == 0.0f ? uint8_t{0} : quant::e4m3_encode(row[i] / scale);
+      const uint8_t code = !finite ? quant::kE4m3NaN : scale == 0.0f ? uint8_t{0} : e4m3_encode_in_range(row[i] / scale);
       codes[i] = static_cast<std::byte>(code);
     }
   }

@@ -1,4 +1,4 @@
-// What the expert-parallel exchange puts on the wire for one hidden row (docs/ep-payloads.md).
+// What the expert-parallel exchange puts on the wire for one hidden row (docs/ep-exchange.md).
 //   f32   D x 4 bytes, the row as computed (the default);
 //   bf16  D x 2 bytes, each value rounded to nearest, ties to even (core/half.h);
 //   fp8   ceil(D / 128) x 4 bytes of scales, then D x 1 byte of E4M3 codes: per block of 128
@@ -36,6 +36,10 @@ void encode_payload_rows(PayloadDType dtype, const float* rows, int64_t num_rows
 void decode_payload_rows(PayloadDType dtype, const std::byte* in, int64_t num_rows, int64_t dim, float* rows);
 // encode then decode in place: what a row becomes after a trip through the wire.
 void round_payload_rows(PayloadDType dtype, float* rows, int64_t num_rows, int64_t dim);
+
+// quant::e4m3_encode(v) for finite |v| <= 448, computed from v's bits (the fp8 dispatch's
+// per-value step; payload_codec_test checks it against e4m3_encode).
+uint8_t e4m3_encode_in_range(float v);
 
 // The pair an expert-parallel job uses: what the dispatch sends (hidden rows to the experts)
 // and what the combine sends back (one weighted expert output per (row, expert)).

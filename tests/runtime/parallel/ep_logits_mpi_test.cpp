@@ -2,7 +2,7 @@
 // own prompt are bit-identical to the single-rank forward with all experts local, on every
 // shared reference model, for contiguous slices and for a placement with replicas; with
 // narrower payloads (bf16, fp8 dispatch; bf16 combine), bit-identical to one rank with the
-// same payloads (and printing their distance to f32, the figures docs/ep-payloads.md quotes).
+// same payloads (and printing their distance to f32, the figures docs/ep-exchange.md quotes).
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "quant/formats/minifloat.h"
+
 namespace moert::parallel {
 namespace {
 
@@ -102,6 +104,28 @@ TEST(PayloadCodec, Fp8ScalesEachBlockOf128ByItsOwnAmax) {
       }
     }
   }
+}
+
+// The fast per-value step equals the format's reference encoder on every 61st float of
+// [0, 448] and the values just past it, both signs (18M values, subnormals to saturation).
+TEST(PayloadCodec, FastE4m3EncodeEqualsTheReferenceEncoder) {
+  uint32_t limit;
+  const float past = 470.0f;
+  std::memcpy(&limit, &past, sizeof(limit));
+  int64_t checked = 0;
+  for (uint32_t bits = 0; bits <= limit; bits += 61) {
+    for (const uint32_t sign : {0u, 0x80000000u}) {
+      const uint32_t signed_bits = bits | sign;
+      float v;
+      std::memcpy(&v, &signed_bits, sizeof(v));
+      ASSERT_EQ(e4m3_encode_in_range(v), quant::e4m3_encode(v)) << v;
+      ++checked;
+    }
+  }
+  for (const float v : {0.0f, -0.0f, 448.0f, -448.0f, 0x1p-6f, 0x1p-9f, 0x1.8p-10f, 0x1p-10f, 0x1.fp-7f, 240.0f, 232.0f}) {
+    EXPECT_EQ(e4m3_encode_in_range(v), quant::e4m3_encode(v)) << v;
+  }
+  EXPECT_GT(checked, 10000000);
 }
 
 TEST(PayloadCodec, Fp8ZeroBlocksAndNonFiniteBlocks) {
