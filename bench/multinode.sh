@@ -13,8 +13,11 @@
 #                        (default "f32/f32/1/- f32/f32/2/- f32/f32/2/pt bf16/bf16/1/- fp8/bf16/1/-")
 #   MOERT_BENCH_WORKLOADS subset of "decode1 decode16 decode32 decode64 prefill"
 #                        (default "decode1 decode16 decode64 prefill")
+#   MOERT_BENCH_ROUNDS   rounds over the variants of a workload (default 1); with more than one, the
+#                        rounds interleave (a load change hits every variant alike) and a median
+#                        table follows the rows
 # Prints one CSV row per run to stdout (and $MOERT_BUILD_DIR/bench-multinode/results.csv):
-#   setup,link_mbit,variant,workload,tok_s,exchange_pct,hidden_pct,link_bytes_per_token
+#   setup,link_mbit,variant,workload,round,tok_s,exchange_pct,hidden_pct,link_bytes_per_token
 # hidden_pct: the share of the exchange's time in flight that compute hid (rank 0's line).
 # tok_s: output tokens/s for decode, prompt tokens/s for prefill (moert's job summary);
 # exchange_pct: the all-to-all's share of the ranks' step time; link_bytes_per_token: bytes both
@@ -26,6 +29,7 @@ preset="${MOERT_BENCH_PRESET:-large}"
 decode_len="${MOERT_BENCH_DECODE:-32}"
 prefill="${MOERT_BENCH_PREFILL:-4x512}"
 variants="${MOERT_BENCH_VARIANTS:-f32/f32/1/- f32/f32/2/- f32/f32/2/pt bf16/bf16/1/- fp8/bf16/1/-}"
+rounds="${MOERT_BENCH_ROUNDS:-1}"
 moert="$MOERT_BUILD_DIR/launch/moert"
 cluster="$MOERT_ROOT/scripts/cluster.sh"
 work="$MOERT_BUILD_DIR/bench-multinode"
@@ -59,9 +63,9 @@ link_bytes() {
   fi
 }
 
-# run SETUP LINK VARIANT WORKLOAD THREADS LAUNCH...: one job, one CSV row.
+# run SETUP LINK VARIANT WORKLOAD ROUND THREADS LAUNCH...: one job, one CSV row.
 run() {
-  local setup="$1" link="$2" variant="$3" workload="$4" threads="$5"; shift 5
+  local setup="$1" link="$2" variant="$3" workload="$4" round="$5" threads="$6"; shift 6
   local dispatch combine micro progress
   IFS=/ read -r dispatch combine micro progress <<< "$variant"
   local before after tok_s tokens pct hidden
@@ -79,21 +83,31 @@ run() {
   fi
   pct="$(sed -n 's/^job: .*all-to-all \([0-9.]*\)% of step time.*/\1/p' "$work/log")"
   hidden="$(sed -n 's/^rank 0: .*, \([0-9.]*\)% of it hidden behind compute.*/\1/p' "$work/log")"
-  echo "$setup,$link,$variant,$workload,$tok_s,$pct,${hidden:-0},$(awk -v b=$((after - before)) -v t="$tokens" 'BEGIN {printf "%.0f", b / t}')" |
+  echo "$setup,$link,$variant,$workload,$round,$tok_s,$pct,${hidden:-0},$(awk -v b=$((after - before)) -v t="$tokens" 'BEGIN {printf "%.0f", b / t}')" |
     tee -a "$work/results.csv"
 }
 
-echo "setup,link_mbit,variant,workload,tok_s,exchange_pct,hidden_pct,link_bytes_per_token" | tee "$work/results.csv"
+echo "setup,link_mbit,variant,workload,round,tok_s,exchange_pct,hidden_pct,link_bytes_per_token" | tee "$work/results.csv"
 bash "$cluster" down >/dev/null
-for w in "${workloads[@]}"; do run 1node_x2threads - f32/f32/1/- "$w" 2 env; done
+for w in "${workloads[@]}"; do
+  for round in $(seq 1 "$rounds"); do run 1node_x2threads - f32/f32/1/- "$w" "$round" 2 env; done
+done
 for rate in $rates; do
   bash "$cluster" up --nodes 2 --link-mbit "$rate" >/dev/null
   for w in "${workloads[@]}"; do
-    # The variants back to back per workload: their ratios share the machine's state.
-    for variant in $variants; do
-      mca=()
-      [ "${variant##*/}" = pt ] && mca=(--mca btl_tcp_progress_thread 1)
-      run 2nodes_x1thread "$rate" "$variant" "$w" 1 bash "$cluster" mpirun "${mca[@]}" -np 2 --map-by ppr:1:node
+    # The variants back to back per workload and round: their ratios share the machine's state.
+    for round in $(seq 1 "$rounds"); do
+      for variant in $variants; do
+        mca=()
+        [ "${variant##*/}" = pt ] && mca=(--mca btl_tcp_progress_thread 1)
+        run 2nodes_x1thread "$rate" "$variant" "$w" "$round" 1 \
+          bash "$cluster" mpirun "${mca[@]}" -np 2 --map-by ppr:1:node
+      done
     done
   done
 done
+if [ "$rounds" -gt 1 ]; then
+  echo "median over $rounds rounds: setup,link_mbit,variant,workload,tok_s"
+  tail -n +2 "$work/results.csv" | sort -t, -k1,4 -k6,6g |
+    awk -F, -v n="$rounds" '{key = $1 "," $2 "," $3 "," $4; i[key]++; if (i[key] == int((n + 1) / 2)) print key "," $6}'
+fi

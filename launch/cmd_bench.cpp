@@ -24,6 +24,7 @@
 #include "launch/job.h"
 #include "launch/rank_worker.h"
 #include "launch/serving/bench_stats.h"
+#include "launch/serving/job_report.h"
 #include "launch/serving/request_io.h"
 #include "runtime/sampling/sampler.h"
 
@@ -187,12 +188,14 @@ int run_bench(const std::vector<std::string>& args) {
   job.micro_batches = resolve_micro_batches(worker_options.engine);
 
   std::vector<serving::BenchResult> results;
+  std::vector<nlohmann::json> exchanges;  // per result: each rank's exchange in its last timed run
   for (const int batch_size : batch_sizes) {
     engine::EngineConfig run_config = config;
     run_config.scheduler.max_seqs = (batch_size + ranks - 1) / ranks;  // the limit over all ranks
     const int num_requests = o.num_requests > 0 ? o.num_requests : std::max(8, 4 * batch_size);
     std::vector<serving::RunMeasurement> timed;
     engine::EngineStats last_totals;  // of the last timed run, for the engine and spec summaries
+    std::vector<parallel::StepMetrics> last_rank_totals;  // of the last timed run, for the exchange figures
     double last_wall_s = 0.0;
     for (int run = 0; run < o.warmup + o.repeats; ++run) {
       engine::Engine engine(forward, run_config);  // a fresh KV pool: no hits from earlier runs
@@ -219,6 +222,7 @@ int run_bench(const std::vector<std::string>& args) {
       if (!report.is_ok()) throw CommandError(report.status().message());
       if (root) {
         last_totals = sum_engine_stats(report->rank_engine_stats);
+        last_rank_totals = report->rank_totals;
         last_wall_s = measurement.wall_s;
       }
       if (run >= o.warmup) timed.push_back(std::move(measurement));
@@ -228,6 +232,11 @@ int run_bench(const std::vector<std::string>& args) {
     if (worker->spec().enabled()) std::cout << worker->spec().summary(last_totals) << "\n";
     const serving::BenchResult result = serving::aggregate(timed, ranks, batch_size);
     results.push_back(result);
+    nlohmann::json exchange = nlohmann::json::array();
+    for (size_t r = 0; r < last_rank_totals.size(); ++r) {
+      exchange.push_back(serving::exchange_json(static_cast<int>(r), last_rank_totals[r]));
+    }
+    exchanges.push_back(std::move(exchange));
     std::printf("bench: ranks=%d batch_size=%d requests=%lld input_len=%.1f output_len=%.1f threads=%d spec=%s "
                 "spec_k=%s wall_s=%.3f input_tok_s=%.1f output_tok_s=%.1f total_tok_s=%.1f ttft_ms_p50=%.2f "
                 "tpot_ms_p50=%.3f itl_ms_p99=%.3f e2e_ms_p50=%.2f acceptance=%.3f tokens_per_pass=%.3f\n",
@@ -241,6 +250,7 @@ int run_bench(const std::vector<std::string>& args) {
   }
   if (!root) return 0;
 
+  const parallel::PayloadDTypes payload_dtypes = resolve_payload_dtypes(worker_options.engine);
   const nlohmann::json bench_config = {
       {"model", o.model_dir},
       {"architecture", architecture_name(model.config.arch)},
@@ -252,6 +262,9 @@ int run_bench(const std::vector<std::string>& args) {
       {"block_size", config.block_size},
       {"max_batched_tokens", config.scheduler.max_batched_tokens},
       {"prefix_caching", config.enable_prefix_caching},
+      {"ep_dispatch_dtype", parallel::payload_dtype_name(payload_dtypes.dispatch)},
+      {"ep_combine_dtype", parallel::payload_dtype_name(payload_dtypes.combine)},
+      {"micro_batches", worker_options.engine.micro_batches},
       {"spec", spec_options.method},
       {"spec_k", spec_options.num_draft},
       {"input", o.input_path.empty() ? nlohmann::json("synthetic") : nlohmann::json(o.input_path)},
@@ -264,7 +277,11 @@ int run_bench(const std::vector<std::string>& args) {
       {"commit", MOERT_BUILD_COMMIT},
       {"host", hostname()}};
   nlohmann::json document = {{"config", bench_config}, {"results", nlohmann::json::array()}};
-  for (const serving::BenchResult& r : results) document["results"].push_back(serving::result_to_json(r));
+  for (size_t i = 0; i < results.size(); ++i) {
+    nlohmann::json result = serving::result_to_json(results[i]);
+    result["exchange"] = exchanges[i];  // per rank, the last timed run (docs/ep-exchange.md)
+    document["results"].push_back(std::move(result));
+  }
   if (!o.json_path.empty()) throw_if_error(write_text_file(o.json_path, document.dump(2) + "\n"));
   if (!o.csv_path.empty()) {
     std::string csv = serving::csv_header() + "\n";

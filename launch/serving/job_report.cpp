@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 namespace moert::serving {
 
 std::string metrics_json(int64_t step, int rank, const parallel::StepMetrics& m, int64_t kv_cache_bytes_per_token) {
@@ -19,6 +21,26 @@ std::string metrics_json(int64_t step, int rank, const parallel::StepMetrics& m,
                 static_cast<long long>(m.spec_drafts),
                 static_cast<long long>(m.spec_accepted), m.draft_s, static_cast<long long>(kv_cache_bytes_per_token));
   return text;
+}
+
+namespace {
+
+// The share of the exchange's time in flight that the rank did not spend waiting for it.
+double hidden_fraction(const parallel::StepMetrics& m) {
+  return m.exchange_in_flight_s > 0 ? 1.0 - m.exchange_wait_s / m.exchange_in_flight_s : 0.0;
+}
+
+}  // namespace
+
+nlohmann::json exchange_json(int rank, const parallel::StepMetrics& m) {
+  return {{"rank", rank},
+          {"dispatch_bytes", m.dispatch_bytes},
+          {"combine_bytes", m.combine_bytes},
+          {"step_s", m.step_s},
+          {"all_to_all_s", m.all_to_all_s},
+          {"exchange_in_flight_s", m.exchange_in_flight_s},
+          {"exchange_wait_s", m.exchange_wait_s},
+          {"hidden_fraction", hidden_fraction(m)}};
 }
 
 Result<std::unique_ptr<MetricsFile>> MetricsFile::open(const std::string& path, int64_t kv_cache_bytes_per_token,
@@ -56,7 +78,7 @@ std::string format_job_summary(const parallel::BatchJobReport& report, parallel:
                   static_cast<long long>(e.output_tokens), static_cast<long long>(e.preemptions), m.step_s,
                   m.all_to_all_s, m.step_s > 0 ? 100.0 * m.all_to_all_s / m.step_s : 0.0, m.expert_s, m.shared_s,
                   m.dispatch_bytes / 1e6, m.combine_bytes / 1e6, m.exchange_in_flight_s,
-                  m.exchange_in_flight_s > 0 ? 100.0 * (1.0 - m.exchange_wait_s / m.exchange_in_flight_s) : 0.0);
+                  100.0 * hidden_fraction(m));
     out << line;
   }
   const double wall = report.wall_s > 0 ? report.wall_s : 1e-9;

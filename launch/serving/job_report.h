@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "core/status.h"
 #include "runtime/parallel/batch_job.h"
 
@@ -16,6 +18,12 @@ namespace moert::serving {
 // "combine_bytes", "step_s", "all_to_all_s", "expert_s", "shared_s", "spec_drafts",
 // "spec_accepted", "draft_s", "kv_cache_bytes_per_token"} (times to the microsecond).
 std::string metrics_json(int64_t step, int rank, const parallel::StepMetrics& m, int64_t kv_cache_bytes_per_token);
+
+// One rank's expert-parallel exchange over a run, for `moert bench --json`: {"rank",
+// "dispatch_bytes", "combine_bytes" (sent to other ranks), "step_s", "all_to_all_s",
+// "exchange_in_flight_s", "exchange_wait_s", "hidden_fraction" (1 - wait / in flight; 0 with no
+// exchange)} (docs/ep-exchange.md, "What the summary says").
+nlohmann::json exchange_json(int rank, const parallel::StepMetrics& m);
 
 // The --metrics file: opened (truncated) before the job starts, so a bad path is refused before
 // any work; a line per rank and step, flushed after the last rank of each step.

@@ -406,7 +406,24 @@ TEST(CliParallelBench, OneResultPerBatchSizeAcrossTwoRanks) {
     }
     EXPECT_LE(r["ttft_ms"]["p50"].get<double>(), r["e2e_ms"]["p50"].get<double>());
     EXPECT_EQ(r["itl_ms"]["count"], 2 * r["num_requests"].get<int>() * 7);  // 8 tokens: 7 gaps, 2 repeats
+    // Each rank's exchange in the last timed run: rows went both ways, and a rank cannot wait
+    // longer than its exchanges were in flight.
+    ASSERT_EQ(r["exchange"].size(), 2u);
+    for (int rank = 0; rank < 2; ++rank) {
+      const nlohmann::json& x = r["exchange"][rank];
+      EXPECT_EQ(x["rank"], rank);
+      EXPECT_GT(x["dispatch_bytes"].get<int64_t>(), 0);
+      EXPECT_GT(x["combine_bytes"].get<int64_t>(), 0);
+      EXPECT_GT(x["exchange_in_flight_s"].get<double>(), 0.0);
+      EXPECT_LE(x["exchange_wait_s"].get<double>(), x["exchange_in_flight_s"].get<double>());
+      EXPECT_GE(x["hidden_fraction"].get<double>(), 0.0);
+      EXPECT_LE(x["hidden_fraction"].get<double>(), 1.0);
+      EXPECT_LE(x["all_to_all_s"].get<double>(), x["step_s"].get<double>());
+    }
   }
+  EXPECT_EQ(document["config"]["ep_dispatch_dtype"], "f32");
+  EXPECT_EQ(document["config"]["ep_combine_dtype"], "f32");
+  EXPECT_EQ(document["config"]["micro_batches"], "auto");
   std::istringstream csv(testing::read_file(csv_path));
   std::vector<std::string> rows;
   for (std::string row; std::getline(csv, row);) rows.push_back(row);
