@@ -18,20 +18,8 @@
 namespace moert {
 namespace {
 
+using testing::outputs_by_id;
 using testing::run_command;
-
-// id -> its "outputs", dumped (timings differ between runs and are left out).
-std::map<std::string, std::string> outputs_by_id(const std::string& path) {
-  std::map<std::string, std::string> by_id;
-  std::istringstream in(testing::read_file(path));
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    const nlohmann::json parsed = nlohmann::json::parse(line);
-    EXPECT_FALSE(parsed.contains("error")) << line;
-    by_id[parsed["id"].dump()] = parsed["outputs"].dump();
-  }
-  return by_id;
-}
 
 class CliPayloads : public ::testing::Test {
  protected:

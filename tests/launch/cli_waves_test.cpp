@@ -14,24 +14,11 @@
 namespace moert {
 namespace {
 
+using testing::outputs_by_id;
 using testing::run_command;
 
 std::string mpirun(int ranks) {
   return "timeout -k 5 180 mpirun -np " + std::to_string(ranks) + " --oversubscribe --bind-to none ";
-}
-
-// id -> its "outputs", dumped (timings and cache counts differ between runs and are left out).
-std::map<std::string, std::string> outputs_by_id(const std::string& path) {
-  std::map<std::string, std::string> by_id;
-  std::istringstream in(testing::read_file(path));
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    const nlohmann::json parsed = nlohmann::json::parse(line);
-    EXPECT_FALSE(parsed.contains("error")) << line;
-    EXPECT_EQ(by_id.count(parsed["id"].dump()), 0u) << "written twice: " << line;
-    by_id[parsed["id"].dump()] = parsed["outputs"].dump();
-  }
-  return by_id;
 }
 
 TEST(CliWaves, SamplesBeyondMaxSeqsRunInWavesWithTheSameTokens) {

@@ -11,6 +11,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
 #include "core/thread_pool.h"
 #include "runtime/model/config.h"
 #include "runtime/model/quantizer.h"
@@ -99,6 +102,19 @@ std::string read_file(const std::string& path) {
 void write_file(const std::string& path, const std::string& contents) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << contents;
+}
+
+std::map<std::string, std::string> outputs_by_id(const std::string& path) {
+  std::map<std::string, std::string> by_id;
+  std::istringstream in(read_file(path));
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const nlohmann::json parsed = nlohmann::json::parse(line);
+    EXPECT_FALSE(parsed.contains("error")) << line;
+    EXPECT_EQ(by_id.count(parsed["id"].dump()), 0u) << "written twice in " << path << ": " << line;
+    by_id[parsed["id"].dump()] = parsed["outputs"].dump();
+  }
+  return by_id;
 }
 
 double relative_l2_error(const float* a, const double* b, int64_t count) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,11 @@ class ScratchDir {
 
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& contents);
+
+// A results file (JSON lines) as id -> its "outputs", both as JSON text (so 7 and "7" stay
+// apart, and timings are left out). A line with "error" or an id written twice is a test
+// failure.
+std::map<std::string, std::string> outputs_by_id(const std::string& path);
 
 // A random-weight checkpoint of `arch` (the tiny preset with `shape`'s overrides, `seed`)
 // written to dir/bf16 and, unless `format` is "bf16", quantized to `format` in dir/<format>;

@@ -7,7 +7,8 @@
 //     below only reports device buffers and checks that every row buffer it is handed is an
 //     emulated device allocation (no row went through the host).
 // Small generated models (Qwen3 with NVFP4 experts, DeepSeek-V3 with shared experts, MLA and
-// FP8 weights): the emulation runs every GPU thread as a real thread.
+// FP8 weights), with one and two micro-batches per MoE layer: the emulation runs every GPU
+// thread as a real thread.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -96,22 +97,30 @@ TEST_P(DeviceEpOverMpi, StagedAndDeviceRowsAreBitIdenticalToOneRank) {
   DenseKvCache local_cache(config);
   const std::vector<float> expected = local.forward(batch, local_cache).value();
 
-  // (device rows, replicas): staged and device rows over contiguous slices, and device rows
-  // with replicas (EPLB's placements).
-  for (const auto& [device_rows, replicas] : {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
+  // (device rows, replicas, micro-batches): staged and device rows over contiguous slices,
+  // device rows with replicas (EPLB's placements), and device rows in two micro-batches (the
+  // staged rows' two micro-batches are ep_logits_mpi_test's; the emulation is slow).
+  struct Case {
+    bool device_rows, replicas;
+    int micro_batches;
+  };
+  for (const auto& [device_rows, replicas, micro_batches] :
+       {Case{false, false, 1}, Case{true, false, 1}, Case{true, true, 1}, Case{true, false, 2}}) {
     EmulatedDeviceRowsTransport device_transport(transport);
     TransformerForward forward(config, model->weights, *device);
     ExpertParallelExperts experts(config,
                                   replicas ? placement_with_replicas(config.num_experts(), transport.world_size())
                                            : experts::contiguous_placement(config.num_experts(), transport.world_size()).value(),
                                   transport, device_rows ? &device_transport : nullptr);
+    experts.set_micro_batches(micro_batches);
     forward.set_routed_experts(&experts);
     DenseKvCache cache(config);
     Result<std::vector<float>> got = forward.forward(batch, cache);
     ASSERT_TRUE(got.is_ok()) << got.status().to_string();
     ASSERT_EQ(got->size(), expected.size());
     const std::string what = GetParam().arch + (device_rows ? ", device rows" : ", staged rows") +
-                             (replicas ? ", replicas" : "") + ", rank " +
+                             (replicas ? ", replicas" : "") + ", " + std::to_string(micro_batches) +
+                             " micro-batch(es), rank " +
                              std::to_string(transport.rank()) + " of " + std::to_string(transport.world_size());
     EXPECT_EQ(std::memcmp(got->data(), expected.data(), expected.size() * sizeof(float)), 0) << what;
     if (device_rows) {
