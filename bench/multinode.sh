@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One node with two threads against two nodes with one thread each (expert parallelism over a
-# shaped link of scripts/cluster.sh), on the large preset: decode at batch 1, 16 and 64 and a
-# prefill, at each link rate. Root only (it builds the namespaced cluster and takes it down).
+# One node with two threads (and two ranks of one thread) against two nodes with one thread each
+# (expert parallelism over a shaped link of scripts/cluster.sh), on the large preset: decode at
+# batch 1, 16 and 64 and a prefill, at each link rate. Root only (it builds the namespaced cluster and takes it down).
 #   bash bench/multinode.sh [link rates in Mbit/s, default "100 1000 10000"]
 # Knobs (environment):
 #   MOERT_BENCH_PRESET   make-model preset (default large)
@@ -89,8 +89,15 @@ run() {
 
 echo "setup,link_mbit,variant,workload,round,tok_s,exchange_pct,hidden_pct,link_bytes_per_token" | tee "$work/results.csv"
 bash "$cluster" down >/dev/null
+# The same host: one rank with two threads, and two ranks (shared memory, no link) with one and
+# two micro-batches (the A/B that shows whether the overlap costs anything where there is no link).
 for w in "${workloads[@]}"; do
-  for round in $(seq 1 "$rounds"); do run 1node_x2threads - f32/f32/1/- "$w" "$round" 2 env; done
+  for round in $(seq 1 "$rounds"); do
+    run 1node_x2threads - f32/f32/1/- "$w" "$round" 2 env
+    for micro in 1 2; do
+      run 1node_x2ranks - "f32/f32/$micro/-" "$w" "$round" 1 mpirun --allow-run-as-root -np 2 --bind-to core
+    done
+  done
 done
 for rate in $rates; do
   bash "$cluster" up --nodes 2 --link-mbit "$rate" >/dev/null

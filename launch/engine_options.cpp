@@ -48,7 +48,7 @@ void add_engine_options(po::options_description& options, EngineOptions& v) {
       ("micro-batches", po::value(&v.micro_batches)->default_value("auto"),
        "expert-parallel micro-batches per step: 1, 2 (each MoE layer's tokens in two halves: one half's "
        "all-to-all in flight while the other half's experts compute; outputs bit-identical to 1) or auto (2 with "
-       "several ranks once a step computes >= 16 tokens per rank); docs/ep-exchange.md")
+       "several ranks once each half of a step gives a routed expert >= 8 rows on average); docs/ep-exchange.md")
       ("fp4-activations", po::value(&v.fp4_activations)->default_value("f32"),
        "what NVFP4 / MXFP4 weights are computed with: f32 (exact), int8 (CPU only: activations quantized per 16 "
        "elements, faster decode, logits off by ~1e-3 relative) or fp4 (W4A4: activations rounded per row to the "

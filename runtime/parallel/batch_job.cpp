@@ -452,6 +452,11 @@ Status gather_final_statistics(comm::Transport& transport, const engine::Engine&
 
 }  // namespace
 
+int auto_micro_batches(int world, int64_t tokens_all_ranks, int top_k, int num_experts) {
+  if (world < 2 || num_experts < 1) return 1;
+  return tokens_all_ranks * top_k >= 2 * kMicroBatchMinRowsPerExpert * num_experts ? 2 : 1;
+}
+
 Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Engine& engine, TransformerForward& model,
                                          ExpertParallelExperts& experts, const BatchJobConfig& config,
                                          const CoordinatorEvents& events) {
@@ -496,7 +501,7 @@ Result<BatchJobReport> serve_in_lockstep(comm::Transport& transport, engine::Eng
   // Micro-batches: fixed, or auto from the tokens of the step before (see BatchJobConfig).
   auto micro_batches_after = [&](int64_t tokens_all_ranks) {
     if (config.micro_batches != 0) return config.micro_batches;
-    return world > 1 && tokens_all_ranks >= kMicroBatchMinTokensPerRank * world ? 2 : 1;
+    return auto_micro_batches(world, tokens_all_ranks, model_config.top_k(), num_experts);
   };
   experts.set_micro_batches(config.micro_batches != 0 ? config.micro_batches : (world > 1 ? 2 : 1));
   while (unfinished > 0) {

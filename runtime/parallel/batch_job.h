@@ -41,13 +41,20 @@ struct BatchJobConfig {
   int balance_interval = 16;         // steps between replica plans (--balance=replicate)
   int redundant_slots_per_rank = 1;  // extra expert slots per rank (--balance=replicate)
   bool prefix_routing = true;        // requests sharing a first block go to the same rank (assign_requests)
-  // MoE micro-batches per step (ExpertParallelExperts::set_micro_batches): 1, 2, or 0 = auto:
-  // 2 when the job has several ranks and the previous step computed at least
-  // kMicroBatchMinTokensPerRank tokens per rank (the first step: 2), else 1. The decision comes
-  // from the step's all-reduce, so every rank takes the same one.
+  // MoE micro-batches per step (ExpertParallelExperts::set_micro_batches): 1, 2, or 0 = auto
+  // (auto_micro_batches on the previous step's tokens; the first step: 2 with several ranks).
+  // The decision comes from the step's all-reduce, so every rank takes the same one.
   int micro_batches = 0;
 };
-inline constexpr int64_t kMicroBatchMinTokensPerRank = 16;
+
+// Each half of a step must give a routed expert this many rows on average for two
+// micro-batches to pay: below it, an expert's weights are streamed once per half for few rows
+// and the second stream costs more than the exchange the halves hide (docs/ep-exchange.md,
+// "Micro-batch overlap": 0.86x at 2 rows, 1.08x at 64 rows per expert and half).
+inline constexpr int64_t kMicroBatchMinRowsPerExpert = 8;
+// 2 when there are several ranks and tokens_all_ranks * top_k / (2 * num_experts) reaches
+// kMicroBatchMinRowsPerExpert, else 1.
+int auto_micro_batches(int world, int64_t tokens_all_ranks, int top_k, int num_experts);
 // invalid_argument naming the option for gamma < 0, interval < 1, redundant slots < 0.
 Status validate_batch_job_config(const BatchJobConfig& config);
 

@@ -249,6 +249,19 @@ TEST_P(LockstepBalance, BiasLowersExpertMaxVioReplicasLowerRankMaxVio) {
 
 INSTANTIATE_TEST_SUITE_P(Routers, LockstepBalance, ::testing::Values("qwen3_moe", "deepseek_v3"));
 
+TEST(Lockstep, AutoMicroBatchesNeedSeveralRanksAndEnoughRowsPerExpertInEachHalf) {
+  // 16 experts, top-4: 8 rows per expert and half from 64 tokens on.
+  EXPECT_EQ(auto_micro_batches(2, 64, 4, 16), 2);
+  EXPECT_EQ(auto_micro_batches(2, 63, 4, 16), 1);
+  EXPECT_EQ(auto_micro_batches(2, 32, 4, 16), 1);  // batch-32 decode: 4 rows per expert and half
+  EXPECT_EQ(auto_micro_batches(4, 2048, 4, 16), 2);
+  EXPECT_EQ(auto_micro_batches(1, 2048, 4, 16), 1);  // one rank: no exchange to hide
+  // 128 experts, top-8 (Qwen3-30B-A3B): 256 tokens.
+  EXPECT_EQ(auto_micro_batches(8, 256, 8, 128), 2);
+  EXPECT_EQ(auto_micro_batches(8, 255, 8, 128), 1);
+  EXPECT_EQ(auto_micro_batches(2, 0, 4, 16), 1);
+}
+
 TEST(Lockstep, AssignmentGoesToTheRankWithTheMostFreeBlocks) {
   // Pools 10 and 6: 4 -> r0 (10), 4 -> r0 (6 vs 6: lowest), 3 -> r1 (2 vs 6), 1 -> r1 (2 vs 3).
   EXPECT_EQ(assign_by_free_blocks({4, 4, 3, 1}, {10, 6}), (std::vector<int>{0, 0, 1, 1}));
