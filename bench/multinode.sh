@@ -9,10 +9,12 @@
 #   MOERT_BENCH_PREFILL  prefill: "requests x prompt tokens", one output token each (default 4x512)
 #   MOERT_BENCH_VARIANTS exchange variants compared across nodes, each DISPATCH/COMBINE/MICRO/PROGRESS:
 #                        --ep-dispatch-dtype, --ep-combine-dtype, --micro-batches, and "pt" for Open MPI's
-#                        TCP progress thread (--mca btl_tcp_progress_thread 1) or "-" for none
+#                        TCP progress thread (--mca btl_tcp_progress_thread 1), "eb" for 8 MiB TCP eager
+#                        limit and socket buffers (a message goes out whole at its start), "-" for none
 #                        (default "f32/f32/1/- f32/f32/2/- f32/f32/2/pt bf16/bf16/1/- fp8/bf16/1/-")
 #   MOERT_BENCH_WORKLOADS subset of "decode1 decode16 decode32 decode64 prefill"
 #                        (default "decode1 decode16 decode64 prefill")
+#   MOERT_BENCH_SAME_HOST 0 skips the same-host runs (default 1)
 #   MOERT_BENCH_ROUNDS   rounds over the variants of a workload (default 1); with more than one, the
 #                        rounds interleave (a load change hits every variant alike) and a median
 #                        table follows the rows
@@ -30,6 +32,7 @@ decode_len="${MOERT_BENCH_DECODE:-32}"
 prefill="${MOERT_BENCH_PREFILL:-4x512}"
 variants="${MOERT_BENCH_VARIANTS:-f32/f32/1/- f32/f32/2/- f32/f32/2/pt bf16/bf16/1/- fp8/bf16/1/-}"
 rounds="${MOERT_BENCH_ROUNDS:-1}"
+eager=$((8 << 20))  # the "eb" variants' eager limit and socket buffers: a whole exchange in one send
 moert="$MOERT_BUILD_DIR/launch/moert"
 cluster="$MOERT_ROOT/scripts/cluster.sh"
 work="$MOERT_BUILD_DIR/bench-multinode"
@@ -49,6 +52,7 @@ requests() {
   done
 }
 read -r -a workloads <<< "${MOERT_BENCH_WORKLOADS:-decode1 decode16 decode64 prefill}"
+workloads_here=("${workloads[@]}")  # the same-host runs (MOERT_BENCH_SAME_HOST=0: none)
 requests "$work/decode1.jsonl" 1 16 "$decode_len"
 requests "$work/decode16.jsonl" 16 16 "$decode_len"
 requests "$work/decode32.jsonl" 32 16 "$decode_len"
@@ -91,7 +95,8 @@ echo "setup,link_mbit,variant,workload,round,tok_s,exchange_pct,hidden_pct,link_
 bash "$cluster" down >/dev/null
 # The same host: one rank with two threads, and two ranks (shared memory, no link) with one and
 # two micro-batches (the A/B that shows whether the overlap costs anything where there is no link).
-for w in "${workloads[@]}"; do
+[ "${MOERT_BENCH_SAME_HOST:-1}" = 1 ] || workloads_here=()
+for w in "${workloads_here[@]}"; do
   for round in $(seq 1 "$rounds"); do
     run 1node_x2threads - f32/f32/1/- "$w" "$round" 2 env
     for micro in 1 2; do
@@ -105,8 +110,12 @@ for rate in $rates; do
     # The variants back to back per workload and round: their ratios share the machine's state.
     for round in $(seq 1 "$rounds"); do
       for variant in $variants; do
-        mca=()
-        [ "${variant##*/}" = pt ] && mca=(--mca btl_tcp_progress_thread 1)
+        case "${variant##*/}" in
+          pt) mca=(--mca btl_tcp_progress_thread 1) ;;
+          eb) mca=(--mca btl_tcp_eager_limit "$eager" --mca btl_tcp_max_send_size "$eager"
+                   --mca btl_tcp_sndbuf "$eager" --mca btl_tcp_rcvbuf "$eager") ;;
+          *) mca=() ;;
+        esac
         run 2nodes_x1thread "$rate" "$variant" "$w" "$round" 1 \
           bash "$cluster" mpirun "${mca[@]}" -np 2 --map-by ppr:1:node
       done
