@@ -72,6 +72,10 @@ Status validate_sampling_params(const SamplingParams& p) {
     return invalid_argument("logprobs = " + value_text(p.logprobs) + " must be in [0, " + value_text(kMaxLogprobs) +
                             "] (or absent)");
   }
+  if (p.is_guided() && p.guided_kind != "json_object" && p.guided_kind != "json_schema" && p.guided_kind != "regex" &&
+      p.guided_kind != "grammar" && p.guided_kind != "choice") {
+    return invalid_argument("guided_kind = '" + p.guided_kind + "' is not json_object, json_schema, regex, grammar or choice");
+  }
   for (const std::string& stop : p.stop) {
     if (stop.empty()) return invalid_argument("a 'stop' string is empty");
   }
