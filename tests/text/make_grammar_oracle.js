@@ -8,6 +8,11 @@
 //   mkdir <scratch> && cd <scratch> && npm init -y     (any folder outside the repository)
 //   npm install ajv@8.17.1 ajv-formats@3.0.1
 //   node <repo>/tests/text/make_grammar_oracle.js <scratch>/node_modules <repo>/tests/data/grammar/oracle.json
+// and, for the end-to-end test (tests/launch/cli_structured_test.cpp), with the outputs it wrote
+// (MOERT_STRUCTURED_OUTPUTS=<outputs.json> ctest -R cli_structured_test):
+//   node make_grammar_oracle.js <node_modules> <oracle.json> <outputs.json> <repo>/tests/data/grammar/e2e_schemas.json \
+//       <repo>/tests/data/grammar/e2e_oracle.json
+// which writes {schema name: {output text: ajv's verdict}}.
 //
 // Output: {"schemas": [{"name", "schema", "cases": [{"text", "valid", "accept"}]}],
 //          "regexes": [{"pattern", "cases": [{"text", "match"}]}]}
@@ -18,7 +23,7 @@
 const fs = require('fs');
 const path = require('path');
 
-const [nodeModules, outFile] = process.argv.slice(2);
+const [nodeModules, outFile, e2eOutputs, e2eSchemas, e2eOracle] = process.argv.slice(2);
 if (!nodeModules || !outFile) {
   console.error('usage: make_grammar_oracle.js <node_modules dir> <oracle.json>');
   process.exit(2);
@@ -141,3 +146,28 @@ for (const [pattern, matches, others] of REGEXES) {
 fs.mkdirSync(path.dirname(outFile), {recursive: true});
 fs.writeFileSync(outFile, JSON.stringify(out, null, 1) + '\n');
 console.log(`wrote ${out.schemas.length} schemas, ${out.regexes.length} regexes to ${outFile}`);
+
+if (e2eOutputs) {
+  const outputs = JSON.parse(fs.readFileSync(e2eOutputs, 'utf8'));
+  const schemas = JSON.parse(fs.readFileSync(e2eSchemas, 'utf8'));
+  // Merged into the existing oracle: verdicts of earlier runs stay.
+  const verdicts = fs.existsSync(e2eOracle) ? JSON.parse(fs.readFileSync(e2eOracle, 'utf8')) : {};
+  let n = 0, invalid = 0;
+  for (const {name, schema} of schemas) {
+    const validate = ajv.compile(schema);
+    verdicts[name] = verdicts[name] || {};
+    for (const text of outputs[name] || []) {
+      let valid = false;
+      try {
+        valid = validate(JSON.parse(text)) === true;
+      } catch (e) {
+        valid = false;
+      }
+      verdicts[name][text] = valid;
+      n += 1;
+      invalid += valid ? 0 : 1;
+    }
+  }
+  fs.writeFileSync(e2eOracle, JSON.stringify(verdicts, null, 1) + '\n');
+  console.log(`wrote ajv verdicts on ${n} outputs (${invalid} invalid) to ${e2eOracle}`);
+}
