@@ -1,7 +1,6 @@
 #include "runtime/engine/guided_decoding.h"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 
 #include "text/grammar/constraint.h"
@@ -66,19 +65,8 @@ int mask_logits(grammar::GrammarMasks& grammar, int32_t state, const sampling::S
   if (allowed == 0) return 0;
   std::vector<float> terminal_values;
   for (int32_t id : terminal) terminal_values.push_back(row[id]);
+  grammar::apply_token_mask(mask, grammar.trie().vocab_size(), row, vocab_size);
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
-  const int full_words = trie_vocab / 64;
-  for (int w = 0; w < full_words; ++w) {
-    const uint64_t bits = mask[static_cast<size_t>(w)];
-    if (bits == ~uint64_t{0}) continue;
-    float* base = row + static_cast<size_t>(w) * 64;
-    for (int i = 0; i < 64; ++i) {
-      if (!((bits >> i) & 1u)) base[i] = kMasked;
-    }
-  }
-  for (int id = full_words * 64; id < vocab_size; ++id) {
-    if (id >= trie_vocab || !grammar::mask_allows(mask, id)) row[id] = kMasked;
-  }
   for (size_t i = 0; i < terminal.size(); ++i) row[terminal[i]] = accepting ? terminal_values[i] : kMasked;
   return allowed;
 }

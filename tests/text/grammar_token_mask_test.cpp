@@ -1,7 +1,9 @@
 // Token masks (text/grammar/token_mask.h): the trie walk equals a brute-force check of every id,
 // on a hand-made vocabulary and on the real Qwen3 vocabulary (151,669 ids); the cache returns the
 // same mask for a state seen before.
+#include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include <gtest/gtest.h>
 
@@ -47,6 +49,28 @@ TEST(GrammarTokenMask, SmallVocabularyExactly) {
   EXPECT_TRUE(masks.automaton().accepting(s4));
   EXPECT_FALSE(masks.automaton().can_continue(s4));
   EXPECT_TRUE(allowed_ids(masks.mask(s4), 12).empty());
+}
+
+// apply_token_mask: every id the mask lacks becomes -inf, the others keep their value; ids past
+// the mask's vocabulary are never allowed. Rows of 200 ids cross whole, empty and partial words.
+TEST(GrammarTokenMask, ApplyMaskSetsExactlyTheDisallowedIdsToMinusInfinity) {
+  const int32_t mask_vocab = 190, vocab = 200;
+  TokenBitmask mask(3, 0);
+  std::vector<int32_t> allowed;
+  for (int32_t id = 0; id < 64; ++id) allowed.push_back(id);   // word 0 full
+  for (int32_t id : {129, 130, 191}) allowed.push_back(id);     // word 1 empty, word 2 partial; 191 >= mask_vocab
+  for (int32_t id : allowed) mask[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
+  std::vector<float> row(static_cast<size_t>(vocab));
+  for (int32_t id = 0; id < vocab; ++id) row[static_cast<size_t>(id)] = 0.25f * static_cast<float>(id);
+  apply_token_mask(mask, mask_vocab, row.data(), vocab);
+  for (int32_t id = 0; id < vocab; ++id) {
+    const bool keep = id < mask_vocab && std::find(allowed.begin(), allowed.end(), id) != allowed.end();
+    if (keep) {
+      EXPECT_EQ(row[static_cast<size_t>(id)], 0.25f * static_cast<float>(id)) << id;
+    } else {
+      EXPECT_EQ(row[static_cast<size_t>(id)], -std::numeric_limits<float>::infinity()) << id;
+    }
+  }
 }
 
 std::vector<std::string> qwen3_token_bytes(const text::Tokenizer& tokenizer) {

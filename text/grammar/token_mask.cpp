@@ -1,9 +1,30 @@
 #include "text/grammar/token_mask.h"
 
 #include <algorithm>
-#include <numeric>
+#include <limits>
 
 namespace moert::grammar {
+
+void apply_token_mask(const TokenBitmask& mask, int32_t mask_vocab, float* row, int32_t vocab_size) {
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  const int32_t covered = std::min(mask_vocab, vocab_size);
+  const int32_t full_words = covered / 64;
+  for (int32_t w = 0; w < full_words; ++w) {
+    const uint64_t bits = mask[static_cast<size_t>(w)];
+    if (bits == ~uint64_t{0}) continue;
+    float* base = row + static_cast<size_t>(w) * 64;
+    if (bits == 0) {
+      std::fill(base, base + 64, kMasked);
+      continue;
+    }
+    for (int i = 0; i < 64; ++i) {
+      if (!((bits >> i) & 1u)) base[i] = kMasked;
+    }
+  }
+  for (int32_t id = full_words * 64; id < vocab_size; ++id) {
+    if (id >= covered || !mask_allows(mask, id)) row[id] = kMasked;
+  }
+}
 
 TokenTrie::TokenTrie(const std::vector<std::string>& token_bytes)
     : vocab_size_(static_cast<int32_t>(token_bytes.size())), token_bytes_(token_bytes) {

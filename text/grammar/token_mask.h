@@ -28,6 +28,10 @@ inline bool mask_allows(const TokenBitmask& mask, int32_t id) {
   return (mask[static_cast<size_t>(id) >> 6] >> (id & 63)) & 1u;
 }
 
+// Sets row[id] = -inf for every id in [0, vocab_size) the mask does not allow (ids at or past the
+// mask's vocabulary `mask_vocab` included). Whole words of allowed ids are skipped.
+void apply_token_mask(const TokenBitmask& mask, int32_t mask_vocab, float* row, int32_t vocab_size);
+
 class TokenTrie {
  public:
   // token_bytes[id]: the bytes the token decodes to; an empty string marks an id that is never
