@@ -344,16 +344,17 @@ void Engine::sample_and_append(SeqId seq, const float* logits, std::vector<Reque
       token = *drawn;  // backend_draws: a plain draw with this uniform, no fork
     } else {
       const float* row = logits;
+      if (state.grammar != nullptr) {
+        // The mask comes first, before penalties, temperature, top-k and top-p; log-probabilities
+        // report the masked row before penalties (docs/structured-output.md §Sampling).
+        row = masked_rows(state, state.grammar_states[static_cast<size_t>(target_owner.sample_idx)], row, 1, {});
+        logits_for_push = row;
+      }
       if (params.adjusts_logits()) {
-        sampling::adjust_logits(logits, vocab, params, state.request.prompt, sample.token_ids, &adjusted_logits_);
+        sampling::adjust_logits(row, vocab, params, state.request.prompt, sample.token_ids, &adjusted_logits_);
         row = adjusted_logits_.data();
       }
-      if (state.grammar != nullptr) {
-        // The mask comes before temperature, top-k and top-p; log-probabilities report the masked row.
-        row = masked_rows(state, state.grammar_states[static_cast<size_t>(target_owner.sample_idx)], row, 1, {});
-      }
       token = sampling::sample_token(row, vocab, params, uniform, &scratch_probs_);
-      if (state.grammar != nullptr) logits_for_push = row;
     }
     if (push_token(target, token, logits_for_push) && ++state.samples_finished == params.n) {
       finish_request(owner.request_idx, finished);
