@@ -281,5 +281,97 @@ TEST(CliStructured, FinishedOutputsAreValidOnOneAndTwoRanksWithAndWithoutSpec) {
   }
 }
 
+// n > 1 samples (moert lines and an OpenAI chat line), a small KV pool that preempts, and
+// --resume of a job cut short: each sample valid, and the resumed file holds the same results as
+// an uninterrupted run (a sample's tokens depend only on its request, seed and index).
+TEST(CliStructured, ParallelSamplesPreemptionAndResumeKeepConstrainedOutputs) {
+  testing::ScratchDir scratch("cli-structured-resume");
+  const std::string moert = testing::moert_binary(), model = scratch / "m";
+  ASSERT_NO_FATAL_FAILURE(make_qwen3_vocabulary_model(model));
+  std::ifstream schemas_in(std::string(MOERT_GRAMMAR_DATA_DIR) + "/e2e_schemas.json");
+  std::map<std::string, ordered_json> schema_by_name;
+  for (const auto& entry : ordered_json::parse(schemas_in)) schema_by_name[entry["name"]] = entry["schema"];
+  std::string input;
+  std::vector<std::string> ids;
+  for (const std::string name : {"person", "digits", "list", "nested"}) {
+    ids.push_back(name);
+    input += ordered_json({{"id", name}, {"prompt", "Shared instructions, then: " + name}, {"n", 3}, {"max_tokens", 48},
+                           {"temperature", 1}, {"seed", 9}, {"logprobs", 1}, {"guided_json", schema_by_name[name]}})
+                 .dump() + "\n";
+  }
+  input += ordered_json({{"id", "pick"}, {"prompt", "Pick"}, {"n", 4}, {"max_tokens", 8}, {"temperature", 1}, {"seed", 2},
+                         {"guided_choice", {"yes", "no", "maybe"}}})
+               .dump() + "\n";
+  ids.push_back("pick");
+  input += ordered_json({{"custom_id", "oa"}, {"method", "POST"}, {"url", "/v1/chat/completions"},
+                         {"body", {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "JSON"}}}}, {"n", 2},
+                                   {"max_tokens", 48}, {"temperature", 1}, {"seed", 4},
+                                   {"response_format", {{"type", "json_object"}}}}}})
+               .dump() + "\n";
+  ids.push_back("oa");
+  testing::write_file(scratch / "in.jsonl", input);
+  const auto read_lines = [](const std::string& path) {
+    std::map<std::string, ordered_json> lines;
+    std::istringstream in(testing::read_file(path));
+    for (std::string text; std::getline(in, text);) {
+      const ordered_json j = ordered_json::parse(text);
+      lines[j.contains("custom_id") ? j["custom_id"].get<std::string>() : j["id"].get<std::string>()] = j;
+    }
+    return lines;
+  };
+  const std::string run = moert + " run --model " + model + " --input " + (scratch / "in.jsonl") + " --threads 1 ";
+  const testing::CommandResult roomy = run_command(run + "--kv-cache-mb 64 --output " + (scratch / "roomy.jsonl"));
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.err;
+  const std::map<std::string, ordered_json> expected = read_lines(scratch / "roomy.jsonl");
+  ASSERT_EQ(expected.size(), ids.size());
+  int finished = 0;
+  for (const auto& [id, line] : expected) {
+    const ordered_json outputs = line.contains("outputs") ? line["outputs"] : line["response"]["body"]["choices"];
+    ASSERT_EQ(outputs.size(), id == "pick" ? 4u : id == "oa" ? 2u : 3u) << id;
+    for (const auto& o : outputs) {
+      const std::string text = o.contains("message") ? o["message"]["content"].get<std::string>() : o["text"].get<std::string>();
+      if (o["finish_reason"] != "stop") continue;
+      ++finished;
+      if (id == "pick") {
+        EXPECT_TRUE(text == "yes" || text == "no" || text == "maybe") << text;
+        continue;
+      }
+      const ordered_json value = ordered_json::parse(text, nullptr, false);
+      ASSERT_FALSE(value.is_discarded()) << id << ": not JSON: " << text;
+      if (id == "oa") {
+        EXPECT_TRUE(value.is_object()) << text;
+      } else {
+        EXPECT_TRUE(validates(value, schema_by_name.at(id), schema_by_name.at(id))) << id << ": " << text;
+      }
+    }
+  }
+  EXPECT_GE(finished, 8);
+  // 10 blocks of 16 tokens: a request's samples fit, the job's do not.
+  const testing::CommandResult tight = run_command(run + "--kv-blocks 11 --block-size 16 --max-seqs 4 --output " + (scratch / "tight.jsonl"));
+  ASSERT_EQ(tight.exit_code, 0) << tight.err;
+  const std::map<std::string, ordered_json> preempted = read_lines(scratch / "tight.jsonl");
+  int64_t preemptions = 0;
+  for (const auto& [id, line] : preempted) {
+    if (line.contains("num_preemptions")) preemptions += line["num_preemptions"].get<int64_t>();
+    if (line.contains("outputs")) EXPECT_EQ(line["outputs"], expected.at(id)["outputs"]) << id;
+    if (line.contains("response")) EXPECT_EQ(line["response"]["body"]["choices"], expected.at(id)["response"]["body"]["choices"]) << id;
+  }
+  EXPECT_GT(preemptions, 0);
+  // Cut short: two results and a torn line kept; --resume serves exactly the rest.
+  std::istringstream whole(testing::read_file(scratch / "roomy.jsonl"));
+  std::vector<std::string> kept;
+  for (std::string text; std::getline(whole, text);) kept.push_back(text);
+  std::filesystem::copy_file(scratch / "roomy.jsonl.manifest.json", scratch / "cut.jsonl.manifest.json");
+  testing::write_file(scratch / "cut.jsonl", kept[0] + "\n" + kept[1] + "\n" + kept[2].substr(0, 30));
+  const testing::CommandResult resumed = run_command(run + "--kv-cache-mb 64 --resume --output " + (scratch / "cut.jsonl"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const std::map<std::string, ordered_json> after = read_lines(scratch / "cut.jsonl");
+  ASSERT_EQ(after.size(), expected.size());
+  for (const auto& [id, line] : after) {
+    if (line.contains("outputs")) EXPECT_EQ(line["outputs"], expected.at(id)["outputs"]) << id;
+    if (line.contains("response")) EXPECT_EQ(line["response"]["body"]["choices"], expected.at(id)["response"]["body"]["choices"]) << id;
+  }
+}
+
 }  // namespace
 }  // namespace moert
