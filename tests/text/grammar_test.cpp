@@ -2,6 +2,7 @@
 // verdicts of npm ajv + ajv-formats and JavaScript RegExp (tests/data/grammar/oracle.json, made by
 // tests/text/make_grammar_oracle.js), integer ranges exhaustively, UTF-8 ranges, refusals by name.
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -118,6 +119,46 @@ TEST(GrammarJson, WhitespaceIsBounded) {
   EXPECT_FALSE(tight.matches("{\"a\": 1}"));
 }
 
+// Numbers with whole-number bounds: every accepted string lies within the bounds (inclusive or
+// exclusive), and every in-range number in compact form (no exponent, a fraction that does not
+// end in 0) is accepted; integers, decimals and "-0.x" near each bound.
+TEST(GrammarJson, NumberBoundsAcceptExactlyTheCompactNumbersInRange) {
+  struct Bounds {
+    std::optional<int64_t> min, xmin, max, xmax;
+  };
+  const std::vector<Bounds> cases = {{0, {}, 1, {}},  {{}, 0, {}, 1},  {-3, {}, {}, 2},    {{}, -3, 2, {}}, {{}, {}, 0, {}},
+                                     {{}, {}, {}, -2}, {5, {}, {}, {}}, {{}, -1, {}, {}}, {-10, {}, -10, {}}, {{}, 0, {}, {}}};
+  std::vector<std::string> texts;
+  for (int k = 0; k <= 12; ++k) {
+    for (const std::string sign : {"", "-"}) {
+      texts.push_back(sign + std::to_string(k));
+      for (const char* f : {"5", "25", "05", "999", "001", "0", "50"}) texts.push_back(sign + std::to_string(k) + "." + f);
+    }
+  }
+  for (const Bounds& b : cases) {
+    nlohmann::ordered_json schema = {{"type", "number"}};
+    if (b.min) schema["minimum"] = *b.min;
+    if (b.xmin) schema["exclusiveMinimum"] = *b.xmin;
+    if (b.max) schema["maximum"] = *b.max;
+    if (b.xmax) schema["exclusiveMaximum"] = *b.xmax;
+    Result<Grammar> g = compile_json_schema(schema);
+    ASSERT_TRUE(g.is_ok()) << schema.dump() << ": " << g.status().to_string();
+    Automaton automaton(std::move(g).value());
+    int accepted = 0;
+    for (const std::string& text : texts) {
+      const double v = std::stod(text);
+      const bool in = (!b.min || v >= *b.min) && (!b.xmin || v > *b.xmin) && (!b.max || v <= *b.max) && (!b.xmax || v < *b.xmax);
+      const size_t dot = text.find('.');
+      const bool compact = text != "-0" && (dot == std::string::npos || text.back() != '0');
+      const bool matches = automaton.matches(text);
+      accepted += matches;
+      if (matches) EXPECT_TRUE(in) << schema.dump() << " accepts " << text;
+      if (in && compact) EXPECT_TRUE(matches) << schema.dump() << " rejects " << text;
+    }
+    EXPECT_GT(accepted, 0) << schema.dump();
+  }
+}
+
 // Unsupported schemas are refused by name, with the location.
 TEST(GrammarJson, UnsupportedKeywordsAreRefusedByName) {
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -125,7 +166,8 @@ TEST(GrammarJson, UnsupportedKeywordsAreRefusedByName) {
       {R"({"type": "object", "properties": {"a": {"allOf": [{}]}}})", "'allOf' at #/properties/a"},
       {R"({"type": "string", "format": "hostname"})", "string format 'hostname'"},
       {R"({"type": "array", "uniqueItems": true})", "'uniqueItems' true"},
-      {R"({"type": "number", "minimum": 0})", "'minimum' on type number"},
+      {R"({"type": "number", "minimum": 0.5})", "'minimum' = 0.5 on type number (only whole-number bounds)"},
+      {R"({"type": "number", "exclusiveMinimum": 2, "maximum": 2})", "number bounds that no number satisfies"},
       {R"({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]})", "'oneOf' whose branches may overlap"},
       {R"({"$ref": "http://example.com/s.json"})", "only local"},
       {R"({"type": "string", "pattern": "(a)\\1"})", "backreferences"},

@@ -207,10 +207,8 @@ class SchemaCompiler {
         MOERT_ASSIGN_OR_RETURN(Expr e, compile_integer(schema, path));
         alts.push_back(std::move(e));
       } else if (t == "number") {
-        for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
-          if (schema.contains(k)) return refuse(std::string("'") + k + "' on type number (supported on integer only)", path);
-        }
-        alts.push_back(any_number());
+        MOERT_ASSIGN_OR_RETURN(Expr e, compile_number(schema, path));
+        alts.push_back(std::move(e));
       } else if (t == "boolean") {
         alts.push_back(alt({literal("true"), literal("false")}));
       } else if (t == "null") {
@@ -387,6 +385,54 @@ class SchemaCompiler {
     MOERT_RETURN_IF_ERROR(bound("exclusiveMaximum", false, true));
     if (lo && hi && *lo > *hi) return refuse("integer bounds that no integer satisfies", path);
     return integer_range_expr(lo, hi);
+  }
+
+  // Numbers with whole-number bounds (docs/structured-output.md §JSON Schema): the integers in
+  // range, and decimals without exponent whose fraction ends in a non-zero digit, so that "k.f"
+  // (k >= 0) lies strictly inside (k, k + 1) and "-k.f" strictly inside (-(k + 1), -k). Such a
+  // decimal is valid exactly when that open interval lies within [L, H], whether the bounds are
+  // inclusive or exclusive. Fractional bounds are refused by name.
+  Result<Expr> compile_number(const Json& schema, const std::string& path) {
+    // low/high: the tightest bounds as written (L, H); int_low/int_high: the integers' bounds.
+    std::optional<int64_t> low, high, int_low, int_high;
+    const auto bound = [&](const char* key, bool lower, bool exclusive) -> Status {
+      if (!schema.contains(key)) return Status::ok();
+      MOERT_ASSIGN_OR_RETURN(const int64_t v, integer_keyword(schema, key, path));
+      if (static_cast<double>(v) != schema[key].get<double>()) {
+        return refuse(std::string("'") + key + "' = " + schema[key].dump() + " on type number (only whole-number bounds)", path);
+      }
+      const int64_t as_int = exclusive ? (lower ? v + 1 : v - 1) : v;
+      if (lower) {
+        low = low ? std::max(*low, v) : v;
+        int_low = int_low ? std::max(*int_low, as_int) : as_int;
+      } else {
+        high = high ? std::min(*high, v) : v;
+        int_high = int_high ? std::min(*int_high, as_int) : as_int;
+      }
+      return Status::ok();
+    };
+    MOERT_RETURN_IF_ERROR(bound("minimum", true, false));
+    MOERT_RETURN_IF_ERROR(bound("exclusiveMinimum", true, true));
+    MOERT_RETURN_IF_ERROR(bound("maximum", false, false));
+    MOERT_RETURN_IF_ERROR(bound("exclusiveMaximum", false, true));
+    if (!low && !high) return any_number();
+    const Expr digit = bytes_expr(byte_range_set('0', '9'));
+    const auto fraction = [&] { return seq({byte_expr('.'), repeat(digit, 0, -1), bytes_expr(byte_range_set('1', '9'))}); };
+    std::vector<Expr> alts;
+    if (!int_low || !int_high || *int_low <= *int_high) alts.push_back(integer_range_expr(int_low, int_high));
+    // "k.f", k >= 0, with L <= k and k + 1 <= H.
+    const int64_t k_lo = std::max<int64_t>(0, low.value_or(0));
+    if (!high || *high - 1 >= k_lo) {
+      alts.push_back(seq({integer_range_expr(k_lo, high ? std::optional<int64_t>(*high - 1) : std::nullopt), fraction()}));
+    }
+    // "-k.f", k >= 0, with L <= -(k + 1) and -k <= H.
+    const int64_t m_lo = std::max<int64_t>(0, high ? -*high : 0);
+    if (!low || -*low - 1 >= m_lo) {
+      alts.push_back(seq({byte_expr('-'), integer_range_expr(m_lo, low ? std::optional<int64_t>(-*low - 1) : std::nullopt),
+                          fraction()}));
+    }
+    if (alts.empty()) return refuse("number bounds that no number satisfies", path);
+    return alt(std::move(alts));
   }
 
   Result<int> count_keyword(const Json& schema, const char* key, const std::string& path, int max) {

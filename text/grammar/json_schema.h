@@ -6,7 +6,8 @@
 //
 // The grammar generates a subset of the schema's valid instances (compact forms: properties in
 // the order `properties` lists them, no properties beyond those listed, numbers without
-// redundant forms); every string it accepts validates against the schema.
+// redundant forms: bounded numbers have no exponent and no trailing zero in their fraction);
+// every string it accepts validates against the schema.
 //
 // Whitespace: between JSON tokens at most `max_whitespace` bytes of [ \t\n] (default 4), so a
 // model cannot stall in whitespace; none before the value or after it.
