@@ -73,6 +73,28 @@ TEST(GrammarTokenMask, ApplyMaskSetsExactlyTheDisallowedIdsToMinusInfinity) {
   }
 }
 
+// A full cache is emptied before the next walk: masks stay exact, the cache stays bounded, and
+// a state walked again after the clear costs a walk again.
+TEST(GrammarTokenMask, BoundedCacheStaysExact) {
+  const std::vector<std::string> vocab = {"a", "b", "ab", "ba", "aa", "bb", "abc", "c"};
+  auto trie = std::make_shared<const TokenTrie>(vocab);
+  GrammarMasks bounded(compile_constraint("regex", "(ab|c)*a{0,3}").value(), trie, /*max_cached_masks=*/2);
+  GrammarMasks unbounded(compile_constraint("regex", "(ab|c)*a{0,3}").value(), trie);
+  std::vector<int32_t> states{bounded.automaton().initial()}, reference_states{unbounded.automaton().initial()};
+  for (char c : std::string("abcabaa")) {
+    states.push_back(bounded.automaton().advance(states.back(), static_cast<uint8_t>(c)));
+    reference_states.push_back(unbounded.automaton().advance(reference_states.back(), static_cast<uint8_t>(c)));
+  }
+  for (int round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < states.size(); ++i) {
+      ASSERT_NE(states[i], Automaton::kDead);
+      EXPECT_EQ(bounded.mask(states[i]), brute_force(unbounded, reference_states[i])) << i;
+      EXPECT_LE(bounded.num_cached_masks(), 2u);
+    }
+  }
+  EXPECT_GT(bounded.num_mask_walks(), 4u);
+}
+
 std::vector<std::string> qwen3_token_bytes(const text::Tokenizer& tokenizer) {
   std::vector<std::string> bytes(static_cast<size_t>(tokenizer.vocab_size()));
   for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {

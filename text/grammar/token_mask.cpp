@@ -97,12 +97,14 @@ TokenBitmask TokenTrie::walk(Automaton& automaton, int32_t state) const {
   return mask;
 }
 
-GrammarMasks::GrammarMasks(Grammar grammar, std::shared_ptr<const TokenTrie> trie)
-    : automaton_(std::move(grammar)), trie_(std::move(trie)) {}
+GrammarMasks::GrammarMasks(Grammar grammar, std::shared_ptr<const TokenTrie> trie, size_t max_cached_masks)
+    : automaton_(std::move(grammar)), trie_(std::move(trie)), max_cached_masks_(std::max<size_t>(1, max_cached_masks)) {}
 
 const TokenBitmask& GrammarMasks::mask(int32_t state) {
   auto it = masks_.find(state);
   if (it != masks_.end()) return it->second;
+  if (masks_.size() >= max_cached_masks_) masks_.clear();
+  ++num_walks_;
   return masks_.emplace(state, trie_->walk(automaton_, state)).first->second;
 }
 

@@ -59,21 +59,29 @@ class TokenTrie {
 // One grammar's automaton with its per-state mask cache over one vocabulary.
 class GrammarMasks {
  public:
-  GrammarMasks(Grammar grammar, std::shared_ptr<const TokenTrie> trie);
+  // At most `max_cached_masks` masks are kept (each ceil(V / 64) words: 18.5 KiB at the Qwen3
+  // vocabulary, so the default bounds a grammar's cache near 74 MiB); when full, the cache is
+  // emptied before the next walk (docs/structured-output.md §Token masks).
+  static constexpr size_t kDefaultMaxCachedMasks = 4096;
+  GrammarMasks(Grammar grammar, std::shared_ptr<const TokenTrie> trie, size_t max_cached_masks = kDefaultMaxCachedMasks);
 
   Automaton& automaton() { return automaton_; }
   const TokenTrie& trie() const { return *trie_; }
   // The tokens whose every byte the grammar accepts from `state` (EOS is the caller's: allowed
-  // only where automaton().accepting(state)). Cached per state.
+  // only where automaton().accepting(state)). Cached per state; the reference stays valid until
+  // the next call.
   const TokenBitmask& mask(int32_t state);
   // The state after `id`'s bytes, kDead when the grammar rejects them.
   int32_t advance_token(int32_t state, int32_t id);
   size_t num_cached_masks() const { return masks_.size(); }
+  size_t num_mask_walks() const { return num_walks_; }
 
  private:
   Automaton automaton_;
   std::shared_ptr<const TokenTrie> trie_;
   std::unordered_map<int32_t, TokenBitmask> masks_;
+  size_t max_cached_masks_;
+  size_t num_walks_ = 0;
 };
 
 }  // namespace moert::grammar
