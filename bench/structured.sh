@@ -43,20 +43,26 @@ run() {  # label, constraint fragment
   local out
   requests "$2" > "$work/in.jsonl"
   rm -f "$work/out.jsonl" "$work/out.jsonl.manifest.json"
-  out=$("$moert" run --model "$model" --input "$work/in.jsonl" --output "$work/out.jsonl" --threads "$threads" \
-        --max-seqs 16 --kv-cache-mb 256 --generation-config none 2>&1)
-  local summary
+  out=$( { /usr/bin/time -f "cpu %U %S" "$moert" run --model "$model" --input "$work/in.jsonl" --output "$work/out.jsonl" \
+           --threads "$threads" --max-seqs 16 --kv-cache-mb 256 --generation-config none; } 2>&1)
+  local summary cpu
   summary=$(grep '^summary:' <<< "$out")
-  awk -v label="$1" '{
+  cpu=$(grep '^cpu ' <<< "$out")
+  awk -v label="$1" -v cpu="$cpu" '{
       wall = $2; steps = $4;
       for (i = 1; i <= NF; i++) if ($i == "output") { tps = $(i + 1); tokens = $(i + 3) }
       gsub(/[(]/, "", tokens);
-      printf "%-34s %7.2f s  %4d steps  %7.2f ms/step  output %8.1f tok/s (%s tokens)\n", label, wall, steps, 1e3 * wall / steps, tps, tokens
+      split(cpu, c, " ");
+      printf "%-28s %6.2f s %4d steps %7.2f ms/step (cpu %7.2f ms/step)  output %6.1f tok/s (%s tokens)\n",
+             label, wall, steps, 1e3 * wall / steps, 1e3 * (c[2] + c[3]) / steps, tps, tokens
     }' <<< "${summary//,/}"
-  grep -o '"finish_reason": *"[a-z]*"' "$work/out.jsonl" | sort | uniq -c | sed 's/^/    /'
+  echo "    finish reasons: $(grep -o '"finish_reason": *"[a-z]*"' "$work/out.jsonl" | sort | uniq -c | tr -s ' ' | tr '\n' ' ')"
 }
-echo "== end to end, batch 16, 32 requests x 64 tokens, $threads threads"
-run "none" ""
-run "json_schema: 12+ records" "\"guided_json\": $records"
-run "json_schema: 400-char text" "\"guided_json\": $text"
-run "none (again)" ""
+# The machine may be shared: runs alternate and repeat, so compare like rounds and the minima.
+echo "== end to end, batch 16, 32 requests x 64 tokens, $threads threads (wall and process CPU time per step)"
+for round in 1 2; do
+  echo "round $round"
+  run "none" ""
+  run "json_schema: 12+ records" "\"guided_json\": $records"
+  run "json_schema: 400-char text" "\"guided_json\": $text"
+done
