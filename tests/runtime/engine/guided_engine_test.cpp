@@ -4,6 +4,7 @@
 // masked distribution before penalties; EOS only in accepting states.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <regex>
@@ -13,6 +14,7 @@
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
 #include "runtime/model/generator.h"
+#include "runtime/speculative/proposer.h"
 #include "tests/support/test_support.h"
 #include "text/grammar/token_mask.h"
 
@@ -60,9 +62,11 @@ class GuidedEngine : public ::testing::Test {
   }
   void SetUp() override { transformer_ = std::make_unique<TransformerForward>(model_->config, model_->weights, cpu_); }
 
-  std::map<std::string, RequestOutput> serve(EngineConfig config, const std::vector<Request>& requests, EngineStats* stats) {
+  std::map<std::string, RequestOutput> serve(EngineConfig config, const std::vector<Request>& requests, EngineStats* stats,
+                                             spec::Proposer* proposer = nullptr) {
     config.eos_token_ids = {kEos};
     Engine engine(*transformer_, config);
+    engine.set_proposer(proposer);
     engine.set_token_vocabulary([]() -> Result<std::shared_ptr<const grammar::TokenTrie>> {
       return std::make_shared<const grammar::TokenTrie>(token_bytes());
     });
@@ -183,6 +187,71 @@ TEST_F(GuidedEngine, SamplesStayValidAndUnchangedUnderPreemptionAndWithoutPrefix
       }
     }
   }
+}
+
+// A test double that knows each request's greedy output (by its prompt) and proposes its next
+// K tokens, replacing one draft in every other pass by a token the grammar rejects ('#' or an id
+// without bytes): the engine must cut those drafts, accept the rest, and give the same output.
+class ReplayProposer : public spec::Proposer {
+ public:
+  explicit ReplayProposer(std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> known) : known_(std::move(known)) {}
+  Result<std::vector<spec::Draft>> propose(std::span<const spec::DraftRequest> requests) override {
+    std::vector<spec::Draft> drafts;
+    for (const spec::DraftRequest& r : requests) {
+      spec::Draft draft;
+      for (const auto& [prompt, output] : known_) {
+        if (r.tokens.size() < prompt.size() || !std::equal(prompt.begin(), prompt.end(), r.tokens.begin())) continue;
+        for (size_t i = r.tokens.size() - prompt.size(); i < output.size() && static_cast<int>(draft.tokens.size()) < r.num_draft; ++i) {
+          draft.tokens.push_back(output[i]);
+        }
+        break;
+      }
+      num_proposed_ += static_cast<int64_t>(draft.tokens.size());
+      if (++num_calls_ % 2 == 0 && draft.tokens.size() >= 2) draft.tokens[1] = num_calls_ % 4 == 0 ? '#' - 32 : 300;
+      drafts.push_back(std::move(draft));
+    }
+    return drafts;
+  }
+  void release(spec::ProposalSeqId) override {}
+  const char* name() const override { return "replay"; }
+  int64_t num_proposed() const { return num_proposed_; }
+
+ private:
+  std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> known_;
+  int num_calls_ = 0;
+  int64_t num_proposed_ = 0;
+};
+
+// Greedy constrained decoding with drafts checked against the grammar and verified on masked
+// rows equals greedy decoding without speculation, token for token.
+TEST_F(GuidedEngine, SpeculationWithDraftsTheGrammarRejectsEqualsPlainDecoding) {
+  std::vector<Request> requests = constrained_requests();
+  for (Request& r : requests) {
+    r.params.n = 1;
+    r.params.temperature = 0.0f;
+    r.params.logprobs = -1;
+    r.params.presence_penalty = 0.0f;  // the engine does not speculate for requests with penalties
+    r.params.repetition_penalty = 1.0f;
+  }
+  EngineConfig config;
+  config.num_kv_blocks = 1024;
+  EngineStats plain_stats;
+  const auto plain = serve(config, requests, &plain_stats);
+  std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> known;
+  for (const Request& r : requests) known.emplace_back(r.prompt, plain.at(r.id).outputs[0].token_ids);
+  ReplayProposer proposer(known);
+  config.spec.max_num_draft = 4;
+  EngineStats spec_stats;
+  const auto speculated = serve(config, requests, &spec_stats, &proposer);
+  ASSERT_EQ(speculated.size(), plain.size());
+  for (const auto& [id, output] : plain) {
+    EXPECT_EQ(speculated.at(id).outputs[0].token_ids, output.outputs[0].token_ids) << id;
+    EXPECT_EQ(speculated.at(id).outputs[0].finish_reason, output.outputs[0].finish_reason) << id;
+  }
+  EXPECT_GT(spec_stats.acceptance.num_accepted_tokens(), 0);
+  EXPECT_LT(spec_stats.steps, plain_stats.steps);
+  // The corrupted drafts were cut before verification.
+  EXPECT_LT(spec_stats.acceptance.num_draft_tokens(), proposer.num_proposed());
 }
 
 // Logprobs are those of the masked row before penalties: the alternatives are allowed tokens
