@@ -281,9 +281,9 @@ TEST(CliStructured, FinishedOutputsAreValidOnOneAndTwoRanksWithAndWithoutSpec) {
   }
 }
 
-// n > 1 samples (moert lines and an OpenAI chat line), a small KV pool that preempts, and
-// --resume of a job cut short: each sample valid, and the resumed file holds the same results as
-// an uninterrupted run (a sample's tokens depend only on its request, seed and index).
+// n > 1 samples (moert lines and an OpenAI chat line), a small KV pool that preempts, 4 ranks,
+// and --resume of a job cut short: each sample valid, and every run holds the same results as
+// an uninterrupted run on one rank (a sample's tokens depend only on its request, seed and index).
 TEST(CliStructured, ParallelSamplesPreemptionAndResumeKeepConstrainedOutputs) {
   testing::ScratchDir scratch("cli-structured-resume");
   const std::string moert = testing::moert_binary(), model = scratch / "m";
@@ -357,6 +357,13 @@ TEST(CliStructured, ParallelSamplesPreemptionAndResumeKeepConstrainedOutputs) {
     if (line.contains("response")) EXPECT_EQ(line["response"]["body"]["choices"], expected.at(id)["response"]["body"]["choices"]) << id;
   }
   EXPECT_GT(preemptions, 0);
+  // 4 ranks, each masking and sampling the requests it serves: the same results.
+  const testing::CommandResult four = run_command(mpirun(4) + run + "--kv-cache-mb 64 --output " + (scratch / "four.jsonl"));
+  ASSERT_EQ(four.exit_code, 0) << four.err;
+  for (const auto& [id, line] : read_lines(scratch / "four.jsonl")) {
+    if (line.contains("outputs")) EXPECT_EQ(line["outputs"], expected.at(id)["outputs"]) << id;
+    if (line.contains("response")) EXPECT_EQ(line["response"]["body"]["choices"], expected.at(id)["response"]["body"]["choices"]) << id;
+  }
   // Cut short: two results and a torn line kept; --resume serves exactly the rest.
   std::istringstream whole(testing::read_file(scratch / "roomy.jsonl"));
   std::vector<std::string> kept;
