@@ -150,6 +150,12 @@ int run_serve_batch(const std::vector<std::string>& args) {
   engine::Engine engine(worker->forward(), config);
   engine.set_proposer(worker->proposer());
   engine.set_token_text(text->token_text());
+  if (text->has_tokenizer()) {
+    engine.set_token_vocabulary([&text, vocab = model.config.vocab_size]() -> Result<std::shared_ptr<const grammar::TokenTrie>> {
+      MOERT_ASSIGN_OR_RETURN(std::vector<std::string> bytes, text->token_bytes(vocab));
+      return std::make_shared<const grammar::TokenTrie>(bytes);
+    });
+  }
 
   // Rank 0 reads and checks the requests, then every rank receives its share.
   ParsedInput parsed;

@@ -19,6 +19,19 @@ struct ResolvedRequest {
   std::string openai_json;
 };
 
+// The JSON schema of a json_schema constraint with its keys in the order the line wrote them
+// (properties are generated in that order; nlohmann::json sorts keys), or null. `source` is the
+// line, or the body of an OpenAI batch line.
+const nlohmann::ordered_json* written_schema(const nlohmann::ordered_json& source) {
+  if (!source.is_object()) return nullptr;
+  if (source.contains("guided_json") && source["guided_json"].is_object()) return &source["guided_json"];
+  if (!source.contains("response_format") || !source["response_format"].is_object()) return nullptr;
+  const nlohmann::ordered_json& format = source["response_format"];
+  if (!format.contains("json_schema") || !format["json_schema"].is_object()) return nullptr;
+  const nlohmann::ordered_json& spec = format["json_schema"];
+  return spec.contains("schema") && spec["schema"].is_object() ? &spec["schema"] : nullptr;
+}
+
 // One input line -> a request line the ranks parse, or an error. `openai` tells whether the
 // line is (or, for unparseable text, whether the file is) in the OpenAI batch shape;
 // *id_json receives the request's id as JSON when known.
@@ -51,6 +64,15 @@ Result<ResolvedRequest> resolve_request(const std::string& line, const RequestCo
     j["max_tokens"] = std::max<int64_t>(1, context.max_sequence_length - static_cast<int64_t>(j["prompt_token_ids"].size()));
   }
   MOERT_ASSIGN_OR_RETURN(engine::Request request, serving::parse_request(j));
+  if (request.params.guided_kind == "json_schema") {
+    // The ranks get the schema as written (guided_json text), after parse_request checked the line.
+    const nlohmann::ordered_json source = nlohmann::ordered_json::parse(line);
+    if (const nlohmann::ordered_json* schema = written_schema(*openai ? source.at("body") : source)) {
+      request.params.guided_spec = schema->dump();
+      j.erase("response_format");
+      j["guided_json"] = request.params.guided_spec;
+    }
+  }
   if (*openai && (context.text == nullptr || context.text->token_text() == nullptr)) {
     return invalid_argument("OpenAI batch results hold text, which needs the checkpoint's tokenizer (tokenizer.json in " +
                             context.model_dir + ")");

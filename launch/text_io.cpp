@@ -6,6 +6,7 @@
 #include "launch/commands.h"
 
 #if MOERT_WITH_TEXT
+#include "text/tokenizer/byte_level.h"
 #include "text/tokenizer/tokenizer.h"
 #endif
 #if MOERT_WITH_CHAT_TEMPLATE
@@ -143,6 +144,33 @@ const engine::TokenText* CheckpointText::token_text() const {
   return impl_->token_text.get();
 #else
   return nullptr;
+#endif
+}
+
+Result<std::vector<std::string>> CheckpointText::token_bytes(int32_t vocab_size) const {
+#if MOERT_WITH_TEXT
+  if (!impl_->tokenizer.has_value()) return invalid_argument("structured output needs the checkpoint's tokenizer (tokenizer.json)");
+  const text::Tokenizer& tokenizer = *impl_->tokenizer;
+  std::vector<std::string> bytes(static_cast<size_t>(std::max(vocab_size, 0)));
+  for (int32_t id = 0; id < vocab_size; ++id) {
+    if (tokenizer.is_special(id)) continue;
+    const std::optional<std::string> token = tokenizer.id_to_token(id);
+    if (!token.has_value()) continue;
+    std::string b = text::byte_level_to_bytes(*token);
+    // Where the bytes are whole characters, the decode must be exactly them (byte-level BPE).
+    const int32_t one[1] = {id};
+    const std::string decoded = tokenizer.decode(one, /*skip_special_tokens=*/false);
+    if (decoded != b && decoded.find("\xEF\xBF\xBD") == std::string::npos) {
+      return unsupported("structured output needs a byte-level BPE tokenizer: token " + std::to_string(id) + " decodes to " +
+                         nlohmann::json(decoded).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                         ", not to its bytes");
+    }
+    bytes[static_cast<size_t>(id)] = std::move(b);
+  }
+  return bytes;
+#else
+  (void)vocab_size;
+  return unsupported("this moert was built without the tokenizer");
 #endif
 }
 

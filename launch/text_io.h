@@ -37,6 +37,10 @@ class CheckpointText {
                                   const nlohmann::ordered_json& kwargs, bool add_generation_prompt) const;
   // The engine's view of the tokenizer; null without one. Lives as long as this object.
   const engine::TokenText* token_text() const;
+  // The bytes each id in [0, vocab_size) adds to the decoded text, for structured output's token
+  // masks: empty for special tokens and ids the tokenizer lacks. An error without a tokenizer, or
+  // for a tokenizer that is not byte-level BPE (a token whose decode differs from its bytes).
+  Result<std::vector<std::string>> token_bytes(int32_t vocab_size) const;
 
  private:
   struct Impl;

@@ -12,7 +12,7 @@ shift || true
 source "$here/env.sh"
 build="${MOERT_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_safetensors_header fuzz_config_json fuzz_request_line fuzz_tokenizer fuzz_chat_template)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_safetensors_header fuzz_config_json fuzz_request_line fuzz_tokenizer fuzz_chat_template fuzz_grammar)
 command -v clang++-14 > /dev/null || { echo "fuzz: clang++-14 missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
 mkdir -p "$build"
 if [ ! -f "$build/CMakeCache.txt" ]; then

@@ -10,7 +10,10 @@ using nlohmann::json;
 // Body fields passed through under the same name (request_io.h reads them).
 constexpr const char* kSamplingFields[] = {"temperature",        "top_p",      "top_k",      "n",
                                            "seed",               "stop",       "stop_token_ids", "presence_penalty",
-                                           "frequency_penalty",  "repetition_penalty", "min_tokens", "ignore_eos"};
+                                           "frequency_penalty",  "repetition_penalty", "min_tokens", "ignore_eos",
+                                           // structured output (docs/structured-output.md)
+                                           "response_format", "guided_json", "guided_regex", "guided_grammar",
+                                           "guided_choice"};
 
 bool is_sampling_field(const std::string& key) {
   for (const char* field : kSamplingFields) {

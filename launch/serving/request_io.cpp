@@ -49,6 +49,72 @@ Result<std::vector<std::string>> stop_strings(const json& j) {
   return stops;
 }
 
+// Sets the request's output constraint; a second one is an error naming both.
+Status set_guided(sampling::SamplingParams& p, const std::string& key, std::string kind, std::string spec) {
+  if (p.is_guided()) return invalid_argument("'" + key + "' and another constraint (response_format, guided_*) in one request");
+  p.guided_kind = std::move(kind);
+  p.guided_spec = std::move(spec);
+  return Status::ok();
+}
+
+// OpenAI's response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
+// "json_schema": {"name", "schema", "strict", "description"}} (docs/structured-output.md).
+Status read_response_format(const json& value, sampling::SamplingParams& p) {
+  if (value.is_null()) return Status::ok();
+  if (!value.is_object() || !value.contains("type") || !value["type"].is_string()) {
+    return invalid_argument("'response_format' must be an object with a string 'type'");
+  }
+  const std::string type = value["type"].get<std::string>();
+  for (auto& [key, unused] : value.items()) {
+    if (key != "type" && !(type == "json_schema" && key == "json_schema")) {
+      return invalid_argument("unknown key 'response_format." + key + "'");
+    }
+  }
+  if (type == "text") return Status::ok();
+  if (type == "json_object") return set_guided(p, "response_format", "json_object", "");
+  if (type != "json_schema") {
+    return invalid_argument("'response_format.type' = " + value["type"].dump() + " is not text, json_object or json_schema");
+  }
+  if (!value.contains("json_schema") || !value["json_schema"].is_object()) {
+    return invalid_argument("'response_format.json_schema' must be an object");
+  }
+  const json& spec = value["json_schema"];
+  for (auto& [key, field] : spec.items()) {
+    if (key == "name" || key == "description") {
+      if (!field.is_string()) return invalid_argument("'response_format.json_schema." + key + "' must be a string");
+    } else if (key == "strict") {
+      if (!field.is_boolean() && !field.is_null()) return invalid_argument("'response_format.json_schema.strict' must be a boolean");
+    } else if (key != "schema") {
+      return invalid_argument("unknown key 'response_format.json_schema." + key + "'");
+    }
+  }
+  if (!spec.contains("schema")) return invalid_argument("'response_format.json_schema' lacks 'schema'");
+  if (!spec["schema"].is_object() && !spec["schema"].is_boolean()) {
+    return invalid_argument("'response_format.json_schema.schema' must be an object");
+  }
+  return set_guided(p, "response_format", "json_schema", spec["schema"].dump());
+}
+
+// vLLM's extra parameters guided_json (a schema object or its text), guided_regex,
+// guided_grammar (GBNF text) and guided_choice (a list of strings).
+Status read_guided_key(const std::string& key, const json& value, sampling::SamplingParams& p) {
+  if (value.is_null()) return Status::ok();
+  if (key == "guided_json") {
+    if (value.is_string()) return set_guided(p, key, "json_schema", value.get<std::string>());
+    if (!value.is_object() && !value.is_boolean()) return invalid_argument("'guided_json' must be a schema object or its JSON text");
+    return set_guided(p, key, "json_schema", value.dump());
+  }
+  if (key == "guided_choice") {
+    if (!value.is_array() || value.empty()) return invalid_argument("'guided_choice' must be a non-empty list of strings");
+    for (const json& c : value) {
+      if (!c.is_string()) return invalid_argument("'guided_choice' must be a list of strings, got " + c.dump());
+    }
+    return set_guided(p, key, "choice", value.dump());
+  }
+  if (!value.is_string()) return invalid_argument("'" + key + "' must be a string");
+  return set_guided(p, key, key == "guided_regex" ? "regex" : "grammar", value.get<std::string>());
+}
+
 // Reads one request key into `request`.
 Status read_key(const std::string& key, const json& value, Request& request) {
   sampling::SamplingParams& p = request.params;
@@ -88,6 +154,10 @@ Status read_key(const std::string& key, const json& value, Request& request) {
   } else if (key == "ignore_eos") {
     if (!value.is_boolean()) return invalid_argument("'ignore_eos' = " + value.dump() + " must be true or false");
     p.ignore_eos = value.get<bool>();
+  } else if (key == "response_format") {
+    return read_response_format(value, p);
+  } else if (key == "guided_json" || key == "guided_regex" || key == "guided_grammar" || key == "guided_choice") {
+    return read_guided_key(key, value, p);
   } else if (key == "prompt" || key == "messages") {
     return invalid_argument("'" + key + "' needs the checkpoint's tokenizer" +
                             (key == "messages" ? std::string(" and chat template") : std::string()) +

@@ -60,6 +60,11 @@ Status Engine::check_request(const Request& request) const {
   if (!request.params.stop.empty() && token_text_ == nullptr) {
     return invalid_argument(who + ": 'stop' strings need the checkpoint's tokenizer (tokenizer.json)");
   }
+  if (request.params.is_guided()) {
+    // A stop string could cut the output inside the structure (docs/structured-output.md).
+    if (!request.params.stop.empty()) return invalid_argument(who + ": 'stop' strings cannot be combined with structured output");
+    MOERT_RETURN_IF_ERROR(guided_.grammar_for(request.params).status().with_context(who));
+  }
   for (size_t i = 0; i < request.prompt.size(); ++i) {
     if (request.prompt[i] < 0 || request.prompt[i] >= c.vocab_size) {
       return invalid_argument(who + ": prompt token " + std::to_string(request.prompt[i]) + " at index " +
@@ -100,6 +105,10 @@ Status Engine::add_request(Request request) {
   request.params.eos_token_ids = config_.eos_token_ids;
   RequestState state;
   state.samples.resize(static_cast<size_t>(request.params.n));
+  if (request.params.is_guided()) {
+    MOERT_ASSIGN_OR_RETURN(state.grammar, guided_.grammar_for(request.params));
+    state.grammar_states.assign(state.samples.size(), state.grammar->automaton().initial());
+  }
   if (token_text_ != nullptr) {
     state.texts.resize(state.samples.size());
     for (size_t s = 0; s < state.samples.size(); ++s) {
@@ -172,6 +181,12 @@ Status Engine::propose_drafts() {
                                      << " probabilities) for K = " << requests[i].num_draft);
     for (int32_t token : draft.tokens) {
       MOERT_CHECK(token >= 0 && static_cast<size_t>(token) < vocab, "draft token " << token << " outside the vocabulary");
+    }
+    const SeqOwner owner = owners_.at(requests[i].seq);
+    const RequestState& state = requests_.at(owner.request_idx);
+    if (state.grammar != nullptr) {
+      check_drafts(state, owner.sample_idx, &draft.tokens);
+      if (!draft.probs.empty()) draft.probs.resize(draft.tokens.size() * vocab);
     }
     scheduler_.set_spec_tokens(requests[i].seq, draft.tokens);
     if (!draft.tokens.empty()) drafts_[requests[i].seq] = std::move(draft);
@@ -289,7 +304,9 @@ std::optional<std::vector<backend::Backend::RowSampling>> Engine::backend_draws(
     const RequestState& state = requests_.at(owner.request_idx);
     const sampling::SamplingParams& params = state.request.params;
     const bool forks = scheduler_.sequence(scheduled.seq).pending_forks > 0;
-    if (scheduled.num_spec_tokens > 0 || params.adjusts_logits() || params.logprobs >= 0 || forks) return std::nullopt;
+    if (scheduled.num_spec_tokens > 0 || params.adjusts_logits() || params.logprobs >= 0 || forks || params.is_guided()) {
+      return std::nullopt;
+    }
     const SampleOutput& sample = state.samples[static_cast<size_t>(owner.sample_idx)];
     // The uniform sample_and_append would draw with.
     draws.push_back({params.temperature, params.top_k, params.top_p,
@@ -322,17 +339,24 @@ void Engine::sample_and_append(SeqId seq, const float* logits, std::vector<Reque
     const double uniform = sampling::counter_uniform(seed, static_cast<uint64_t>(target_owner.sample_idx),
                                                      static_cast<uint64_t>(sample.token_ids.size()));
     int32_t token = 0;
+    const float* logits_for_push = logits;
     if (drawn.has_value()) {
       token = *drawn;  // backend_draws: a plain draw with this uniform, no fork
     } else {
       const float* row = logits;
+      if (state.grammar != nullptr) {
+        // The mask comes first, before penalties, temperature, top-k and top-p; log-probabilities
+        // report the masked row before penalties (docs/structured-output.md §Sampling).
+        row = masked_rows(state, state.grammar_states[static_cast<size_t>(target_owner.sample_idx)], row, 1, {});
+        logits_for_push = row;
+      }
       if (params.adjusts_logits()) {
-        sampling::adjust_logits(logits, vocab, params, state.request.prompt, sample.token_ids, &adjusted_logits_);
+        sampling::adjust_logits(row, vocab, params, state.request.prompt, sample.token_ids, &adjusted_logits_);
         row = adjusted_logits_.data();
       }
       token = sampling::sample_token(row, vocab, params, uniform, &scratch_probs_);
     }
-    if (push_token(target, token, logits) && ++state.samples_finished == params.n) {
+    if (push_token(target, token, logits_for_push) && ++state.samples_finished == params.n) {
       finish_request(owner.request_idx, finished);
       return;
     }
@@ -379,6 +403,12 @@ void Engine::verify_and_append(SeqId seq, const float* logits, std::vector<Reque
   const int vocab = model_.config().vocab_size;
   draft.tokens.resize(static_cast<size_t>(num_draft));
   if (!draft.probs.empty()) draft.probs.resize(static_cast<size_t>(num_draft) * static_cast<size_t>(vocab));
+  if (state.grammar != nullptr) {
+    // Row j masked with the grammar state after drafts [0, j): a draft the grammar rejects has
+    // p = 0 and is rejected; the states are computed aside, so a rejection needs no rollback.
+    logits = masked_rows(state, state.grammar_states[static_cast<size_t>(owner.sample_idx)], logits, num_draft + 1,
+                         draft.tokens);
+  }
   spec::processed_distributions(logits, num_draft + 1, vocab, params, &target_probs_);
   const uint64_t generated = state.samples[static_cast<size_t>(owner.sample_idx)].token_ids.size();
   const spec::PassUniforms uniforms =
@@ -412,6 +442,18 @@ bool Engine::push_token(SeqId seq, int32_t token, const float* logits) {
   }
   const int num_generated = static_cast<int>(sample.token_ids.size());
   std::optional<std::string> reason = sampling::finish_reason(params, token, num_generated);
+  if (state.grammar != nullptr && !is_terminal_token(params, token)) {
+    int32_t& grammar_state = state.grammar_states[static_cast<size_t>(owner.sample_idx)];
+    grammar_state = state.grammar->advance_token(grammar_state, token);
+    const grammar::Automaton& automaton = state.grammar->automaton();
+    if (grammar_state == grammar::Automaton::kDead) {
+      // Only when no token of the vocabulary could continue (mask_logits left the row unmasked):
+      // the structure cannot be completed, so the sample ends unfinished.
+      reason = "length";
+    } else if (automaton.accepting(grammar_state) && !automaton.can_continue(grammar_state)) {
+      reason = "stop";  // a complete structure ends the sample, also at max_tokens
+    }
+  }
   if (reason == "stop" && std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token) !=
                               params.stop_token_ids.end()) {
     sample.stop_token = token;
@@ -462,6 +504,43 @@ bool Engine::search_stop_strings(RequestState& state, int sample_idx) {
   sample.stop_string = stops[match->stop_index];
   sample.stop_token.reset();
   return true;
+}
+
+}  // namespace moert::engine
+
+namespace moert::engine {
+
+const float* Engine::masked_rows(RequestState& state, int32_t grammar_state, const float* logits, int num_rows,
+                                 std::span<const int32_t> tokens) {
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  masked_rows_.assign(logits, logits + vocab * static_cast<size_t>(num_rows));
+  const sampling::SamplingParams& params = state.request.params;
+  for (int j = 0; j < num_rows; ++j) {
+    float* row = masked_rows_.data() + vocab * static_cast<size_t>(j);
+    // A row past a completed structure is never sampled (the sample finished); left unmasked.
+    if (grammar_state != grammar::Automaton::kDead) mask_logits(*state.grammar, grammar_state, params, row, static_cast<int>(vocab));
+    if (static_cast<size_t>(j) < tokens.size() && grammar_state != grammar::Automaton::kDead) {
+      grammar_state = is_terminal_token(params, tokens[static_cast<size_t>(j)])
+                          ? grammar::Automaton::kDead
+                          : state.grammar->advance_token(grammar_state, tokens[static_cast<size_t>(j)]);
+    }
+  }
+  return masked_rows_.data();
+}
+
+void Engine::check_drafts(const RequestState& state, int sample_idx, std::vector<int32_t>* tokens) {
+  int32_t grammar_state = state.grammar_states[static_cast<size_t>(sample_idx)];
+  const grammar::Automaton& automaton = state.grammar->automaton();
+  size_t keep = 0;
+  while (keep < tokens->size()) {
+    const int32_t token = (*tokens)[keep];
+    if (is_terminal_token(state.request.params, token)) break;  // ends the sample: never drafted
+    grammar_state = state.grammar->advance_token(grammar_state, token);
+    if (grammar_state == grammar::Automaton::kDead) break;
+    ++keep;
+    if (automaton.accepting(grammar_state) && !automaton.can_continue(grammar_state)) break;
+  }
+  tokens->resize(keep);
 }
 
 }  // namespace moert::engine

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "attention/paged_kv.h"
 #include "runtime/runner/model_runner.h"
 #include "core/status.h"
+#include "runtime/engine/guided_decoding.h"
 #include "runtime/engine/scheduler.h"
 #include "runtime/engine/token_text.h"
 #include "runtime/model/transformer.h"
@@ -147,6 +149,10 @@ class Engine {
   // Output text and stop strings through `text` (must outlive the engine; null: ids only,
   // and requests with stop strings are refused). Set before adding requests.
   void set_token_text(const TokenText* text) { token_text_ = text; }
+  // Structured output (docs/structured-output.md) over the vocabulary `source` gives (the bytes
+  // of every id; built at the first constrained request). Without one, requests with
+  // response_format or guided_* are refused. Set before adding requests.
+  void set_token_vocabulary(GuidedDecoding::VocabularySource source) { guided_.set_vocabulary(std::move(source)); }
 
   // Runs one iteration; returns the requests that finished in it.
   Result<std::vector<RequestOutput>> step();
@@ -171,6 +177,9 @@ class Engine {
     std::optional<std::chrono::steady_clock::time_point> started;  // first scheduled
     double first_token_s = -1.0;       // from started; < 0 until sample 0's first token
     std::vector<double> token_times_s;  // sample 0, from started (record_token_times)
+    // Structured output: the request's grammar and each sample's automaton state ([n]).
+    std::shared_ptr<grammar::GrammarMasks> grammar;
+    std::vector<int32_t> grammar_states;
   };
   struct SeqOwner {
     int64_t request_idx = 0;
@@ -199,6 +208,14 @@ class Engine {
   bool append_text(RequestState& state, int sample_idx, int32_t token);
   // Flushes the sample's decoder at its end (the held-back text may complete a stop string).
   void finish_text(RequestState& state, int sample_idx);
+  // Copies `num_rows` rows of `logits` into masked_rows_ with the grammar masks of the sample of
+  // `seq` from `state` on, row j masked with the state after tokens[0, j) (the drafts). Returns
+  // the copy. Precondition: every token in `tokens` is allowed in its state (checked drafts).
+  const float* masked_rows(RequestState& state, int32_t grammar_state, const float* logits, int num_rows,
+                           std::span<const int32_t> tokens);
+  // Cuts the drafts of a constrained sample at the first token its grammar rejects, and after
+  // the token that completes it.
+  void check_drafts(const RequestState& state, int sample_idx, std::vector<int32_t>* tokens);
   // Looks for a stop string in the text added since the last search; on a match cuts the
   // text before it, records it and returns true.
   bool search_stop_strings(RequestState& state, int sample_idx);
@@ -225,6 +242,8 @@ class Engine {
   spec::DepthController depth_;
   std::unordered_map<SeqId, spec::Draft> drafts_;  // proposed for this step
   std::vector<double> target_probs_, residual_;
+  mutable GuidedDecoding guided_;  // compiled grammars (check_request compiles and caches)
+  std::vector<float> masked_rows_;
 };
 
 }  // namespace moert::engine

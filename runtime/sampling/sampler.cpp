@@ -72,6 +72,10 @@ Status validate_sampling_params(const SamplingParams& p) {
     return invalid_argument("logprobs = " + value_text(p.logprobs) + " must be in [0, " + value_text(kMaxLogprobs) +
                             "] (or absent)");
   }
+  if (p.is_guided() && p.guided_kind != "json_object" && p.guided_kind != "json_schema" && p.guided_kind != "regex" &&
+      p.guided_kind != "grammar" && p.guided_kind != "choice") {
+    return invalid_argument("guided_kind = '" + p.guided_kind + "' is not json_object, json_schema, regex, grammar or choice");
+  }
   for (const std::string& stop : p.stop) {
     if (stop.empty()) return invalid_argument("a 'stop' string is empty");
   }
@@ -102,8 +106,10 @@ void sampling_distribution(const float* logits, int vocab_size, const SamplingPa
   // Unnormalised weights exp((l - max) / T), in (0, 1]; the maximum has weight 1.
   const double max_d = max_logit;
   const double temperature = p.temperature;
+  // A -inf logit (a structured-output mask, min_tokens' EOS) has weight exactly 0: skipping its
+  // exp changes nothing and makes a masked row cheap (docs/structured-output.md §Figures).
   for (int i = 0; i < vocab_size; ++i) {
-    w[i] = std::exp((static_cast<double>(logits[i]) - max_d) / temperature);
+    w[i] = logits[i] == -kInf ? 0.0 : std::exp((static_cast<double>(logits[i]) - max_d) / temperature);
   }
 
   const bool use_top_k = p.top_k > 0 && p.top_k < vocab_size;

@@ -66,7 +66,14 @@ struct SamplingParams {
   // -1: no log-probabilities; k in [0, 20]: the log-probability of every sampled token under
   // the model's raw distribution plus the k most likely alternatives (logprobs.h).
   int logprobs = -1;
+  // Structured output (docs/structured-output.md): the grammar every sample follows, compiled by
+  // the engine (text/grammar/constraint.h). guided_kind: "" (none), "json_object",
+  // "json_schema", "regex", "grammar" (GBNF) or "choice"; guided_spec: the schema as JSON text,
+  // the regex, the GBNF text, or the choices as a JSON array. Default none.
+  std::string guided_kind;
+  std::string guided_spec;
 
+  bool is_guided() const { return !guided_kind.empty(); }
   bool is_greedy() const { return temperature == 0.0f; }
   // True when the logits must be adjusted with the sample's token history before sampling
   // (penalties, or min_tokens still masking stop ids): logit_adjustments.h.

@@ -223,3 +223,55 @@ TEST(OpenAiBatch, OutputAndErrorLinesHaveTheBatchShape) {
 
 }  // namespace
 }  // namespace moert::serving
+
+namespace moert::serving {
+namespace {
+
+// Structured output fields (docs/structured-output.md): response_format and vLLM's guided_*.
+TEST(RequestIo, StructuredOutputFields) {
+  const std::pair<const char*, std::pair<const char*, const char*>> good[] = {
+      {R"("response_format": {"type": "json_object"})", {"json_object", ""}},
+      {R"("response_format": {"type": "text"})", {"", ""}},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true, "schema": {"type": "integer"}}})",
+       {"json_schema", R"({"type":"integer"})"}},
+      {R"("guided_json": "{\"type\": \"string\"}")", {"json_schema", R"({"type": "string"})"}},
+      {R"("guided_regex": "a+")", {"regex", "a+"}},
+      {R"("guided_grammar": "root ::= \"x\"")", {"grammar", R"(root ::= "x")"}},
+      {R"("guided_choice": ["a", "b"])", {"choice", R"(["a","b"])"}},
+  };
+  for (const auto& [field, expected] : good) {
+    Result<Request> r = parse_request_line(std::string(R"({"id": "a", "prompt_token_ids": [1], )") + field + "}");
+    ASSERT_TRUE(r.is_ok()) << field << ": " << r.status().message();
+    EXPECT_EQ(r->params.guided_kind, expected.first) << field;
+    EXPECT_EQ(r->params.guided_spec, expected.second) << field;
+  }
+  const std::pair<const char*, const char*> bad[] = {
+      {R"("response_format": {"type": "yaml"})", "'response_format.type' = \"yaml\" is not text, json_object or json_schema"},
+      {R"("response_format": {"type": "json_schema"})", "'response_format.json_schema' must be an object"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "n"}})", "lacks 'schema'"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"schema": {}, "extra": 1}})", "'response_format.json_schema.extra'"},
+      {R"("guided_choice": [])", "'guided_choice' must be a non-empty list"},
+      {R"("guided_choice": ["a", 1])", "list of strings, got 1"},
+      {R"("guided_regex": 5)", "'guided_regex' must be a string"},
+      {R"("guided_regex": "a", "guided_choice": ["b"])", "and another constraint"},
+  };
+  for (const auto& [field, needle] : bad) {
+    Result<Request> r = parse_request_line(std::string(R"({"id": "a", "prompt_token_ids": [1], )") + field + "}");
+    ASSERT_FALSE(r.is_ok()) << field;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  }
+  // OpenAI batch bodies pass response_format through, chat and completions alike.
+  for (const char* url : {"/v1/chat/completions", "/v1/completions"}) {
+    nlohmann::json line = {{"custom_id", "c"}, {"url", url},
+                           {"body", {{"response_format", {{"type", "json_object"}}}, {"guided_choice", {"x"}}}}};
+    line["body"][std::string(url) == "/v1/completions" ? "prompt" : "messages"] =
+        std::string(url) == "/v1/completions" ? nlohmann::json("p") : nlohmann::json::array({{{"role", "user"}, {"content", "q"}}});
+    Result<nlohmann::json> r = openai_to_request(line, 0);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ((*r)["response_format"]["type"], "json_object");
+    EXPECT_EQ((*r)["guided_choice"], nlohmann::json({"x"}));
+  }
+}
+
+}  // namespace
+}  // namespace moert::serving
