@@ -1,5 +1,9 @@
 #include "runtime/model/reference_forward.h"
 
+#include <algorithm>
+
+#include "core/check.h"
+
 namespace moert {
 
 DenseKvCache::DenseKvCache(const ModelConfig& config)
@@ -24,6 +28,14 @@ void DenseKvCache::attend(backend::Backend& backend, int layer, const attention:
   backend.copy_bytes(values.data() + old_size, v, new_floats * static_cast<int64_t>(sizeof(float)));
   backend.contiguous_attention(q, num_tokens, keys.data(), values.data(), length_, c.num_heads, c.num_kv_heads,
                                c.head_dim, variant, out);
+}
+
+void DenseKvCache::truncate(int64_t length) {
+  MOERT_CHECK(length >= 0 && length <= length_, "truncate to " << length << " of a cache of " << length_);
+  const size_t floats = static_cast<size_t>(length * config_.num_kv_heads * config_.head_dim);
+  for (std::vector<float>& keys : keys_) keys.resize(std::min(keys.size(), floats));
+  for (std::vector<float>& values : values_) values.resize(std::min(values.size(), floats));
+  length_ = length;
 }
 
 ReferenceForward::ReferenceForward(const ModelConfig& config, const ModelWeights& weights, backend::Backend& backend)

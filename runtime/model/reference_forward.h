@@ -19,6 +19,8 @@ class DenseKvCache : public AttentionContext {
   // Positions already written; advanced by ReferenceForward::forward after all layers ran.
   int64_t length() const { return length_; }
   void advance(int64_t num_tokens) { length_ += num_tokens; }
+  // Drops positions >= length of every layer (a speculative rollback); length <= length().
+  void truncate(int64_t length);
 
  private:
   const ModelConfig& config_;
