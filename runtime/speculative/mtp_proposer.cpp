@@ -71,20 +71,24 @@ MtpProposer::Plan MtpProposer::plan_one(const DraftRequest& request, const SeqSt
   // Chained rows sit at positions up to L - 3 + K.
   const int num_draft = static_cast<int>(std::min<int64_t>(request.num_draft, c.max_position_embeddings - length + 2));
   if (length < 2 || num_draft < 1) return {};
-  // Cached rows of known tokens only, and row L - 2 computed afresh (its logits start the draft).
-  int64_t rows = 0;
-  const int64_t cached = static_cast<int64_t>(state.row_tokens.size());
-  while (rows < cached && rows + 1 < length && state.row_tokens[static_cast<size_t>(rows)] == known[static_cast<size_t>(rows + 1)]) {
-    ++rows;
-  }
-  rows = std::min(rows, length - 2);
-  // g for positions rows .. L - 2, fed the known tokens.
   const int64_t last = length - 2;
-  if (state.g_base > rows || state.g_base + static_cast<int64_t>(state.g_tokens.size()) <= last) return {};
-  for (int64_t p = rows; p <= last; ++p) {
+  // Cached rows of known tokens only, and row L - 2 computed afresh (its logits start the draft).
+  int64_t rows_end = state.row_base;
+  const int64_t cached_end = state.row_base + static_cast<int64_t>(state.row_tokens.size());
+  while (rows_end < cached_end && rows_end + 1 < length &&
+         state.row_tokens[static_cast<size_t>(rows_end - state.row_base)] == known[static_cast<size_t>(rows_end + 1)]) {
+    ++rows_end;
+  }
+  Plan plan{std::min(rows_end, last), num_draft, false};
+  // g before g_base will not come (the target computed those positions without handing g
+  // over, or for other tokens): the module's rows restart at g_base, with less context.
+  if (state.g_base > plan.first_row) plan = Plan{state.g_base, num_draft, true};
+  // g for positions first_row .. L - 2, fed the known tokens.
+  if (plan.first_row > last || state.g_base + static_cast<int64_t>(state.g_tokens.size()) <= last) return {};
+  for (int64_t p = plan.first_row; p <= last; ++p) {
     if (state.g_tokens[static_cast<size_t>(p - state.g_base)] != known[static_cast<size_t>(p)]) return {};
   }
-  return Plan{rows, num_draft};
+  return plan;
 }
 
 Result<Draft> MtpProposer::propose_one(const DraftRequest& request, SeqState& state, const Plan& plan) {
@@ -95,8 +99,13 @@ Result<Draft> MtpProposer::propose_one(const DraftRequest& request, SeqState& st
   const int64_t rows = plan.first_row, last = length - 2;
   const int num_draft = plan.num_draft;
   Draft draft;
-  state.cache->truncate(rows);
-  state.row_tokens.resize(static_cast<size_t>(rows));
+  if (plan.restart) {
+    state.cache->truncate(0);
+    state.row_tokens.clear();
+    state.row_base = rows;
+  }
+  state.cache->truncate(rows - state.row_base);
+  state.row_tokens.resize(static_cast<size_t>(rows - state.row_base));
 
   ForwardBatch batch;
   for (int64_t p = rows; p <= last; ++p) {
@@ -108,7 +117,7 @@ Result<Draft> MtpProposer::propose_one(const DraftRequest& request, SeqState& st
   MOERT_ASSIGN_OR_RETURN(std::vector<float> logits,
                          model_.mtp_forward(0, batch, state.g.data() + (rows - state.g_base) * dim, *state.cache,
                                             &block_out));
-  state.cache->advance(last + 1 - rows);
+  state.cache->advance(last + 1 - rows);  // cache slot i holds position row_base + i
   state.row_tokens.insert(state.row_tokens.end(), batch.tokens.begin(), batch.tokens.end());
   // g rows before L - 2 are no longer needed (row L - 2 may be recomputed next time).
   const int64_t drop = last - state.g_base;
@@ -139,7 +148,7 @@ Result<Draft> MtpProposer::propose_one(const DraftRequest& request, SeqState& st
     state.cache->advance(1);
   }
   // The chained rows used drafts: only rows of known tokens stay.
-  state.cache->truncate(last + 1);
+  state.cache->truncate(last + 1 - state.row_base);
   return draft;
 }
 

@@ -15,9 +15,12 @@
 // fed x_{j-1} and, as its hidden state, the previous row's block output (vLLM's choice), and
 // finally drops the chained rows again: the cache holds only rows of known tokens.
 //
-// Invariants: a sequence whose g rows are missing (the target skipped them: a prefix-cache hit,
-// or a forked sample that never computed its prompt) gets no drafts; its tokens are the target's
-// either way. Greedy requests draft the argmax; sampled ones draw from q = the request's
+// Invariants: the module's cache holds rows row_base .. row_base + n - 1 in slots 0 .. n - 1
+// (RoPE at the rows' positions). A sequence whose first g rows never come (the target skipped
+// them: a prefix-cache hit, a forked sample that did not compute its prompt, a recompute after
+// preemption served from the prefix cache) starts its rows at the first position with g: its
+// drafts see less context (lower acceptance), its tokens are the target's either way. A g row
+// fed another token than the known one (a rejected draft) is replaced by the next step's. Greedy requests draft the argmax; sampled ones draw from q = the request's
 // processed distribution of the MTP logits with the kDraft uniform of the output position and
 // return q, as the draft-model proposer does.
 #pragma once
@@ -47,17 +50,20 @@ class MtpProposer : public Proposer {
 
  private:
   struct SeqState {
-    std::unique_ptr<DenseKvCache> cache;  // the module's K/V: rows 0 .. row_tokens.size() - 1
-    std::vector<int32_t> row_tokens;      // t_{i+1} of each cached row i
+    std::unique_ptr<DenseKvCache> cache;  // the module's K/V: rows row_base .. row_base + row_tokens.size() - 1
+    int64_t row_base = 0;                 // position of the first cached row
+    std::vector<int32_t> row_tokens;      // t_{i+1} of each cached row i (from row_base)
     int64_t g_base = 0;                   // position of the first stored g row
     std::vector<int32_t> g_tokens;        // the token the target was fed at each stored position
     std::vector<float> g;                 // [g_tokens.size(), D]
   };
-  // What drafting one sequence takes: the first uncached row and the drafts (one module
-  // call each). num_draft == 0: no drafts (too short, or g missing); nothing was changed.
+  // What drafting one sequence takes: the first row to compute, the drafts (one module call
+  // each), and whether the cached rows are dropped first (restart at first_row). num_draft
+  // == 0: no drafts (too short, or g missing); nothing was changed.
   struct Plan {
     int64_t first_row = 0;
     int num_draft = 0;
+    bool restart = false;
   };
   Plan plan_one(const DraftRequest& request, const SeqState& state) const;
   // Appends the rows first_row .. L - 2 of `request` (recomputing row L - 2 if cached) and

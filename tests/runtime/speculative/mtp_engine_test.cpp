@@ -136,7 +136,7 @@ TEST_F(MtpOnGeneratedModel, GreedyOutputsEqualPlainDecoding) {
 }
 
 // A pool of 8 usable blocks forces preemptions; shared prompt prefixes hit the prefix cache
-// (those sequences cannot draft: the target never computed g there); stops inside accepted
+// (those sequences draft from rows that start after the hit); stops inside accepted
 // drafts and n = 3 greedy forks. Outputs equal plain decoding's.
 TEST_F(MtpOnGeneratedModel, PreemptionPrefixCachingStopsAndForksKeepGreedyOutputs) {
   std::vector<Request> requests = mixed_requests(14, 512, 9);
@@ -203,6 +203,41 @@ TEST_F(MtpOnGeneratedModel, FirstDraftIsTheTeacherForcedRowsArgmax) {
   const std::vector<Draft> fixed = stale.propose(std::span(&request, 1)).value();
   ASSERT_EQ(fixed[0].tokens.size(), 2u);
   EXPECT_EQ(fixed[0].tokens[0], argmax_lowest_index(logits.data() + 9 * vocab, vocab));
+}
+
+// g that starts at position 5 (a prefix-cache hit, a fork): the module's rows restart there,
+// so the first draft is the argmax of row L - 2 of the module run over rows 5 .. L - 2 alone.
+TEST_F(MtpOnGeneratedModel, MissingEarlyHiddenStatesRestartTheRowsWhereTheyBegin) {
+  const std::vector<int32_t> sequence = {17, 230, 41, 9, 311, 5, 77, 140, 2, 99, 401, 12};
+  ForwardBatch all;
+  all.tokens = sequence;
+  for (size_t t = 0; t < sequence.size(); ++t) all.positions.push_back(static_cast<int64_t>(t));
+  all.logit_rows = {0};
+  DenseKvCache cache(model_->config);
+  std::vector<float> hidden;
+  ASSERT_TRUE(target_.forward_with_hidden(all, cache, &hidden).is_ok());
+  const int64_t dim = model_->config.hidden_size, vocab = model_->config.vocab_size;
+  MtpProposer proposer(mtp_);
+  proposer.observe_hidden(3, 5, std::span(sequence).subspan(5), hidden.data() + 5 * dim);
+  sampling::SamplingParams greedy;
+  for (int64_t length : {9, 12}) {
+    ForwardBatch rows;  // rows 5 .. L - 2: token t_{p+1} at position p
+    for (int64_t p = 5; p <= length - 2; ++p) {
+      rows.tokens.push_back(sequence[static_cast<size_t>(p + 1)]);
+      rows.positions.push_back(p);
+    }
+    rows.logit_rows = {static_cast<int64_t>(rows.tokens.size()) - 1};
+    DenseKvCache fresh(model_->config);
+    const std::vector<float> logits = mtp_.mtp_forward(0, rows, hidden.data() + 5 * dim, fresh, nullptr).value();
+    DraftRequest request;
+    request.seq = 3;
+    request.tokens = std::span(sequence).first(static_cast<size_t>(length));
+    request.num_draft = 2;
+    request.params = &greedy;
+    const std::vector<Draft> drafts = proposer.propose(std::span(&request, 1)).value();
+    ASSERT_EQ(drafts[0].tokens.size(), 2u) << length;
+    EXPECT_EQ(drafts[0].tokens[0], argmax_lowest_index(logits.data(), vocab)) << length;
+  }
 }
 
 // Sampled requests (temperature, top-k): the tokens at output positions 1 and 2 (decided by
