@@ -69,4 +69,5 @@ if [[ " $sections " == *" mtp "* ]]; then
   bench "none" 1
   bench "draft 2-layer K=$k" 1 --spec draft --draft-model "$work/ds_draft2" --spec-k "$k"
   for mtp_k in 1 2 3; do bench "mtp K=$mtp_k" 1 --spec mtp --spec-k "$mtp_k"; done
+  bench "none (again: the drift)" 1
 fi
