@@ -8,7 +8,10 @@
 # same active parameters), where a K+1-token verify pass reads no more expert weights
 # than a 1-token step. Every figure comes from this
 # one script, so the ratios compare runs on the same machine state. Batch B serves 2B
-# requests (4 at batch 1) with --max-seqs B.
+# requests (4 at batch 1) with --max-seqs B. Last, a DeepSeek-V3-shaped target (large preset,
+# layer 0 dense, MLA) with a faithful MTP layer (docs/mtp.md), batch 1: none, its 2-layer
+# truncation as a draft, and --spec mtp with K = 1..3, side by side.
+# sections="mtp" runs only that last part (sections="qwen mtp" by default).
 #   bash bench/spec_decode.sh [threads=2] [output_len=64] [k=4]
 set -euo pipefail
 source "$(dirname "$0")/../scripts/env.sh"
@@ -34,6 +37,8 @@ bench() {  # label, batch, extra options
     "$(grep -o 'acceptance=[0-9.]* tokens_per_pass=[0-9.]*' <<< "$line")"
   [ -z "$spec" ] || echo "    ${spec#spec: }"
 }
+sections=${sections:-qwen mtp}
+if [[ " $sections " == *" qwen "* ]]; then
 for batch in 1 16; do
   bench "none" "$batch"
   bench "draft 1-layer K=$k" "$batch" --spec draft --draft-model "$work/draft1" --spec-k "$k"
@@ -53,3 +58,16 @@ echo "control: 4 experts, all active per token"
 bench "none" 1
 bench "draft 1-layer K=$k" 1 --spec draft --draft-model "$work/all4_draft1" --spec-k "$k"
 bench "draft 1-layer auto" 1 --spec draft --draft-model "$work/all4_draft1" --spec-k auto
+fi
+if [[ " $sections " == *" mtp "* ]]; then
+  ds="--arch deepseek_v3 --preset large --seed 1 --faithful-layers 1 --late-layer-scale 0.1"
+  [ -f "$work/ds_mtp/config.json" ] || "$moert" make-model $ds --mtp-layers 1 --out "$work/ds_mtp" > /dev/null
+  # Its 2-layer truncation (the same dense layer 0 and damped MoE layer 1) drafts.
+  [ -f "$work/ds_draft2/config.json" ] || "$moert" make-model $ds --num-layers 2 --out "$work/ds_draft2" > /dev/null
+  model="$work/ds_mtp"
+  echo "DeepSeek-V3-shaped target with its MTP layer"
+  bench "none" 1
+  bench "draft 2-layer K=$k" 1 --spec draft --draft-model "$work/ds_draft2" --spec-k "$k"
+  for mtp_k in 1 2 3; do bench "mtp K=$mtp_k" 1 --spec mtp --spec-k "$mtp_k"; done
+  bench "none (again: the drift)" 1
+fi

@@ -47,6 +47,8 @@ int run_make_model(const std::vector<std::string>& args) {
       ("num-heads", po::value<int>(), "override: query heads")
       ("num-kv-heads", po::value<int>(), "override: key/value heads")
       ("head-dim", po::value<int>(), "override: head dimension")
+      ("mtp-layers", po::value<int>(), "DeepSeek multi-token prediction layers to write (num_nextn_predict_layers; "
+       "release tensor names, docs/mtp.md); with --faithful-layers they are built from layer 0")
       ("router-skew", po::value(&shaping.router_skew)->default_value(0.0f),
        "skewed router: expert e's router row scaled by 1 + S (E-1-e)/(E-1), so low ids win more often")
       ("faithful-layers", po::value(&shaping.faithful_layers)->default_value(0),
@@ -69,6 +71,7 @@ int run_make_model(const std::vector<std::string>& args) {
   take("num-heads", overrides.num_heads);
   take("num-kv-heads", overrides.num_kv_heads);
   take("head-dim", overrides.head_dim);
+  take("mtp-layers", overrides.num_mtp_layers);
   if (!(shard_mb > 0.0)) throw CommandError("--shard-mb must be > 0");
 
   Result<ModelConfig> config = preset_model_config(parse_architecture(arch_text), preset, overrides);

@@ -27,7 +27,7 @@ std::string join(const std::vector<int32_t>& tokens) {
 
 int run_score(const std::vector<std::string>& args) {
   po::options_description options("moert score options");
-  std::string model_dir, tokens_text, out_prefix;
+  std::string model_dir, tokens_text, out_prefix, mtp_prefix;
   int num_generate = 32;
   int threads = 0;
   std::string device = "cpu";
@@ -41,6 +41,9 @@ int run_score(const std::vector<std::string>& args) {
       ("tokens", po::value(&tokens_text)->required(), "prompt token ids, comma separated (e.g. 1,2,3)")
       ("num-tokens,n", po::value(&num_generate)->default_value(32), "greedy tokens to generate")
       ("out", po::value(&out_prefix), "write PREFIX.json, PREFIX.prompt_logits.npy, PREFIX.gen_logits.npy")
+      ("mtp-out", po::value(&mtp_prefix),
+       "write PREFIX.mtp_logits.npy: the MTP layer's teacher-forced logits over prompt + generated tokens, "
+       "row i = its prediction for token i+2 from position i (docs/mtp.md)")
       ("threads", po::value(&threads)->default_value(0), "worker threads (0: MOERT_NUM_THREADS or all cores)")
       ("device", po::value(&device)->default_value("cpu"), "where the model computes: cpu or cuda (GPU local_rank % GPUs: GPU 0 outside a launcher)")
       ("fp4-activations", po::value(&fp4_activations)->default_value("f32"),
@@ -61,7 +64,7 @@ int run_score(const std::vector<std::string>& args) {
   ThreadPool pool(threads > 0 ? threads : default_num_threads());
   const std::unique_ptr<backend::Backend> backend = open_device_backend(device, pool);
   const WeightMemory memory = resolve_weight_memory(weight_memory, device);
-  std::unique_ptr<LoadedModel> model = load_model_on(model_dir, *backend, activations, memory);
+  std::unique_ptr<LoadedModel> model = load_model_on(model_dir, *backend, activations, memory, !mtp_prefix.empty());
   ReferenceForward forward(model->config, model->weights, *backend);
   const GreedyOutput output = value_or_throw(greedy_generate(forward, prompt, num_generate));
 
@@ -81,6 +84,14 @@ int run_score(const std::vector<std::string>& args) {
     out << summary.dump() << "\n";
     out.close();
     if (!out) throw CommandError("cannot write " + out_prefix + ".json");
+  }
+  if (!mtp_prefix.empty()) {
+    std::vector<int32_t> sequence = prompt;
+    sequence.insert(sequence.end(), output.gen_tokens.begin(), output.gen_tokens.end());
+    const std::vector<float> mtp_logits = value_or_throw(mtp_teacher_forced_logits(forward, sequence));
+    throw_if_error(io::write_npy_f32(mtp_prefix + ".mtp_logits.npy",
+                                     {static_cast<int64_t>(sequence.size()) - 1, model->config.vocab_size},
+                                     mtp_logits.data()));
   }
   return 0;
 }

@@ -119,8 +119,9 @@ WeightMemory resolve_weight_memory(const std::string& value, const std::string& 
   return *parsed;
 }
 
-std::unique_ptr<LoadedModel> load_model_from(const std::string& model_dir, const ActivationModes& activations) {
-  return value_or_throw(load_model(model_dir, LoadOptions{.fp4_activations = activations.fp4}));
+std::unique_ptr<LoadedModel> load_model_from(const std::string& model_dir, const ActivationModes& activations,
+                                             bool mtp) {
+  return value_or_throw(load_model(model_dir, LoadOptions{.fp4_activations = activations.fp4, .mtp = mtp}));
 }
 
 void lay_out_model(LoadedModel& model, backend::Backend& backend, const ActivationModes& activations,
@@ -133,8 +134,8 @@ void lay_out_model(LoadedModel& model, backend::Backend& backend, const Activati
 }
 
 std::unique_ptr<LoadedModel> load_model_on(const std::string& model_dir, backend::Backend& backend,
-                                           const ActivationModes& activations, WeightMemory weight_memory) {
-  std::unique_ptr<LoadedModel> model = load_model_from(model_dir, activations);
+                                           const ActivationModes& activations, WeightMemory weight_memory, bool mtp) {
+  std::unique_ptr<LoadedModel> model = load_model_from(model_dir, activations, mtp);
   lay_out_model(*model, backend, activations, weight_memory);
   return model;
 }

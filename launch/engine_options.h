@@ -83,7 +83,8 @@ ActivationModes resolve_activation_modes(const std::string& fp4_value, const std
 WeightMemory resolve_weight_memory(const std::string& value, const std::string& device);
 // The model at `model_dir` in the checkpoint's layout, its FP4 weights computed with
 // `activations.fp4`. Throws CommandError with one line naming the problem.
-std::unique_ptr<LoadedModel> load_model_from(const std::string& model_dir, const ActivationModes& activations);
+std::unique_ptr<LoadedModel> load_model_from(const std::string& model_dir, const ActivationModes& activations,
+                                             bool mtp = false);
 // Lays `model` out on `backend` (Backend::prepare_weights): the CPU-only activation modes of
 // `activations`, `weight_memory`, and only the routed experts routed_expert_here(layer,
 // expert) accepts (empty: every expert; an expert-parallel rank passes its placement's).
@@ -91,8 +92,10 @@ std::unique_ptr<LoadedModel> load_model_from(const std::string& model_dir, const
 void lay_out_model(LoadedModel& model, backend::Backend& backend, const ActivationModes& activations,
                    WeightMemory weight_memory, const std::function<bool(int layer, int expert)>& routed_expert_here = {});
 // Both, for a rank that computes every expert.
+// `mtp`: with the multi-token prediction layers (LoadOptions::mtp).
 std::unique_ptr<LoadedModel> load_model_on(const std::string& model_dir, backend::Backend& backend,
-                                           const ActivationModes& activations, WeightMemory weight_memory);
+                                           const ActivationModes& activations, WeightMemory weight_memory,
+                                           bool mtp = false);
 // The transport that moves the expert-parallel rows under `--ep-transport` (null: `control`
 // does; backend::open_row_transport). Collective over `control`. Throws CommandError with one
 // line naming the problem.

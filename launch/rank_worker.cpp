@@ -13,7 +13,7 @@ RankWorker::RankWorker(comm::Transport& transport, const RankWorkerOptions& opti
   threads_ = resolve_threads(e);
   pool_ = std::make_unique<ThreadPool>(threads_);
   backend_ = open_device_backend(e.device, *pool_);
-  model_ = load_model_from(options_.model_dir, activations);
+  model_ = load_model_from(options_.model_dir, activations, SpecSetup::mtp_layer_needed(options_.spec));
   engine_config_ = resolve_engine_config(e, model_->config, backend_->preferred_kv_cache_dtype());
   engine_config_->forward_when_idle = true;
   spec_ = std::make_unique<SpecSetup>(options_.spec, model_->config, &*engine_config_, *backend_, weight_memory);
@@ -34,8 +34,12 @@ RankWorker::RankWorker(comm::Transport& transport, const RankWorkerOptions& opti
   // expert the balancer moves here later computes from the checkpoint's layout (same bits).
   const experts::ExpertPlacement& placement = *initial_placement_;
   const int rank = transport_.rank();
+  // The MTP layer (past num_layers, loaded under --spec mtp) has its own fixed slicing.
+  const int num_layers = model_->config.num_layers;
+  const experts::ExpertPlacement mtp_placement = SpecSetup::mtp_expert_placement(num_experts, transport_.world_size());
   lay_out_model(*model_, *backend_, activations, weight_memory, [&](int layer, int expert) {
-    return placement.for_model_layer(layer).rank_hosts(rank, expert);
+    return layer >= num_layers ? mtp_placement.layer(0).rank_hosts(rank, expert)
+                               : placement.for_model_layer(layer).rank_hosts(rank, expert);
   });
 }
 
@@ -59,7 +63,7 @@ void RankWorker::start() {
                                                                row_transport_.get(), payload_dtypes);
   initial_placement_.reset();
   forward_->set_routed_experts(experts_.get());
-  proposer_ = spec_->start(*engine_config_, *backend_);
+  proposer_ = spec_->start(*engine_config_, *backend_, *model_, transport_, row_transport_.get());
 }
 
 }  // namespace moert::launch

@@ -6,6 +6,7 @@
 #include "launch/commands.h"
 #include "launch/engine_options.h"
 #include "runtime/speculative/draft_model_proposer.h"
+#include "runtime/speculative/mtp_proposer.h"
 
 namespace po = boost::program_options;
 
@@ -28,7 +29,8 @@ int parse_depth(const std::string& text) {
 
 void add_spec_options(po::options_description& options, SpecOptions& v) {
   options.add_options()
-      ("spec", po::value(&v.method)->default_value("none"), "speculative decoding: none, draft (a draft model), ngram (prompt lookup)")
+      ("spec", po::value(&v.method)->default_value("none"), "speculative decoding: none, draft (a draft model), ngram (prompt lookup), mtp (the model's own "
+       "DeepSeek multi-token prediction layer; docs/mtp.md)")
       ("draft-model", po::value(&v.draft_model), "draft checkpoint for --spec=draft (same vocabulary as --model)")
       ("spec-k", po::value(&v.num_draft)->default_value("4"), "drafts per sequence and pass, or auto (chosen each step from acceptance and measured costs)")
       ("spec-max-k", po::value(&v.max_num_draft)->default_value(8), "the most drafts with --spec-k auto")
@@ -43,8 +45,17 @@ void add_spec_options(po::options_description& options, SpecOptions& v) {
 SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engine::EngineConfig* engine,
                      backend::Backend& backend, WeightMemory weight_memory)
     : options_(options) {
-  if (options_.method != "none" && options_.method != "draft" && options_.method != "ngram") {
-    throw CommandError("--spec '" + options_.method + "' is not one of none, draft, ngram");
+  if (options_.method != "none" && options_.method != "draft" && options_.method != "ngram" &&
+      options_.method != "mtp") {
+    throw CommandError("--spec '" + options_.method + "' is not one of none, draft, ngram, mtp");
+  }
+  if (options_.method == "mtp") {
+    if (target.num_mtp_layers < 1) {
+      throw CommandError("--spec mtp: the model has no multi-token prediction layer (config.json "
+                         "num_nextn_predict_layers = " + std::to_string(target.num_mtp_layers) + ")");
+    }
+    // The proposer's cache is host memory (DenseKvCache): the CPU backend only, for now.
+    if (backend.device().kind != DeviceKind::kCpu) throw CommandError("--spec mtp runs on the CPU only (--device cpu)");
   }
   if (options_.method != "draft" && !options.draft_model.empty()) {
     throw CommandError("--draft-model " + options.draft_model + " needs --spec=draft (got --spec=" + options_.method + ")");
@@ -92,8 +103,25 @@ SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engi
   }
 }
 
-spec::Proposer* SpecSetup::start(const engine::EngineConfig& engine, backend::Backend& backend) {
-  if (options_.method == "ngram") {
+experts::ExpertPlacement SpecSetup::mtp_expert_placement(int num_experts, int num_ranks) {
+  return value_or_throw(experts::contiguous_placement(num_experts, num_ranks));
+}
+
+spec::Proposer* SpecSetup::start(const engine::EngineConfig& engine, backend::Backend& backend,
+                                 const LoadedModel& target, comm::Transport& transport, comm::Transport* payload) {
+  if (options_.method == "mtp") {
+    // The module's MoE layer is layer num_layers + k: the executor's per-layer load counters
+    // cover it when it counts the MTP layers as layers (its placement is one for all layers).
+    mtp_executor_config_ = std::make_unique<ModelConfig>(target.config);
+    mtp_executor_config_->num_layers += target.config.num_mtp_layers;
+    mtp_experts_ = std::make_unique<parallel::ExpertParallelExperts>(
+        *mtp_executor_config_, mtp_expert_placement(target.config.num_experts(), transport.world_size()), transport,
+        payload);
+    mtp_forward_ = std::make_unique<TransformerForward>(target.config, target.weights, backend);
+    mtp_forward_->set_routed_experts(mtp_experts_.get());
+    // One rank exchanges nothing: no lock step needed.
+    proposer_ = std::make_unique<spec::MtpProposer>(*mtp_forward_, transport.world_size() > 1 ? &transport : nullptr);
+  } else if (options_.method == "ngram") {
     proposer_ = std::make_unique<spec::NgramProposer>(
         spec::NgramProposerConfig{options_.ngram_min, options_.ngram_max, engine.spec.max_num_draft});
   } else if (options_.method == "draft") {
@@ -113,6 +141,7 @@ std::string SpecSetup::describe() const {
   if (!enabled()) return "spec: off";
   std::string text = "spec: " + options_.method;
   if (options_.method == "draft") text += " (" + options_.draft_model + ", " + describe_model_config(draft_->config) + ")";
+  if (options_.method == "mtp") text += " (the model's multi-token prediction layer)";
   if (options_.method == "ngram") {
     text += " (suffix " + std::to_string(options_.ngram_min) + ".." + std::to_string(options_.ngram_max) + " tokens)";
   }

@@ -7,14 +7,17 @@
 #include <memory>
 #include <string>
 
+#include "experts/placement/placement.h"
+#include "runtime/comm/transport.h"
 #include "runtime/engine/engine.h"
+#include "runtime/parallel/expert_parallel.h"
 #include "runtime/model/weights.h"
 #include "runtime/speculative/proposer.h"
 
 namespace moert::launch {
 
 struct SpecOptions {
-  std::string method = "none";  // none, draft, ngram
+  std::string method = "none";  // none, draft, ngram, mtp
   std::string draft_model;      // checkpoint directory for --spec=draft
   std::string num_draft = "4";  // K, or "auto"
   int max_num_draft = 8;        // the most drafts with --spec-k auto
@@ -36,9 +39,18 @@ class SpecSetup {
   SpecSetup(const SpecOptions& options, const ModelConfig& target, engine::EngineConfig* engine,
             backend::Backend& backend, WeightMemory weight_memory = WeightMemory::kCopy);
   // Creates the proposer (null with --spec=none); `backend` (the target's: the draft computes
-  // there too, its decode steps as step graphs under engine.step_graph_max_batch) must outlive
-  // this object.
-  spec::Proposer* start(const engine::EngineConfig& engine, backend::Backend& backend);
+  // there too, its decode steps as step graphs under engine.step_graph_max_batch) and `target`
+  // (loaded with its MTP layer under --spec mtp: mtp_layer_needed()) must outlive this object.
+  // Under --spec mtp the module's routed experts are computed by an expert-parallel executor
+  // over `transport` (the job's control transport) and `payload` (its row transport, may be
+  // null), laid out as mtp_expert_placement() says; both must outlive this object.
+  spec::Proposer* start(const engine::EngineConfig& engine, backend::Backend& backend, const LoadedModel& target,
+                        comm::Transport& transport, comm::Transport* payload);
+  // Whether the target must be loaded with its MTP layer (LoadOptions::mtp).
+  static bool mtp_layer_needed(const SpecOptions& options) { return options.method == "mtp"; }
+  // Which rank computes each routed expert of the MTP layer: contiguous slices, as the main
+  // layers' default placement; the balancer never moves them (docs/mtp.md).
+  static experts::ExpertPlacement mtp_expert_placement(int num_experts, int num_ranks);
   bool enabled() const { return options_.method != "none"; }
   // The effective configuration, one line for start-up ("spec: draft (DIR), K = 4, ...").
   std::string describe() const;
@@ -53,6 +65,11 @@ class SpecSetup {
   SpecOptions options_;
   std::unique_ptr<LoadedModel> draft_;
   std::unique_ptr<TransformerForward> draft_forward_;
+  // --spec mtp: the module's forward over the target's weights, its expert executor and the
+  // config that executor counts loads against (the main layers and the MTP layers).
+  std::unique_ptr<ModelConfig> mtp_executor_config_;
+  std::unique_ptr<parallel::ExpertParallelExperts> mtp_experts_;
+  std::unique_ptr<TransformerForward> mtp_forward_;
   std::unique_ptr<spec::Proposer> proposer_;
 };
 

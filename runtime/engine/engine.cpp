@@ -133,13 +133,15 @@ Status Engine::add_request(Request request) {
 
 Status Engine::propose_drafts() {
   drafts_.clear();
+  // A lock-step proposer is called every step, with no requests too (its calls exchange rows).
+  const bool every_step = proposer_->proposes_every_step();
   const std::vector<SeqId> ready = scheduler_.decode_ready_sequences();
-  if (ready.empty()) return Status::ok();
+  if (ready.empty()) return every_step ? proposer_->propose({}).status() : Status::ok();
   const spec::DepthChoice depth = depth_.choose(static_cast<int64_t>(ready.size()));
   if (depth.num_draft < 1) {
     ++stats_.spec_off_steps;
     for (SeqId seq : ready) scheduler_.set_spec_tokens(seq, {});
-    return Status::ok();
+    return every_step ? proposer_->propose({}).status() : Status::ok();
   }
   std::vector<spec::DraftRequest> requests;
   for (SeqId seq : ready) {
@@ -164,7 +166,7 @@ Status Engine::propose_drafts() {
     request.first_position = static_cast<uint64_t>(generated);
     requests.push_back(request);
   }
-  if (requests.empty()) return Status::ok();
+  if (requests.empty()) return every_step ? proposer_->propose({}).status() : Status::ok();
   const auto start = std::chrono::steady_clock::now();
   MOERT_ASSIGN_OR_RETURN(std::vector<spec::Draft> drafts, proposer_->propose(requests));
   const double elapsed = seconds_since(start);
@@ -214,11 +216,16 @@ Result<std::vector<RequestOutput>> Engine::step() {
   }
   bool verifies = false;
   for (const ScheduledChunk& scheduled : plan.chunks) verifies = verifies || scheduled.num_spec_tokens > 0;
-  const runner::RunnerBatch batch = runner_batch(plan);
+  runner::RunnerBatch batch = runner_batch(plan);
   const int64_t num_tokens = plan.num_tokens();
   const auto forward_start = std::chrono::steady_clock::now();
+  // A proposer that drafts from the target's hidden states gets them after the step.
+  const bool hands_hidden = proposer_ != nullptr && proposer_->wants_hidden_states();
+  std::vector<float> hidden;  // [T, D]
+  if (hands_hidden) batch.final_hidden = &hidden;
   // Plain draws are made on the backend: the step's logits then never leave its device.
-  const std::optional<std::vector<backend::Backend::RowSampling>> draws = backend_draws(plan);
+  const std::optional<std::vector<backend::Backend::RowSampling>> draws =
+      hands_hidden ? std::nullopt : backend_draws(plan);
   std::vector<float> logits;
   std::vector<int32_t> drawn;
   if (draws.has_value()) {
@@ -235,6 +242,15 @@ Result<std::vector<RequestOutput>> Engine::step() {
     stats_.verify_s += forward_s;
   }
   stats_.computed_tokens += num_tokens;
+  if (hands_hidden) {
+    const int64_t dim = model_.config().hidden_size;
+    int64_t offset = 0;  // rows, in chunk order
+    for (size_t i = 0; i < batch.chunks.size(); ++i) {
+      const runner::SequenceChunk& chunk = batch.chunks[i];
+      proposer_->observe_hidden(plan.chunks[i].seq, chunk.start, chunk.tokens, hidden.data() + offset * dim);
+      offset += static_cast<int64_t>(chunk.tokens.size());
+    }
+  }
   scheduler_.complete_step(plan);
   record_kv_stats();
 
@@ -264,7 +280,10 @@ Result<std::vector<RequestOutput>> Engine::step() {
   return finished;
 }
 
-Status Engine::idle_forward() { return runner_->run(runner::RunnerBatch{kv_.take_pending_copies(), {}}).status(); }
+Status Engine::idle_forward() {
+  return runner_->run(runner::RunnerBatch{.block_copies = kv_.take_pending_copies(), .chunks = {}, .final_hidden = nullptr})
+      .status();
+}
 
 // One chunk per sequence; a speculative chunk ends with the drafts and wants logits for its
 // last token and every draft.

@@ -60,6 +60,10 @@ struct ModelConfig {
   // multi-token-prediction modules, `num_nextn_predict_layers`); any other layer past
   // num_layers means the config and the checkpoint disagree.
   int num_unused_extra_layers = 0;
+  // Of those, the DeepSeek multi-token prediction modules (`num_nextn_predict_layers`;
+  // docs/mtp.md): layer num_layers + k is module k. Loaded only when asked for
+  // (LoadOptions::mtp); the main model never reads them.
+  int num_mtp_layers = 0;
   bool qkv_bias = false;         // q/k/v projections carry a bias
   bool o_bias = false;           // the output projection carries a bias
   bool attention_sinks = false;  // self_attn.sinks: one learned softmax-denominator logit per head

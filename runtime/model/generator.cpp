@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -127,12 +128,25 @@ Result<ModelConfig> preset_model_config(const ArchSpec* arch, const std::string&
     return unsupported(std::string("make-model cannot write ") + arch->hf_class + " checkpoints yet");
   }
   arch->apply_preset(&c);
+  if (overrides.num_mtp_layers.has_value()) {
+    if (*overrides.num_mtp_layers < 0) {
+      return invalid_argument("MTP layers = " + std::to_string(*overrides.num_mtp_layers) + " must be >= 0");
+    }
+    c.num_mtp_layers = c.num_unused_extra_layers = *overrides.num_mtp_layers;
+  }
   // Round-trip through the parser so a preset obeys exactly the rules a config.json does.
-  return parse_model_config(model_config_to_json(c));
+  MOERT_ASSIGN_OR_RETURN(ModelConfig parsed, parse_model_config(model_config_to_json(c)));
+  if (parsed.num_mtp_layers != c.num_mtp_layers) {
+    return unsupported(std::string(arch->hf_class) + " has no multi-token prediction layers (only DeepSeek-style "
+                       "configs with num_nextn_predict_layers)");
+  }
+  return parsed;
 }
 
 namespace {
 std::vector<TensorSpec> unshaped_tensor_specs(const ModelConfig& c);
+void make_faithful_mtp(const ModelConfig& c, const WeightShaping& shaping, const std::string& prefix,
+                       TensorSpec& spec);
 }  // namespace
 
 Status validate_weight_shaping(const WeightShaping& shaping) {
@@ -162,79 +176,171 @@ std::vector<TensorSpec> checkpoint_tensor_specs(const ModelConfig& c, const Weig
     const bool residual_write = spec.name.ends_with("o_proj.weight") || spec.name.ends_with("down_proj.weight") ||
                                 spec.name.ends_with("experts.down_proj") ||
                                 spec.name.ends_with(std::string(".") + c.arch->expert_projections[2] + ".weight");
-    if (layer >= shaping.faithful_layers && residual_write) spec.a *= shaping.late_layer_scale;
+    if (layer >= shaping.faithful_layers && layer < c.num_layers && residual_write) spec.a *= shaping.late_layer_scale;
+  }
+  if (shaping.faithful_layers > 0 && check_faithful_mtp(c, shaping).is_ok()) {
+    for (int k = 0; k < c.num_mtp_layers; ++k) {
+      const std::string prefix = "model.layers." + std::to_string(c.num_layers + k) + ".";
+      for (TensorSpec& spec : specs) {
+        if (spec.name.starts_with(prefix)) make_faithful_mtp(c, shaping, prefix, spec);
+      }
+    }
   }
   return specs;
 }
 
 namespace {
+// One decoder layer's tensors under model.layers.{layer}.
+void add_layer(std::vector<TensorSpec>& specs, const ModelConfig& c, int layer, bool is_moe) {
+  using Init = TensorSpec::Init;
+  const int64_t d = c.hidden_size;
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  add_norm(specs, p + "input_layernorm.weight", d);
+  add_norm(specs, p + "post_attention_layernorm.weight", d);
+  if (c.mla.enabled()) {
+    add_latent_attention(specs, c, p + "self_attn.");
+  } else {
+    const int64_t q_out = static_cast<int64_t>(c.num_heads) * c.head_dim;
+    const int64_t kv_out = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
+    add_linear(specs, p + "self_attn.q_proj", q_out, d, c.qkv_bias);
+    add_linear(specs, p + "self_attn.k_proj", kv_out, d, c.qkv_bias);
+    add_linear(specs, p + "self_attn.v_proj", kv_out, d, c.qkv_bias);
+    add_linear(specs, p + "self_attn.o_proj", d, q_out, c.o_bias);
+  }
+  if (c.attention_sinks) add(specs, p + "self_attn.sinks", {c.num_heads}, Init::kNormal, 1.0f);
+  if (c.qk_norm) {
+    add_norm(specs, p + "self_attn.q_norm.weight", c.head_dim);
+    add_norm(specs, p + "self_attn.k_norm.weight", c.head_dim);
+  }
+  if (!is_moe) {
+    add_mlp(specs, p + "mlp.gate_proj", p + "mlp.up_proj", p + "mlp.down_proj", d, c.dense_intermediate_size);
+    return;
+  }
+  const std::string router = moe_block_prefix(c, layer) + c.arch->router_name;
+  add_linear(specs, router, c.num_experts(), d, c.router_bias);
+  if (c.router_has_correction_bias) {
+    add(specs, router + ".e_score_correction_bias", {c.num_experts()}, Init::kUniform, 0.0f,
+        0.1f, DType::kF32);
+  }
+  if (c.stacked_experts) {  // [E, in, out] with interleaved gate/up outputs (docs/gpt-oss.md)
+    const std::string x = moe_block_prefix(c, layer) + "experts.";
+    const int64_t e = c.num_experts(), width = c.moe_intermediate_size;
+    add(specs, x + "gate_up_proj", {e, d, 2 * width}, Init::kNormal, static_cast<float>(1.0 / std::sqrt(d)));
+    add(specs, x + "gate_up_proj_bias", {e, 2 * width}, Init::kNormal, 0.1f);
+    add(specs, x + "down_proj", {e, width, d}, Init::kNormal, static_cast<float>(1.0 / std::sqrt(width)));
+    add(specs, x + "down_proj_bias", {e, d}, Init::kNormal, 0.1f);
+  }
+  for (int e = 0; !c.stacked_experts && e < c.num_experts(); ++e) {
+    add_mlp(specs, expert_projection_prefix(c, layer, e, "gate"), expert_projection_prefix(c, layer, e, "up"),
+            expert_projection_prefix(c, layer, e, "down"), d, c.moe_intermediate_size);
+  }
+  if (c.shared_expert == SharedExpertKind::kSigmoidGated) {
+    add_mlp(specs, p + "mlp.shared_expert.gate_proj", p + "mlp.shared_expert.up_proj",
+            p + "mlp.shared_expert.down_proj", d, c.shared_intermediate_size);
+    add_linear(specs, p + "mlp.shared_expert_gate", 1, d, false);
+  } else if (c.shared_expert == SharedExpertKind::kUngated) {
+    add_mlp(specs, p + "mlp.shared_experts.gate_proj", p + "mlp.shared_experts.up_proj",
+            p + "mlp.shared_experts.down_proj", d, c.shared_intermediate_size);
+  }
+}
+
 std::vector<TensorSpec> unshaped_tensor_specs(const ModelConfig& c) {
   using Init = TensorSpec::Init;
   std::vector<TensorSpec> specs;
   const int64_t d = c.hidden_size;
   add(specs, "model.embed_tokens.weight", {c.vocab_size, d}, Init::kNormal, 1.0f);
   for (int layer = 0; layer < c.num_layers; ++layer) {
-    const std::string p = "model.layers." + std::to_string(layer) + ".";
-    add_norm(specs, p + "input_layernorm.weight", d);
-    add_norm(specs, p + "post_attention_layernorm.weight", d);
-    if (c.mla.enabled()) {
-      add_latent_attention(specs, c, p + "self_attn.");
-    } else {
-      const int64_t q_out = static_cast<int64_t>(c.num_heads) * c.head_dim;
-      const int64_t kv_out = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
-      add_linear(specs, p + "self_attn.q_proj", q_out, d, c.qkv_bias);
-      add_linear(specs, p + "self_attn.k_proj", kv_out, d, c.qkv_bias);
-      add_linear(specs, p + "self_attn.v_proj", kv_out, d, c.qkv_bias);
-      add_linear(specs, p + "self_attn.o_proj", d, q_out, c.o_bias);
-    }
-    if (c.attention_sinks) add(specs, p + "self_attn.sinks", {c.num_heads}, Init::kNormal, 1.0f);
-    if (c.qk_norm) {
-      add_norm(specs, p + "self_attn.q_norm.weight", c.head_dim);
-      add_norm(specs, p + "self_attn.k_norm.weight", c.head_dim);
-    }
-    if (!c.layer_is_moe[static_cast<size_t>(layer)]) {
-      add_mlp(specs, p + "mlp.gate_proj", p + "mlp.up_proj", p + "mlp.down_proj", d, c.dense_intermediate_size);
-      continue;
-    }
-    const std::string router = moe_block_prefix(c, layer) + c.arch->router_name;
-    add_linear(specs, router, c.num_experts(), d, c.router_bias);
-    if (c.router_has_correction_bias) {
-      add(specs, router + ".e_score_correction_bias", {c.num_experts()}, Init::kUniform, 0.0f,
-          0.1f, DType::kF32);
-    }
-    if (c.stacked_experts) {  // [E, in, out] with interleaved gate/up outputs (docs/gpt-oss.md)
-      const std::string x = moe_block_prefix(c, layer) + "experts.";
-      const int64_t e = c.num_experts(), width = c.moe_intermediate_size;
-      add(specs, x + "gate_up_proj", {e, d, 2 * width}, Init::kNormal, static_cast<float>(1.0 / std::sqrt(d)));
-      add(specs, x + "gate_up_proj_bias", {e, 2 * width}, Init::kNormal, 0.1f);
-      add(specs, x + "down_proj", {e, width, d}, Init::kNormal, static_cast<float>(1.0 / std::sqrt(width)));
-      add(specs, x + "down_proj_bias", {e, d}, Init::kNormal, 0.1f);
-    }
-    for (int e = 0; !c.stacked_experts && e < c.num_experts(); ++e) {
-      add_mlp(specs, expert_projection_prefix(c, layer, e, "gate"), expert_projection_prefix(c, layer, e, "up"),
-              expert_projection_prefix(c, layer, e, "down"), d, c.moe_intermediate_size);
-    }
-    if (c.shared_expert == SharedExpertKind::kSigmoidGated) {
-      add_mlp(specs, p + "mlp.shared_expert.gate_proj", p + "mlp.shared_expert.up_proj",
-              p + "mlp.shared_expert.down_proj", d, c.shared_intermediate_size);
-      add_linear(specs, p + "mlp.shared_expert_gate", 1, d, false);
-    } else if (c.shared_expert == SharedExpertKind::kUngated) {
-      add_mlp(specs, p + "mlp.shared_experts.gate_proj", p + "mlp.shared_experts.up_proj",
-              p + "mlp.shared_experts.down_proj", d, c.shared_intermediate_size);
-    }
+    add_layer(specs, c, layer, c.layer_is_moe[static_cast<size_t>(layer)]);
   }
   add_norm(specs, "model.norm.weight", d);
   if (!c.tie_word_embeddings) {
     add(specs, "lm_head.weight", {c.vocab_size, d}, Init::kNormal, static_cast<float>(2.0 / std::sqrt(d)));
   }
+  // The MTP modules with their release names (docs/mtp.md); embed_tokens and shared_head.head
+  // are copies of the main ones, as the release stores them.
+  for (int k = 0; k < c.num_mtp_layers; ++k) {
+    const int layer = c.num_layers + k;
+    const std::string p = "model.layers." + std::to_string(layer) + ".";
+    add_norm(specs, p + "enorm.weight", d);
+    add_norm(specs, p + "hnorm.weight", d);
+    add_linear(specs, p + "eh_proj", d, 2 * d, false);
+    add_layer(specs, c, layer, /*is_moe=*/true);
+    add_norm(specs, p + "shared_head.norm.weight", d);
+    add(specs, p + "embed_tokens.weight", {c.vocab_size, d}, Init::kNormal, 0.0f);
+    specs.back().copy_of = "model.embed_tokens.weight";
+    add(specs, p + "shared_head.head.weight", {c.vocab_size, d}, Init::kNormal, 0.0f);
+    specs.back().copy_of = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  }
   return specs;
 }
+
+// The faithful MTP layer's tensor `spec` (under `prefix`, model.layers.{num_layers + k}.) made
+// from layer 0 (WeightShaping): x = eh_proj([enorm(e) | hnorm(g)]) = enorm(e) ~ e (enorm holds
+// the embedding rows' expected RMS), then layer 0's attention and MLP: a MoE layer 0 is copied
+// whole; a dense one [2I wide = shared I_s + routed I] is split into the shared expert (its
+// first I_s rows of gate/up, columns of down) and E identical routed experts (the rest, down
+// divided by routed_scaling_factor: the renormalised top-k weights sum to 1 before the scale).
+void make_faithful_mtp(const ModelConfig& c, const WeightShaping& shaping, const std::string& prefix,
+                       TensorSpec& spec) {
+  const std::string rest = spec.name.substr(prefix.size());
+  const std::string p0 = "model.layers.0.";
+  auto copy = [&](const std::string& source, int64_t row, int64_t column, float scale) {
+    spec.copy_of = source;
+    spec.copy_row = row;
+    spec.copy_column = column;
+    spec.copy_scale = scale;
+  };
+  auto constant = [&](float value) {
+    spec.init = TensorSpec::Init::kUniform;
+    spec.a = spec.b = value;
+  };
+  if (!spec.copy_of.empty()) return;  // embed_tokens, shared_head.head
+  if (rest == "enorm.weight") return constant(std::sqrt(1.0f + (shaping.router_skew > 0.0f ? 1.0f : 0.0f)));
+  if (rest == "hnorm.weight") return constant(1.0f);
+  if (rest == "eh_proj.weight") {
+    spec.init = TensorSpec::Init::kEye;
+    spec.a = 1.0f;
+    return;
+  }
+  if (rest == "shared_head.norm.weight") return copy("model.norm.weight", 0, 0, 1.0f);
+  if (c.layer_is_moe[0] || !rest.starts_with("mlp.")) return copy(p0 + rest, 0, 0, 1.0f);
+  const int64_t shared_width = c.shared_intermediate_size;
+  const std::string shared = "mlp.shared_experts.", experts = "mlp.experts.";
+  for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+    const std::string name = std::string(proj) + ".weight";
+    const bool down = std::string(proj) == "down_proj";
+    if (rest == shared + name) return copy(p0 + "mlp." + name, 0, 0, 1.0f);
+    if (rest.starts_with(experts) && rest.ends_with("." + name)) {
+      return copy(p0 + "mlp." + name, down ? 0 : shared_width, down ? shared_width : 0,
+                  down ? 1.0f / c.router.routed_scaling_factor : 1.0f);
+    }
+  }
+  // The router and its correction bias stay random: every routed expert is the same.
+}
 }  // namespace
+
+Status check_faithful_mtp(const ModelConfig& c, const WeightShaping& shaping) {
+  if (shaping.faithful_layers == 0 || c.num_mtp_layers == 0 || c.layer_is_moe.empty() || c.layer_is_moe[0]) {
+    return Status::ok();
+  }
+  if (c.shared_expert != SharedExpertKind::kUngated || !c.router.norm_topk_prob ||
+      c.dense_intermediate_size != c.shared_intermediate_size + c.moe_intermediate_size) {
+    return invalid_argument("a faithful MTP layer splits layer 0's dense MLP (width " +
+                            std::to_string(c.dense_intermediate_size) + ") into one ungated shared expert and " +
+                            "renormalised routed experts of widths " + std::to_string(c.shared_intermediate_size) +
+                            " + " + std::to_string(c.moe_intermediate_size) + "; this model's shapes do not allow it");
+  }
+  return Status::ok();
+}
 
 ParameterCounts count_parameters(const ModelConfig& c) {
   ParameterCounts counts;
   const std::string expert_marker = ".experts.";
   for (const TensorSpec& spec : checkpoint_tensor_specs(c)) {
+    // The MTP layers (named from num_layers on, after every main layer) are not the model's.
+    if (c.num_mtp_layers > 0 && spec.name.starts_with("model.layers.") && std::stoi(spec.name.substr(13)) >= c.num_layers) {
+      continue;
+    }
     const int64_t numel = shape_numel(spec.shape);
     counts.total += numel;
     const bool routed = spec.name.find(expert_marker) != std::string::npos;
@@ -249,6 +355,7 @@ ParameterCounts count_parameters(const ModelConfig& c) {
 Status write_random_checkpoint(const ModelConfig& config, uint64_t seed, const std::string& dir,
                                uint64_t max_shard_bytes, ThreadPool& pool, const WeightShaping& shaping) {
   MOERT_RETURN_IF_ERROR(validate_weight_shaping(shaping));
+  MOERT_RETURN_IF_ERROR(check_faithful_mtp(config, shaping));
   const std::vector<TensorSpec> specs = checkpoint_tensor_specs(config, shaping);
   // Every tensor is held in memory until the shards are written: check the total first.
   int64_t total_bytes = 0;
@@ -275,23 +382,50 @@ Status write_random_checkpoint(const ModelConfig& config, uint64_t seed, const s
   buffers.reserve(specs.size());
   for (const TensorSpec& spec : specs) buffers.emplace_back(spec.dtype, spec.shape);
   // Fill element ranges in parallel; values depend on (seed, name, index) only.
+  std::map<std::string, size_t> index_of;
+  for (size_t s = 0; s < specs.size(); ++s) index_of[specs[s].name] = s;
+  const uint64_t direction_key = splitmix64(seed ^ fnv1a_64("router-skew-direction"));
+  // Element i of `spec`'s own values (copy_of unset).
+  auto element = [&](const TensorSpec& spec, uint64_t key, int64_t i) {
+    const int64_t rows = spec.shape.size() == 2 ? spec.shape[0] : 1;
+    const int64_t row_length = rows > 0 ? shape_numel(spec.shape) / rows : 1;
+    if (spec.init == TensorSpec::Init::kEye) return i / row_length == i % row_length ? spec.a : 0.0f;
+    float value = random_value(spec, key, i);
+    if (spec.offset != 0.0f) {
+      const int64_t row = i / row_length, column = i % row_length;
+      const float ramp = spec.offset_ramps && rows > 1
+                             ? 1.0f - 2.0f * static_cast<float>(row) / static_cast<float>(rows - 1)
+                             : 1.0f;
+      const float sign = (splitmix64(direction_key + static_cast<uint64_t>(column)) >> 63) != 0 ? 1.0f : -1.0f;
+      value += spec.offset * ramp * sign;
+    }
+    return value;
+  };
   for (size_t s = 0; s < specs.size(); ++s) {
     const TensorSpec& spec = specs[s];
-    const uint64_t key = splitmix64(seed ^ fnv1a_64(spec.name));
+    const TensorSpec* source = nullptr;
+    if (!spec.copy_of.empty()) {
+      const auto found = index_of.find(spec.copy_of);
+      if (found == index_of.end() || !specs[found->second].copy_of.empty()) {
+        return invalid_argument("tensor '" + spec.name + "' copies '" + spec.copy_of + "', which is not generated");
+      }
+      source = &specs[found->second];
+    }
+    const TensorSpec& values_of = source != nullptr ? *source : spec;
+    const uint64_t key = splitmix64(seed ^ fnv1a_64(values_of.name));
     const TensorView& view = buffers[s].view();
     const int64_t rows = spec.shape.size() == 2 ? spec.shape[0] : 1;
     const int64_t row_length = rows > 0 ? view.numel() / rows : 1;
-    const uint64_t direction_key = splitmix64(seed ^ fnv1a_64("router-skew-direction"));
+    const int64_t source_rows = values_of.shape.size() == 2 ? values_of.shape[0] : 1;
+    const int64_t source_row_length = source_rows > 0 ? shape_numel(values_of.shape) / source_rows : 1;
     pool.parallel_for(view.numel(), 4096, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        float value = random_value(spec, key, i);
-        if (spec.offset != 0.0f) {
-          const int64_t row = i / row_length, column = i % row_length;
-          const float ramp = spec.offset_ramps && rows > 1
-                                 ? 1.0f - 2.0f * static_cast<float>(row) / static_cast<float>(rows - 1)
-                                 : 1.0f;
-          const float sign = (splitmix64(direction_key + static_cast<uint64_t>(column)) >> 63) != 0 ? 1.0f : -1.0f;
-          value += spec.offset * ramp * sign;
+        float value;
+        if (source != nullptr) {
+          const int64_t j = (spec.copy_row + i / row_length) * source_row_length + spec.copy_column + i % row_length;
+          value = element(*source, key, j) * spec.copy_scale;
+        } else {
+          value = element(spec, key, i);
         }
         if (spec.dtype == DType::kF32) {
           view.as<float>()[i] = value;

@@ -21,6 +21,9 @@ namespace moert {
 struct ModelShapeOverrides {
   std::optional<int> vocab_size, hidden_size, num_layers, num_experts, top_k, moe_intermediate_size,
       num_heads, num_kv_heads, head_dim;
+  // DeepSeek multi-token prediction layers (`num_nextn_predict_layers`, docs/mtp.md); an
+  // error for an architecture whose config has no such key.
+  std::optional<int> num_mtp_layers;
 };
 
 // Presets: "tiny" (the shared reference shape: hidden 256, 4 layers, 8 experts top-2,
@@ -34,7 +37,7 @@ Result<ModelConfig> preset_model_config(const ArchSpec* arch, const std::string&
 std::vector<std::string> preset_names();
 
 struct TensorSpec {
-  enum class Init { kNormal, kUniform };
+  enum class Init { kNormal, kUniform, kEye };  // kEye: a [R, C] matrix with a at (i, i), 0 elsewhere
   std::string name;
   Shape shape;
   DType dtype = DType::kBF16;
@@ -46,6 +49,12 @@ struct TensorSpec {
   // offset_ramps (from +1 at row 0 to -1 at the last row). 0: no effect.
   float offset = 0.0f;
   bool offset_ramps = false;
+  // A copy of part of another tensor of the checkpoint (the faithful MTP layer, docs/mtp.md):
+  // element (r, c) takes the value tensor `copy_of` has at (copy_row + r, copy_column + c),
+  // times copy_scale; the fields above are then unused. Empty: values of its own.
+  std::string copy_of;
+  int64_t copy_row = 0, copy_column = 0;
+  float copy_scale = 1.0f;
 };
 
 // Optional deformations of the random weights, for tests and benchmarks. Each default
@@ -63,10 +72,17 @@ struct WeightShaping {
   // writes exactly those first k layers. faithful_layers 0: off.
   int faithful_layers = 0;
   float late_layer_scale = 1.0f;
+  // With faithful_layers > 0, the MTP layers (if the config has them) are built from layer 0
+  // so that they predict what a one-layer truncation of the model would (docs/mtp.md):
+  // eh_proj passes the embedding through, the block copies layer 0's attention and splits its
+  // dense MLP into the shared expert and identical routed experts; the head copies the main one.
 };
 // invalid_argument naming the value: router_skew < 0, faithful_layers < 0,
 // late_layer_scale not in (0, 1].
 Status validate_weight_shaping(const WeightShaping& shaping);
+// invalid_argument when `shaping` asks for a faithful MTP layer (faithful_layers > 0 and MTP
+// layers in `config`) that layer 0's shapes cannot give.
+Status check_faithful_mtp(const ModelConfig& config, const WeightShaping& shaping);
 
 // Every tensor that moert reads for `config`, with its initialisation rule, in checkpoint order.
 std::vector<TensorSpec> checkpoint_tensor_specs(const ModelConfig& config, const WeightShaping& shaping = {});

@@ -23,9 +23,10 @@ namespace {
 using nlohmann::json;
 
 // Kept in full precision: embeddings, lm_head, every registered architecture's router
-// ("*." + MoE block + "gate") and the shared-expert gate.
+// ("*." + MoE block + "gate") and the shared-expert gate; the DeepSeek MTP layer's eh_proj and
+// shared_head.head (BF16 in the FP8 release; docs/mtp.md), its block quantised as any layer.
 std::vector<std::string> default_excludes() {
-  std::vector<std::string> excludes = {"*embed_tokens", "lm_head"};
+  std::vector<std::string> excludes = {"*embed_tokens", "lm_head", "*.eh_proj", "*.shared_head.head"};
   for (const ArchSpec* arch : registered_architectures()) {
     const std::string router = std::string("*.") + arch->moe_block + arch->router_name;
     if (std::find(excludes.begin(), excludes.end(), router) == excludes.end()) excludes.push_back(router);

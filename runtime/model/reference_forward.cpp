@@ -1,11 +1,15 @@
 #include "runtime/model/reference_forward.h"
 
+#include <algorithm>
+
+#include "core/check.h"
+
 namespace moert {
 
 DenseKvCache::DenseKvCache(const ModelConfig& config)
     : config_(config),
-      keys_(static_cast<size_t>(config.num_layers)),
-      values_(static_cast<size_t>(config.num_layers)) {}
+      keys_(static_cast<size_t>(config.num_layers + config.num_mtp_layers)),
+      values_(keys_.size()) {}
 
 // The new rows sit at positions length_ .. length_ + T - 1 of this one sequence.
 void DenseKvCache::attend(backend::Backend& backend, int layer, const attention::AttentionVariant& variant,
@@ -24,6 +28,14 @@ void DenseKvCache::attend(backend::Backend& backend, int layer, const attention:
   backend.copy_bytes(values.data() + old_size, v, new_floats * static_cast<int64_t>(sizeof(float)));
   backend.contiguous_attention(q, num_tokens, keys.data(), values.data(), length_, c.num_heads, c.num_kv_heads,
                                c.head_dim, variant, out);
+}
+
+void DenseKvCache::truncate(int64_t length) {
+  MOERT_CHECK(length >= 0 && length <= length_, "truncate to " << length << " of a cache of " << length_);
+  const size_t floats = static_cast<size_t>(length * config_.num_kv_heads * config_.head_dim);
+  for (std::vector<float>& keys : keys_) keys.resize(std::min(keys.size(), floats));
+  for (std::vector<float>& values : values_) values.resize(std::min(values.size(), floats));
+  length_ = length;
 }
 
 ReferenceForward::ReferenceForward(const ModelConfig& config, const ModelWeights& weights, backend::Backend& backend)
@@ -58,6 +70,31 @@ Result<GreedyOutput> greedy_generate(const ReferenceForward& model, const std::v
     MOERT_ASSIGN_OR_RETURN(last, model.forward(cache, {token}));
   }
   return output;
+}
+
+Result<std::vector<float>> mtp_teacher_forced_logits(const ReferenceForward& model,
+                                                     const std::vector<int32_t>& sequence) {
+  const TransformerForward& forward = model.transformer();
+  if (forward.num_mtp_modules() == 0) return invalid_argument("the model was loaded without its MTP layer");
+  if (sequence.size() < 2) return invalid_argument("MTP logits need at least 2 tokens, got " + std::to_string(sequence.size()));
+  const int64_t n = static_cast<int64_t>(sequence.size());
+  ForwardBatch batch;
+  batch.tokens = sequence;
+  for (int64_t t = 0; t < n; ++t) batch.positions.push_back(t);
+  batch.logit_rows = {n - 1};
+  DenseKvCache cache = model.new_cache();
+  std::vector<float> hidden;  // [n, D] g
+  MOERT_ASSIGN_OR_RETURN(std::vector<float> unused, forward.forward_with_hidden(batch, cache, &hidden));
+  (void)unused;
+  // Rows 0..n-2: (g_i, t_{i+1}) at position i, causal over the MTP rows only (its own cache).
+  ForwardBatch rows;
+  rows.tokens.assign(sequence.begin() + 1, sequence.end());
+  for (int64_t i = 0; i + 1 < n; ++i) {
+    rows.positions.push_back(i);
+    rows.logit_rows.push_back(i);
+  }
+  DenseKvCache mtp_cache = model.new_cache();
+  return forward.mtp_forward(0, rows, hidden.data(), mtp_cache, nullptr);
 }
 
 }  // namespace moert

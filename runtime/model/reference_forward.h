@@ -19,6 +19,8 @@ class DenseKvCache : public AttentionContext {
   // Positions already written; advanced by ReferenceForward::forward after all layers ran.
   int64_t length() const { return length_; }
   void advance(int64_t num_tokens) { length_ += num_tokens; }
+  // Drops positions >= length of every layer (a speculative rollback); length <= length().
+  void truncate(int64_t length);
 
  private:
   const ModelConfig& config_;
@@ -39,6 +41,7 @@ class ReferenceForward {
   Result<std::vector<float>> forward(DenseKvCache& cache, const std::vector<int32_t>& tokens) const;
 
   const ModelConfig& config() const { return transformer_.config(); }
+  const TransformerForward& transformer() const { return transformer_; }
 
  private:
   TransformerForward transformer_;
@@ -53,5 +56,11 @@ struct GreedyOutput {
 // Scores the prompt and generates `num_generate` greedy tokens (no stop tokens).
 Result<GreedyOutput> greedy_generate(const ReferenceForward& model, const std::vector<int32_t>& prompt,
                                      int num_generate);
+
+// The teacher-forced logits of MTP module 0 over `sequence` (n >= 2 tokens, e.g. prompt +
+// generated; docs/mtp.md): row i < n - 1 predicts token i + 2 from the main model's g_i and
+// token i + 1, at position i; [n - 1, V]. Needs a model loaded with its MTP (LoadOptions::mtp).
+Result<std::vector<float>> mtp_teacher_forced_logits(const ReferenceForward& model,
+                                                     const std::vector<int32_t>& sequence);
 
 }  // namespace moert

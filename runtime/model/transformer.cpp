@@ -32,6 +32,12 @@ TransformerForward::TransformerForward(const ModelConfig& config, const ModelWei
     if (!sinks.empty()) variant.sinks = sinks.data();
     layer_variants_.push_back(variant);
   }
+  // The MTP blocks attend as any layer of the model's attention kind (no window, no sinks).
+  for (size_t module = 0; module < weights.mtp.size(); ++module) {
+    attention::AttentionVariant variant;
+    variant.softmax_scale = config.attention_softmax_scale;
+    layer_variants_.push_back(variant);
+  }
 }
 
 Result<std::vector<float>> TransformerForward::forward(const ForwardBatch& batch, AttentionContext& attention) const {
@@ -100,7 +106,8 @@ void TransformerForward::prepare_step_graphs() const {
   backend_.prepare_device_positions(rope_, config_.max_position_embeddings);
 }
 
-Result<Buffer> TransformerForward::device_logits(const ForwardBatch& batch, AttentionContext& attention) const {
+Result<Buffer> TransformerForward::device_logits(const ForwardBatch& batch, AttentionContext& attention,
+                                                 float* final_hidden) const {
   const ModelConfig& c = config_;
   const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
   const int64_t dim = c.hidden_size;
@@ -109,14 +116,41 @@ Result<Buffer> TransformerForward::device_logits(const ForwardBatch& batch, Atte
   const Buffer x = activations(num_tokens * dim);
   // The embedding's dtype was checked when the weights were bound; the ids just above.
   backend_.embedding_gather(weights_.embed_tokens, batch.tokens_for_ops(), num_tokens, x.data<float>());
-  for (int layer = 0; layer < c.num_layers; ++layer) {
-    if (c.layers[static_cast<size_t>(layer)].attention == AttentionKind::kMla) {
-      latent_attention_block(layer, batch, attention, x.data<float>());
-    } else {
-      attention_block(layer, batch, attention, x.data<float>());
-    }
-    ffn_block(layer, num_tokens, x.data<float>());
+  for (int layer = 0; layer < c.num_layers; ++layer) decoder_layer(layer, batch, attention, x.data<float>());
+  if (final_hidden != nullptr) {
+    // g for every row; the logit rows are taken from it (RMSNorm is row-invariant, so the
+    // logits are the same bits as without final_hidden).
+    backend_.copy(final_hidden, x.data<float>(), num_tokens * dim);
+    backend_.rms_norm(final_hidden, num_tokens, dim, weights_.final_norm.data(), c.rms_norm_eps);
+    const int64_t num_rows = static_cast<int64_t>(batch.logit_rows.size());
+    const Buffer rows = activations(num_rows * dim);
+    backend_.gather_rows(final_hidden, dim, batch.logit_rows.data(), num_rows, rows.data<float>());
+    Buffer logits = activations(num_rows * c.vocab_size);
+    backend_.linear(weights_.lm_head, rows.data<float>(), num_rows, nullptr, logits.data<float>());
+    return logits;
   }
+  return head_logits(batch, x.data<float>(), weights_.final_norm, weights_.lm_head);
+}
+
+void TransformerForward::decoder_layer(int layer, const ForwardBatch& batch, AttentionContext& attention,
+                                       float* x) const {
+  // The MTP blocks (layer >= num_layers) have no LayerSpec; their attention is the model's.
+  const bool latent = layer < config_.num_layers
+                          ? config_.layers[static_cast<size_t>(layer)].attention == AttentionKind::kMla
+                          : config_.mla.enabled();
+  if (latent) {
+    latent_attention_block(layer, batch, attention, x);
+  } else {
+    attention_block(layer, batch, attention, x);
+  }
+  ffn_block(layer, static_cast<int64_t>(batch.tokens.size()), x);
+}
+
+Buffer TransformerForward::head_logits(const ForwardBatch& batch, float* x, const std::vector<float>& norm,
+                                       const quant::LinearWeight& head) const {
+  const ModelConfig& c = config_;
+  const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
+  const int64_t dim = c.hidden_size;
   // Final norm and LM head only for the rows that need logits (every row, as in decode: x
   // itself, no gather).
   const int64_t num_rows = static_cast<int64_t>(batch.logit_rows.size());
@@ -125,13 +159,64 @@ Result<Buffer> TransformerForward::device_logits(const ForwardBatch& batch, Atte
   Buffer selected;
   if (!every_row) {
     selected = activations(num_rows * dim);
-    backend_.gather_rows(x.data<float>(), dim, batch.logit_rows.data(), num_rows, selected.data<float>());
+    backend_.gather_rows(x, dim, batch.logit_rows.data(), num_rows, selected.data<float>());
   }
-  float* rows = every_row ? x.data<float>() : selected.data<float>();
-  backend_.rms_norm(rows, num_rows, dim, weights_.final_norm.data(), c.rms_norm_eps);
+  float* rows = every_row ? x : selected.data<float>();
+  backend_.rms_norm(rows, num_rows, dim, norm.data(), c.rms_norm_eps);
   Buffer logits = activations(num_rows * c.vocab_size);
-  backend_.linear(weights_.lm_head, rows, num_rows, nullptr, logits.data<float>());
+  backend_.linear(head, rows, num_rows, nullptr, logits.data<float>());
   return logits;
+}
+
+Result<std::vector<float>> TransformerForward::forward_with_hidden(const ForwardBatch& batch,
+                                                                   AttentionContext& attention,
+                                                                   std::vector<float>* final_hidden) const {
+  const int64_t count = static_cast<int64_t>(batch.tokens.size()) * config_.hidden_size;
+  const Buffer hidden = activations(count);
+  MOERT_ASSIGN_OR_RETURN(Buffer logits_on_device, device_logits(batch, attention, hidden.data<float>()));
+  final_hidden->resize(static_cast<size_t>(count));
+  backend_.to_host(hidden.data<float>(), count, final_hidden->data());
+  std::vector<float> logits(static_cast<size_t>(logits_on_device.view().numel()));
+  backend_.to_host(logits_on_device.data<float>(), logits_on_device.view().numel(), logits.data());
+  return logits;
+}
+
+// x = eh_proj([enorm(embed(t)) | hnorm(h)]) (embedding half first, docs/mtp.md), one decoder
+// layer, then shared_head.norm and the module's head.
+Result<std::vector<float>> TransformerForward::mtp_forward(int module, const ForwardBatch& batch, const float* hidden,
+                                                           AttentionContext& attention,
+                                                           std::vector<float>* block_out) const {
+  const ModelConfig& c = config_;
+  if (module < 0 || module >= num_mtp_modules()) {
+    return invalid_argument("MTP module " + std::to_string(module) + " is not loaded (" +
+                            std::to_string(num_mtp_modules()) + " loaded)");
+  }
+  MOERT_RETURN_IF_ERROR(validate(batch));
+  const MtpWeights& m = weights_.mtp[static_cast<size_t>(module)];
+  const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
+  const int64_t dim = c.hidden_size;
+  const Buffer embedded = activations(num_tokens * dim);  // [T, D]
+  backend_.embedding_gather(m.embed_tokens.data != nullptr ? m.embed_tokens : weights_.embed_tokens,
+                            batch.tokens_for_ops(), num_tokens, embedded.data<float>());
+  backend_.rms_norm(embedded.data<float>(), num_tokens, dim, m.enorm.data(), c.rms_norm_eps);
+  const Buffer h = activations(num_tokens * dim);  // [T, D]
+  backend_.copy_bytes(h.data<float>(), hidden, num_tokens * dim * static_cast<int64_t>(sizeof(float)));
+  backend_.rms_norm(h.data<float>(), num_tokens, dim, m.hnorm.data(), c.rms_norm_eps);
+  const Buffer joined = activations(num_tokens * 2 * dim);  // [T, 2D] = [e | h]
+  backend_.copy_rows(joined.data<float>(), 2 * dim, embedded.data<float>(), dim, num_tokens, dim);
+  backend_.copy_rows(joined.data<float>() + dim, 2 * dim, h.data<float>(), dim, num_tokens, dim);
+  const Buffer x = activations(num_tokens * dim);  // [T, D] the block's residual stream
+  backend_.linear(m.eh_proj.weight, joined.data<float>(), num_tokens,
+                  m.eh_proj.bias.empty() ? nullptr : m.eh_proj.bias.data(), x.data<float>());
+  decoder_layer(c.num_layers + module, batch, attention, x.data<float>());
+  if (block_out != nullptr) {
+    block_out->resize(static_cast<size_t>(num_tokens * dim));
+    backend_.to_host(x.data<float>(), num_tokens * dim, block_out->data());
+  }
+  const Buffer logits = head_logits(batch, x.data<float>(), m.head_norm, m.head.has_value() ? *m.head : weights_.lm_head);
+  std::vector<float> out(static_cast<size_t>(logits.view().numel()));
+  backend_.to_host(logits.data<float>(), logits.view().numel(), out.data());
+  return out;
 }
 
 Buffer TransformerForward::activations(int64_t count) const { return backend_.allocate(DType::kF32, {count}); }

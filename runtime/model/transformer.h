@@ -109,6 +109,20 @@ class TransformerForward {
   Result<std::vector<int32_t>> forward_and_sample(const ForwardBatch& batch, AttentionContext& attention,
                                                   std::span<const backend::Backend::RowSampling> rows) const;
 
+  // DeepSeek multi-token prediction (docs/mtp.md). forward() that also returns, in
+  // `final_hidden` ([T, D] host), every row's residual stream after the last layer normalised
+  // by model.norm (g, what an MTP module reads). The logits are the same bits as forward()'s.
+  Result<std::vector<float>> forward_with_hidden(const ForwardBatch& batch, AttentionContext& attention,
+                                                 std::vector<float>* final_hidden) const;
+  // MTP module `module` (ModelWeights::mtp, decoder block layer num_layers + module, whose K/V
+  // `attention` holds) over T rows: row i takes the token batch.tokens[i] (the one after the
+  // hidden state's), at batch.positions[i], and hidden[i] ([T, D] host, a g row or a chained
+  // draft's block output). Returns the logits of batch.logit_rows, [R, V]; `block_out`
+  // (may be null) receives the block's output y ([T, D], before shared_head.norm).
+  Result<std::vector<float>> mtp_forward(int module, const ForwardBatch& batch, const float* hidden,
+                                         AttentionContext& attention, std::vector<float>* block_out) const;
+  int num_mtp_modules() const { return static_cast<int>(weights_.mtp.size()); }
+
   // The checks every forward makes first: token ids in [0, V), positions below
   // max_position_embeddings, logit rows inside the batch (errors name the offending index).
   Status validate(const ForwardBatch& batch) const;
@@ -133,8 +147,16 @@ class TransformerForward {
   void attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
   void latent_attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
   void ffn_block(int layer, int64_t num_tokens, float* x) const;
-  // The logits of batch.logit_rows on the backend's device, [logit_rows.size(), V].
-  Result<Buffer> device_logits(const ForwardBatch& batch, AttentionContext& attention) const;
+  // The logits of batch.logit_rows on the backend's device, [logit_rows.size(), V];
+  // final_hidden (device [T, D], may be null) receives g (forward_with_hidden).
+  Result<Buffer> device_logits(const ForwardBatch& batch, AttentionContext& attention,
+                               float* final_hidden = nullptr) const;
+  // The logits of batch.logit_rows from x ([T, D] device, unnormalised; left unchanged
+  // unless every row is a logit row): head(RMSNorm(x[rows], norm)).
+  Buffer head_logits(const ForwardBatch& batch, float* x, const std::vector<float>& norm,
+                     const quant::LinearWeight& head) const;
+  // One decoder layer on the residual stream x ([T, D] device, updated in place).
+  void decoder_layer(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
   // Scratch F32 storage of `count` values allocated by the backend.
   Buffer activations(int64_t count) const;
   void moe_ffn(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens, float* out) const;
@@ -143,7 +165,7 @@ class TransformerForward {
   const ModelWeights& weights_;
   backend::Backend& backend_;
   attention::RotaryEmbedding rope_;
-  std::vector<attention::AttentionVariant> layer_variants_;  // [num_layers], from the layer specs
+  std::vector<attention::AttentionVariant> layer_variants_;  // [num_layers + MTP modules], from the layer specs
   LocalRoutedExperts local_experts_;
   RoutedExperts* routed_experts_ = &local_experts_;
   const std::vector<std::vector<float>>* selection_bias_ = nullptr;

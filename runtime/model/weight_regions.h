@@ -19,7 +19,7 @@ namespace moert::weight_regions {
 // visitor of a mutable ModelWeights may point it elsewhere. The F32 vectors (norms, biases)
 // are owned copies: their `pointer` is a local copy, and pointing it elsewhere changes
 // nothing. Routed experts for which skip_routed_expert(layer, expert) holds are not visited.
-// Visits in the order: embedding, final norm, LM head, then per layer its vectors and
+// Visits in the order: embedding, final norm, LM head, the MTP modules' own tensors, then per layer its vectors and
 // per-head matrices, router, the attention and MLP linears (weight, then bias).
 template <typename Weights, typename Visit, typename SkipRoutedExpert>
 void walk(Weights& weights, Visit&& visit, SkipRoutedExpert&& skip_routed_expert) {
@@ -56,6 +56,12 @@ void walk(Weights& weights, Visit&& visit, SkipRoutedExpert&& skip_routed_expert
   view(weights.embed_tokens);
   floats(weights.final_norm);
   weight(weights.lm_head);
+  for (auto& module : weights.mtp) {  // the MTP modules' own tensors; their blocks are layers below
+    view(module.embed_tokens);
+    for (const std::vector<float>* values : {&module.enorm, &module.hnorm, &module.head_norm}) floats(*values);
+    linear(module.eh_proj);
+    if (module.head.has_value()) weight(*module.head);
+  }
   for (size_t layer_idx = 0; layer_idx < weights.layers.size(); ++layer_idx) {
     auto& layer = weights.layers[layer_idx];
     floats(layer.input_norm);

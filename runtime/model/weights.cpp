@@ -347,6 +347,62 @@ Result<MoeWeights> bind_moe(const ModelConfig& c, const io::Checkpoint& checkpoi
   return moe;
 }
 
+Result<LayerWeights> bind_layer(const ModelConfig& c, const io::Checkpoint& checkpoint, const WeightBinder& w,
+                                int layer, bool is_moe, std::vector<Buffer>& owned) {
+  LayerWeights l;
+  const std::string p = layer_prefix(layer);
+  MOERT_ASSIGN_OR_RETURN(l.input_norm, w.vector(p + "input_layernorm.weight", c.hidden_size));
+  MOERT_ASSIGN_OR_RETURN(l.post_attention_norm, w.vector(p + "post_attention_layernorm.weight", c.hidden_size));
+  if (c.mla.enabled()) {
+    MOERT_ASSIGN_OR_RETURN(l.attention, bind_latent_attention(c, w, layer, owned));
+  } else {
+    MOERT_ASSIGN_OR_RETURN(l.attention, bind_attention(c, w, layer));
+  }
+  l.is_moe = is_moe;
+  if (l.is_moe) {
+    MOERT_ASSIGN_OR_RETURN(l.moe, bind_moe(c, checkpoint, w, layer, owned));
+  } else {
+    MOERT_ASSIGN_OR_RETURN(l.dense_mlp, w.mlp(p + "mlp.gate_proj", p + "mlp.up_proj", p + "mlp.down_proj",
+                                              c.hidden_size, c.dense_intermediate_size));
+  }
+  return l;
+}
+
+// Module k is layer num_layers + k (docs/mtp.md): enorm, hnorm, eh_proj (BF16 in every
+// release, FP8 or block-scaled weights read as any linear), shared_head.norm, the module's own
+// embed_tokens / shared_head.head when present, and a MoE decoder block (MoE whatever
+// first_k_dense_replace says, as SGLang forces and vLLM's rule gives for every release).
+Status bind_mtp(const ModelConfig& c, const io::Checkpoint& checkpoint, const WeightBinder& w, ModelWeights& m) {
+  if (c.num_mtp_layers <= 0) {
+    return invalid_argument("the model has no multi-token prediction layer (config.json num_nextn_predict_layers = " +
+                            std::to_string(c.num_mtp_layers) + ")");
+  }
+  const int64_t d = c.hidden_size;
+  for (int k = 0; k < c.num_mtp_layers; ++k) {
+    const int layer = c.num_layers + k;
+    const std::string p = layer_prefix(layer);
+    if (checkpoint.find(p + "eh_proj.weight") == nullptr) {
+      return invalid_argument("config.json num_nextn_predict_layers = " + std::to_string(c.num_mtp_layers) +
+                              " but the checkpoint has no '" + p + "eh_proj.weight' (its MTP layer was left out)");
+    }
+    MtpWeights t;
+    MOERT_ASSIGN_OR_RETURN(t.enorm, w.vector(p + "enorm.weight", d));
+    MOERT_ASSIGN_OR_RETURN(t.hnorm, w.vector(p + "hnorm.weight", d));
+    MOERT_ASSIGN_OR_RETURN(t.eh_proj, w.linear(p + "eh_proj", d, 2 * d, false));
+    MOERT_ASSIGN_OR_RETURN(t.head_norm, w.vector(p + "shared_head.norm.weight", d));
+    if (checkpoint.find(p + "embed_tokens.weight") != nullptr) {
+      MOERT_ASSIGN_OR_RETURN(t.embed_tokens, w.matrix(p + "embed_tokens.weight", c.vocab_size, d));
+    }
+    if (checkpoint.find(p + "shared_head.head.weight") != nullptr) {
+      MOERT_ASSIGN_OR_RETURN(t.head, w.linear_weight(p + "shared_head.head", c.vocab_size, d));
+    }
+    MOERT_ASSIGN_OR_RETURN(LayerWeights block, bind_layer(c, checkpoint, w, layer, /*is_moe=*/true, m.owned));
+    m.layers.push_back(std::move(block));
+    m.mtp.push_back(std::move(t));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 std::string model_digest(const ModelConfig& config, const io::Checkpoint& checkpoint) {
@@ -495,7 +551,7 @@ std::string expert_projection_prefix(const ModelConfig& config, int layer, int e
   return experts + (proj == "gate" ? names[0] : proj == "up" ? names[1] : names[2]);
 }
 
-Result<ModelWeights> bind_model_weights(const ModelConfig& c, const io::Checkpoint& checkpoint) {
+Result<ModelWeights> bind_model_weights(const ModelConfig& c, const io::Checkpoint& checkpoint, bool mtp) {
   // A checkpoint with more layers than the config runs would be served truncated: refused.
   for (const std::string& name : checkpoint.tensor_names()) {
     if (name.rfind("model.layers.", 0) != 0) continue;
@@ -509,22 +565,7 @@ Result<ModelWeights> bind_model_weights(const ModelConfig& c, const io::Checkpoi
   ModelWeights m;
   MOERT_ASSIGN_OR_RETURN(m.embed_tokens, w.matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
   for (int layer = 0; layer < c.num_layers; ++layer) {
-    LayerWeights l;
-    const std::string p = layer_prefix(layer);
-    MOERT_ASSIGN_OR_RETURN(l.input_norm, w.vector(p + "input_layernorm.weight", c.hidden_size));
-    MOERT_ASSIGN_OR_RETURN(l.post_attention_norm, w.vector(p + "post_attention_layernorm.weight", c.hidden_size));
-    if (c.mla.enabled()) {
-      MOERT_ASSIGN_OR_RETURN(l.attention, bind_latent_attention(c, w, layer, m.owned));
-    } else {
-      MOERT_ASSIGN_OR_RETURN(l.attention, bind_attention(c, w, layer));
-    }
-    l.is_moe = c.layer_is_moe[static_cast<size_t>(layer)];
-    if (l.is_moe) {
-      MOERT_ASSIGN_OR_RETURN(l.moe, bind_moe(c, checkpoint, w, layer, m.owned));
-    } else {
-      MOERT_ASSIGN_OR_RETURN(l.dense_mlp, w.mlp(p + "mlp.gate_proj", p + "mlp.up_proj", p + "mlp.down_proj",
-                                                c.hidden_size, c.dense_intermediate_size));
-    }
+    MOERT_ASSIGN_OR_RETURN(LayerWeights l, bind_layer(c, checkpoint, w, layer, c.layer_is_moe[static_cast<size_t>(layer)], m.owned));
     m.layers.push_back(std::move(l));
   }
   MOERT_ASSIGN_OR_RETURN(m.final_norm, w.vector("model.norm.weight", c.hidden_size));
@@ -533,12 +574,17 @@ Result<ModelWeights> bind_model_weights(const ModelConfig& c, const io::Checkpoi
   } else {
     MOERT_ASSIGN_OR_RETURN(m.lm_head, w.linear_weight("lm_head", c.vocab_size, c.hidden_size));
   }
+  if (mtp) MOERT_RETURN_IF_ERROR(bind_mtp(c, checkpoint, w, m));
   return m;
 }
 
 void for_each_linear_weight(ModelWeights& weights,
                             const std::function<void(quant::LinearWeight& weight, int layer, int expert)>& visit) {
   visit(weights.lm_head, -1, -1);
+  for (MtpWeights& module : weights.mtp) {
+    visit(module.eh_proj.weight, -1, -1);
+    if (module.head.has_value()) visit(*module.head, -1, -1);
+  }
   for (size_t l = 0; l < weights.layers.size(); ++l) {
     LayerWeights& layer = weights.layers[l];
     auto mlp = [&](GatedMlp& m, int expert) {
@@ -585,7 +631,7 @@ Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, co
   MOERT_ASSIGN_OR_RETURN(io::Checkpoint checkpoint, io::Checkpoint::open(model_dir));
   MOERT_RETURN_IF_ERROR(check_checkpoint_values(checkpoint).with_context(model_dir));
   model->checkpoint = std::make_unique<io::Checkpoint>(std::move(checkpoint));
-  Result<ModelWeights> weights = bind_model_weights(model->config, *model->checkpoint);
+  Result<ModelWeights> weights = bind_model_weights(model->config, *model->checkpoint, options.mtp);
   if (!weights.is_ok()) return weights.status().with_context(model_dir);
   model->weights = std::move(weights).value();
   mark_fp8_codes_finite(model->weights);  // check_checkpoint_values rejected every E4M3 NaN code

@@ -67,6 +67,20 @@ struct LayerWeights {
   MoeWeights moe;      // when is_moe
 };
 
+// One DeepSeek multi-token prediction module (docs/mtp.md); its decoder block (MLA + MoE with
+// shared experts) is ModelWeights::layers[num_layers + k]. Row i reads the main model's
+// final hidden state g_i and the embedding of token i+1:
+// x = eh_proj([enorm(embed(t)) | hnorm(g)]), y = block(x), logits = head(head_norm(y)).
+struct MtpWeights {
+  std::vector<float> enorm, hnorm;  // [D] each
+  Linear eh_proj;                   // [D, 2D]: the embedding half's columns first
+  std::vector<float> head_norm;     // [D] shared_head.norm
+  // The module's own copies (the release stores copies of the main model's); when the
+  // checkpoint has none, embed_tokens.data is null and head empty: the main ones are used.
+  TensorView embed_tokens;                  // [V, D]
+  std::optional<quant::LinearWeight> head;  // [V, D] shared_head.head
+};
+
 struct ModelWeights {
   // Storage of weights rearranged at load (e.g. stacked experts split per expert); the views
   // below point into it or into the checkpoint's mappings.
@@ -75,6 +89,9 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;  // [D]
   quant::LinearWeight lm_head;  // [V, D] (the embedding when tied)
+  // The multi-token prediction modules, when loaded (LoadOptions::mtp): layers then holds
+  // num_layers + mtp.size() entries.
+  std::vector<MtpWeights> mtp;
 };
 
 // A model directory opened for inference: its config, its checkpoint (kept open: the
@@ -113,7 +130,9 @@ Status check_checkpoint_values(const io::Checkpoint& checkpoint);
 void for_each_weight_region(const ModelWeights& weights,
                             const std::function<void(const void* data, int64_t bytes)>& visit);
 
-Result<ModelWeights> bind_model_weights(const ModelConfig& config, const io::Checkpoint& checkpoint);
+// With `mtp`, also the config's multi-token prediction modules (an error naming the missing
+// tensor when the config has none or the checkpoint lacks them).
+Result<ModelWeights> bind_model_weights(const ModelConfig& config, const io::Checkpoint& checkpoint, bool mtp = false);
 
 // Calls visit(weight, layer, expert) for every linear weight the forward computes with: the LM
 // head, attention, dense MLPs, shared experts (layer and expert -1) and routed experts (their
@@ -131,6 +150,8 @@ void set_fp4_activations(ModelWeights& weights, quant::ActivationPrecision preci
 struct LoadOptions {
   // What NVFP4 / MXFP4 weights are computed with (set_fp4_activations).
   quant::ActivationPrecision fp4_activations = quant::ActivationPrecision::kF32;
+  // Bind the multi-token prediction modules too (ModelConfig::num_mtp_layers; docs/mtp.md).
+  bool mtp = false;
 };
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, const LoadOptions& options = {});
 

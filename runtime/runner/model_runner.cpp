@@ -209,7 +209,7 @@ template <typename T, typename Eager, typename FromDeviceLogits>
 Result<T> PagedModelRunner::run_step(const RunnerBatch& batch, Eager&& eager, FromDeviceLogits&& from_device_logits) {
   apply_block_copies(batch);
   StepPlan step = plan_step(batch);
-  if (step_graph_max_batch_ > 0) {
+  if (step_graph_max_batch_ > 0 && batch.final_hidden == nullptr) {
     MOERT_ASSIGN_OR_RETURN(const float* logits, replay_decode_graph(step));
     if (logits != nullptr) return from_device_logits(logits, static_cast<int64_t>(step.forward.logit_rows.size()));
   }
@@ -346,7 +346,10 @@ Result<const float*> PagedModelRunner::replay_decode_graph(const StepPlan& plan)
 Result<std::vector<float>> PagedModelRunner::run(const RunnerBatch& batch) {
   return run_step<std::vector<float>>(
       batch,
-      [&](const ForwardBatch& forward, AttentionContext& attention) { return model_.forward(forward, attention); },
+      [&](const ForwardBatch& forward, AttentionContext& attention) {
+        if (batch.final_hidden != nullptr) return model_.forward_with_hidden(forward, attention, batch.final_hidden);
+        return model_.forward(forward, attention);
+      },
       [&](const float* logits, int64_t num_rows) -> Result<std::vector<float>> {
         std::vector<float> host(static_cast<size_t>(num_rows * model_.config().vocab_size));
         model_.backend().to_host(logits, static_cast<int64_t>(host.size()), host.data());

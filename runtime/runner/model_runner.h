@@ -35,6 +35,9 @@ struct SequenceChunk {
 struct RunnerBatch {
   std::vector<attention::BlockCopy> block_copies;  // copy-on-write, applied first, in order
   std::vector<SequenceChunk> chunks;                // run in order
+  // When set, run() also writes g, every row's final hidden state (after the final norm),
+  // [T, D] in chunk order (TransformerForward::forward_with_hidden; the step runs eagerly).
+  std::vector<float>* final_hidden = nullptr;
 };
 
 // The block tables of `seq` as a SequenceChunk wants them (the first ceil(end / BS) blocks

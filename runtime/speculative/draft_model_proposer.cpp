@@ -117,7 +117,10 @@ Result<std::vector<Draft>> DraftModelProposer::propose(std::span<const DraftRequ
     }
   }
   // Copies of a call that drafted nothing still land (a later pass reads those blocks).
-  if (!copies.empty()) MOERT_RETURN_IF_ERROR(runner_->run(runner::RunnerBatch{std::move(copies), {}}).status());
+  if (!copies.empty()) {
+    const runner::RunnerBatch batch{.block_copies = std::move(copies), .chunks = {}, .final_hidden = nullptr};
+    MOERT_RETURN_IF_ERROR(runner_->run(batch).status());
+  }
   // Only known tokens enter the draft's prefix cache.
   for (size_t i : active) {
     const DraftRequest& request = requests[i];

@@ -50,6 +50,17 @@ class Proposer {
   virtual void release(ProposalSeqId seq) = 0;
   // For the summary: "ngram", "draft", ...
   virtual const char* name() const = 0;
+  // Proposers that read the target's final hidden states (the DeepSeek MTP module,
+  // docs/mtp.md): after every target step the engine calls observe_hidden() for each sequence
+  // of the step with the tokens fed at positions [start, start + n) and their g rows
+  // (hidden: [n, D] host, the last layer's output normalised by the final norm).
+  virtual bool wants_hidden_states() const { return false; }
+  // Proposers whose drafting exchanges rows across ranks (a model whose routed experts are
+  // sliced): the engine calls propose() at the start of every step, with no requests too,
+  // so that every rank makes the same calls in the same order.
+  virtual bool proposes_every_step() const { return false; }
+  virtual void observe_hidden(ProposalSeqId /*seq*/, int64_t /*start*/, std::span<const int32_t> /*tokens*/,
+                              const float* /*hidden*/) {}
 };
 
 // Prompt lookup over each sequence's own history; stateless, no probabilities.

@@ -28,7 +28,8 @@ Status parse_deepseek_moe(const ConfigReader& r, const DeepseekMoeDefaults& defa
   for (int i = first_dense; i < c->num_layers; ++i) c->layer_is_moe[static_cast<size_t>(i)] = true;
   MOERT_ASSIGN_OR_RETURN(c->num_unused_extra_layers, r.optional_int("num_nextn_predict_layers", 0));
   if (c->num_unused_extra_layers < 0) return invalid_argument("config.json 'num_nextn_predict_layers' must be >= 0");
-  // MTP layers (model.layers.{num_layers}.*) are not loaded
+  // The MTP modules (model.layers.{num_layers + k}.*) are bound only when asked for (docs/mtp.md).
+  c->num_mtp_layers = c->num_unused_extra_layers;
   return Status::ok();
 }
 
@@ -44,7 +45,7 @@ void deepseek_moe_to_json(const ModelConfig& c, nlohmann::json& j) {
   int first_dense = 0;
   while (first_dense < c.num_layers && !c.layer_is_moe[static_cast<size_t>(first_dense)]) ++first_dense;
   j["first_k_dense_replace"] = first_dense;
-  j["num_nextn_predict_layers"] = 0;
+  j["num_nextn_predict_layers"] = c.num_mtp_layers;
 }
 
 void apply_deepseek_moe_preset(ModelConfig* c, int groups, int kept) {
