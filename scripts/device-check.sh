@@ -182,7 +182,11 @@ step_bundle() {
   bundled "$BUNDLE/bin/moert" --help > /dev/null 2>&1 || { echo "moert --help failed"; bad=1; }
   mkdir -p "$SHARED/reference"
   for packed in "$PACK"/refs/*.tar.xz; do
-    [ -f "$packed" ] && tar -C "$SHARED/reference" -xJf "$packed" && echo "unpacked $(basename "$packed")"
+    [ -f "$packed" ] || continue
+    # Python's tarfile where tar cannot run xz.
+    tar -C "$SHARED/reference" -xJf "$packed" 2> /dev/null ||
+      py -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$packed" "$SHARED/reference" || bad=1
+    echo "unpacked $(basename "$packed")"
   done
   exit $bad
 }
