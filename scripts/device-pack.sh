@@ -73,6 +73,10 @@ mkdir -p "$cache"
 carried=() left_out=()
 for name in $refs_order; do
   [ -d "$shared/reference/$name" ] || { left_out+=("$name (not in $shared/reference)"); continue; }
+  raw=$(du -sb "$shared/reference/$name" | cut -f1)
+  if [ $(( raw / 2 )) -gt "$left" ]; then  # xz keeps over half of these random weights
+    left_out+=("$name ($(( raw / 1024 / 1024 )) MiB uncompressed, $(( left / 1024 / 1024 )) MiB left)"); continue
+  fi
   if [ ! -f "$cache/$name.tar.xz" ]; then  # the shared references do not change: compressed once
     tar -C "$shared/reference" -cf - "$name" | xz -6 -T"$jobs" > "$cache/$name.tar.xz.tmp"
     mv "$cache/$name.tar.xz.tmp" "$cache/$name.tar.xz"
