@@ -103,6 +103,15 @@ def results_of(results_dir):
     for mode in ("graphs", "eager"):
         rates = [lines[0]["output_tok_s"] for r in (1, 2) for lines in [results.get(f"graphs-{mode}-{r}")] if lines]
         graphs[mode + "_output_tok_s"] = max(rates) if rates else None
+        # The "cuda graphs:" lines show whether the replays happened.
+        usage = []
+        for r in (1, 2):
+            try:
+                with open(os.path.join(results_dir, f"graphs-{mode}-{r}.log")) as f:
+                    usage += [line.strip() for line in f if line.startswith("cuda graphs:")]
+            except OSError:
+                pass
+        graphs[mode + "_usage"] = usage
     if graphs["graphs_output_tok_s"] and graphs["eager_output_tok_s"]:
         graphs["ratio"] = round(graphs["graphs_output_tok_s"] / graphs["eager_output_tok_s"], 3)
         results["decode_batch1_cuda_graphs"] = graphs

@@ -8,7 +8,8 @@
 #   2. the hanging step is killed at its limit (3 s), reported as "timeout", and the run goes
 #      on to the later steps and ends with verdict "fail";
 #   3. a run killed with SIGKILL mid-step leaves a valid summary.json showing that step
-#      "running" and verdict "incomplete"; one stopped with SIGTERM says "interrupted".
+#      "running" and verdict "incomplete"; one stopped with SIGTERM says "interrupted";
+#   4. --perf: its steps, the format and CUDA-graph ratios from the bench lines.
 set -uo pipefail
 check=$1
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/device-check-test.XXXXXX")
@@ -96,4 +97,19 @@ assert steps['score']['status'] == 'pending', steps['score']
 " || fail "SIG$signal: summary.json after the kill"
   ls "$out" | grep -q 'tmp$' && fail "SIG$signal: a temporary file was left in OUT: $(ls "$out")"
 done
-echo "device check dry run: flow, step timeout and killed runs as expected (first run ${took} s)"
+# 4: the --perf call's flow and figures, with a moert that prints bench lines.
+fake moert 'case "$1" in make-model|quantize) exit 0 ;; bench) rate=100; [[ "$*" == *enforce-eager* ]] && rate=80
+  [[ "$*" == *-fp8* ]] && rate=150; echo "batch=1 output_tok_s=$rate"; echo "cuda graphs: 3 replays" ;; esac'
+out="$scratch/out-perf"
+OUT="$out" MOERT_DEVICE_PACK="$pack" bash "$check" --dry-run --perf > "$scratch/run-perf.log" 2>&1
+json "$out/summary.json" '
+steps = {x["name"]: x for x in s["steps"]}
+assert s["mode"] == "perf" and s["state"] == "finished", s
+assert list(steps) == ["gpu", "bundle", "build", "make-large", "moert-bench", "hf-bench", "graphs", "nccl", "formats"], list(steps)
+assert steps["nccl"]["status"] == "skipped", steps["nccl"]
+r = s["results"]
+assert r["decode_batch1_vs_bf16"] == {"fp8": 1.5, "nvfp4": 1.0, "mxfp4": 1.0}, r["decode_batch1_vs_bf16"]
+g = r["decode_batch1_cuda_graphs"]
+assert g["ratio"] == 1.25 and g["graphs_usage"] == ["cuda graphs: 3 replays"] * 2, g
+' || { cat "$scratch/run-perf.log"; fail "summary.json of the --perf dry run"; }
+echo "device check dry run: flow, step timeout, killed runs and --perf as expected (first run ${took} s)"
