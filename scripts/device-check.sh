@@ -230,6 +230,7 @@ step_score() {
 }
 step_cli_cuda() {
   need cli_cuda_test
+  ls "$SHARED/reference" 2> /dev/null | grep -q . || { echo "no references in the pack: cli_cuda_test would skip its cases"; exit 77; }
   mkdir -p "$WORK/cli" && cd "$WORK/cli" || exit 1
   MOERT_BIN="$BUNDLE/bin/moert" MOERT_SHARED_DIR="$SHARED" bundled "$BUNDLE/bin/cli_cuda_test" \
     --gtest_output="json:$RESULTS/$STEP.gtest.json"

@@ -8,8 +8,9 @@ limit_s, note), results/ (what the steps wrote: *.gtest.json, *.jsonl, *.json, b
 manifest.json (the pack's), and one-line files mode, dry_run, budget_s, started, run_state.
 
 The verdict: "fail" when a setup or correctness step failed or hit its limit; "pass" when every
-one of them passed (the build step may be skipped); "incomplete" otherwise (still running,
-killed, or skipped for want of time). Performance steps never change the verdict.
+one of them passed (the build step may be skipped) and their GoogleTest reports skipped no
+case; "incomplete" otherwise (still running, killed, skipped for want of time or of a binary
+or a reference). Performance steps never change the verdict.
 """
 import datetime
 import glob
@@ -40,14 +41,17 @@ def gtest_counts(report):
     if "unreadable" in report:
         return report
     failed = []
+    skipped = 0
     for suite in report.get("testsuites", []):
         for case in suite.get("testsuite", []):
+            skipped += case.get("result") == "SKIPPED"
             if case.get("failures"):
                 message = case["failures"][0].get("failure", "").strip().splitlines()
                 failed.append({"case": f"{suite.get('name')}.{case.get('name')}",
                                "first_line": message[0][:300] if message else ""})
-    return {"tests": report.get("tests"), "failures": report.get("failures"), "disabled": report.get("disabled"),
-            "errors": report.get("errors"), "seconds": report.get("time"), "failed": failed[:20]}
+    return {"tests": report.get("tests"), "failures": report.get("failures"), "skipped": skipped,
+            "disabled": report.get("disabled"), "errors": report.get("errors"), "seconds": report.get("time"),
+            "failed": failed[:20]}
 
 
 def bench_lines(path):
@@ -118,13 +122,19 @@ def results_of(results_dir):
     return results
 
 
-def verdict_of(steps, run_state):
+def verdict_of(steps, results):
+    """A correctness step whose GoogleTest report skipped a case does not count as passed."""
     gating = [s for s in steps if s.get("kind") in ("setup", "correctness")]
     if any(s.get("status") in ("fail", "timeout") for s in gating):
         return "fail"
-    if all(s.get("status") == "pass" or (s.get("name") == "build" and s.get("status") == "skipped") for s in gating):
-        return "pass" if gating else "incomplete"
-    return "incomplete"
+
+    def passed(step):
+        if step.get("name") == "build" and step.get("status") == "skipped":
+            return True
+        report = results.get(step.get("name"))
+        return step.get("status") == "pass" and not (isinstance(report, dict) and report.get("skipped"))
+
+    return "pass" if gating and all(passed(s) for s in gating) else "incomplete"
 
 
 def main():
@@ -142,6 +152,7 @@ def main():
     if started:
         start = datetime.datetime.strptime(started, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
         elapsed = round((now - start).total_seconds(), 1)
+    results = results_of(os.path.join(state, "results"))
     manifest = read_json(os.path.join(state, "manifest.json")) if os.path.exists(os.path.join(state, "manifest.json")) else None
     summary = {
         "schema": "moert-device-check/1",
@@ -149,13 +160,13 @@ def main():
         "dry_run": read_text(os.path.join(state, "dry_run")) == "1",
         "commit": (manifest or {}).get("commit"),
         "state": run_state,
-        "verdict": verdict_of(steps, run_state),
+        "verdict": verdict_of(steps, results),
         "started": started,
         "updated": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "elapsed_s": elapsed,
         "budget_s": int(read_text(os.path.join(state, "budget_s"), "0")),
         "steps": steps,
-        "results": results_of(os.path.join(state, "results")),
+        "results": results,
         "pack": manifest,
     }
     json.dump(summary, sys.stdout, indent=1)
