@@ -73,7 +73,7 @@ record() {
 write_summary() {
   local run_state=${1:-running}
   printf '%s\n' "$run_state" > "$state/run_state"
-  if ! env -u LD_LIBRARY_PATH -u PYTHONPATH python3 -I "$here/device/summary.py" "$state" > "$out/summary.json.tmp" 2>> "$state/logs/summary.log"; then
+  if ! env -u LD_LIBRARY_PATH -u PYTHONPATH python3 -I -S "$here/device/summary.py" "$state" > "$out/summary.json.tmp" 2>> "$state/logs/summary.log"; then
     { printf '{"schema":"moert-device-check/1","mode":%s,"state":%s,"verdict":"unknown","note":"summary.py failed: step lines only","steps":[' \
         "$(json_string "$mode")" "$(json_string "$run_state")"
       local first=1 line
