@@ -1,8 +1,10 @@
 #include "runtime/backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <string>
@@ -692,6 +694,37 @@ int visible_device_count() {
     return 0;
   }
   return count;
+}
+
+namespace {
+
+// /dev/nvidia0, /dev/nvidia1, ...: the GPUs of this machine or container, counted without CUDA.
+int nvidia_device_nodes() {
+  std::error_code error;
+  int nodes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev", error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > 6 && name.compare(0, 6, "nvidia") == 0 &&
+        std::all_of(name.begin() + 6, name.end(), [](unsigned char c) { return std::isdigit(c) != 0; })) {
+      ++nodes;
+    }
+  }
+  return nodes;
+}
+
+}  // namespace
+
+Result<int> probe_visible_devices() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status == cudaSuccess) return count;
+  cudaGetLastError();
+  if (status == cudaErrorNoDevice) return 0;
+  const int nodes = nvidia_device_nodes();
+  if (nodes == 0) return 0;
+  return internal_error("CUDA failed to start with " + std::to_string(nodes) +
+                        " /dev/nvidiaN node(s) present: cudaGetDeviceCount returned " +
+                        std::to_string(static_cast<int>(status)) + " (" + cudaGetErrorString(status) + ")");
 }
 
 Result<std::unique_ptr<backend::Backend>> make_cuda_backend(int device_index) {

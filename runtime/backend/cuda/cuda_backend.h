@@ -31,4 +31,11 @@ Result<std::unique_ptr<backend::Backend>> make_cuda_backend(int device_index);
 // Number of visible CUDA devices (0 without a driver or a device).
 int visible_device_count();
 
+// The number of visible CUDA devices, telling "nothing to see" from "CUDA failed to start":
+// 0 when the runtime reports no device (cudaErrorNoDevice: no GPU, or CUDA_VISIBLE_DEVICES
+// hides them) or fails on a machine with no /dev/nvidiaN node (no GPU there to start); an
+// error naming the CUDA error when it fails while such a node exists (a driver older than the
+// runtime, a broken install): a start-up error, which tests report as a failure, never a skip.
+Result<int> probe_visible_devices();
+
 }  // namespace moert::MOERT_CUDA_NS

@@ -20,6 +20,8 @@
 #include "core/thread_pool.h"
 #include "quant/bf16.h"
 #include "quant/formats/fp4.h"
+#include "quant/formats/fp8.h"
+#include "quant/weight.h"
 #include "core/check.h"
 #include "experts/router.h"
 #include "runtime/backend/cpu/cpu_backend.h"
@@ -223,6 +225,49 @@ TEST_P(Conformance, LinearMatchesFloat64ForF32AndBf16WeightsWithAndWithoutBias) 
   }
 }
 
+#if !defined(MOERT_CUDA_EMULATION)
+// More than 16 rows per weight: the tiled SIMT (F32) and tensor-core (BF16, FP8 block) kernels
+// (docs/cuda-backend.md, Linear kernels), at prefill sizes, on a real GPU only
+// (backend_conformance_cuda_test; the emulation runs them through cuda_emulated_linear_test at
+// smaller sizes). FP8 with 128 x 128 block scales against float64 over its dequantized weight.
+TEST_P(Conformance, LinearOverMoreThan16RowsMatchesFloat64) {
+  for (auto [rows, n, k] : {std::tuple<int64_t, int64_t, int64_t>{17, 64, 128}, {64, 256, 512}, {300, 200, 1000},
+                            {512, 1024, 2048}}) {
+    std::vector<float> x = random_floats(rows * k), w = random_floats(n * k), bias = random_floats(n);
+    std::vector<uint16_t> w_bf16(w.size());
+    std::vector<float> w_rounded(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      w_bf16[i] = quant::f32_to_bf16(w[i]);
+      w_rounded[i] = quant::bf16_to_f32(w_bf16[i]);
+    }
+    std::vector<float> y(static_cast<size_t>(rows * n));
+    const double tolerance = k >= 1000 ? 1e-5 : kTolerance;  // F32 sums over k products
+    backend_->linear(quant::LinearWeight::from_dense(f32_view(w, {n, k})), x.data(), rows, bias.data(), y.data());
+    EXPECT_LT(relative_l2_error(y.data(), reference_linear(x, rows, w, n, k, bias.data()).data(), rows * n), tolerance)
+        << rows << "x" << n << "x" << k << " f32";
+    backend_->linear(quant::LinearWeight::from_dense(TensorView::contiguous(DType::kBF16, {n, k}, w_bf16.data())),
+                     x.data(), rows, nullptr, y.data());
+    EXPECT_LT(relative_l2_error(y.data(), reference_linear(x, rows, w_rounded, n, k, nullptr).data(), rows * n),
+              tolerance)
+        << rows << "x" << n << "x" << k << " bf16";
+    const quant::Fp8BlockTensor fp8 = quant::fp8_block_quantize(w.data(), n, k).value();
+    quant::QuantizedWeightView view;
+    view.rows = n;
+    view.cols = k;
+    view.format = quant::WeightFormat::kFp8Block;
+    view.data = fp8.data.data();
+    view.block_scale_inv = fp8.scale_inv.data();
+    const quant::LinearWeight fp8_weight = quant::LinearWeight::from_packed(view);
+    std::vector<float> w_fp8(w.size());
+    quant::dequantize_to_f32(fp8_weight, w_fp8.data());
+    backend_->linear(fp8_weight, x.data(), rows, bias.data(), y.data());
+    EXPECT_LT(relative_l2_error(y.data(), reference_linear(x, rows, w_fp8, n, k, bias.data()).data(), rows * n),
+              tolerance)
+        << rows << "x" << n << "x" << k << " fp8 block";
+  }
+}
+#endif
+
 // linears_of (the q, k, v projections of one x) gives each weight the bits linear() gives it:
 // F32 and BF16 weights of different widths, with and without bias.
 TEST_P(Conformance, LinearsOfOneXEqualOneLinearEach) {
@@ -310,11 +355,20 @@ struct VariantCase {
 // `round_to_bf16` rounds the reference's K/V as a BF16 cache stores them. `latent`: one kv
 // head whose row is key and value at once, in one aliased storage (MLA, attention/paged_kv.h).
 // Returns the relative L2 error.
+// The sizes of a paged-attention case: small by default (every backend, the emulation too);
+// at least 4 sequences, the fourth of at least 7 positions.
+struct AttentionShape {
+  int block_size = 4, kv_heads = 2, heads = 6, head_dim = 8, num_blocks = 40;
+  std::vector<int> kv_lens{1, 4, 5, 13};  // per sequence, positions with K/V
+  std::vector<int> q_lens{1, 4, 2, 13};   // the last q_len positions are queries
+};
+
 double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, const VariantCase& variant,
-                             bool round_to_bf16, bool latent = false) {
-  const int block_size = 4, kv_heads = latent ? 1 : 2, heads = 6, head_dim = 8, num_blocks = 40;
-  const std::vector<int> kv_lens{1, 4, 5, 13};   // per sequence, positions with K/V
-  const std::vector<int> q_lens{1, 4, 2, 13};    // the last q_len positions are queries
+                             bool round_to_bf16, bool latent = false, const AttentionShape& sizes = {}) {
+  const int block_size = sizes.block_size, kv_heads = latent ? 1 : sizes.kv_heads, heads = sizes.heads;
+  const int head_dim = sizes.head_dim, num_blocks = sizes.num_blocks;
+  const std::vector<int>& kv_lens = sizes.kv_lens;
+  const std::vector<int>& q_lens = sizes.q_lens;
   std::normal_distribution<float> normal;
   auto random_floats = [&](int64_t n) {
     std::vector<float> v(static_cast<size_t>(n));
@@ -354,9 +408,10 @@ double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, c
     next_block += static_cast<size_t>(num_pages);
     seq_k.push_back(random_floats(kv_lens[b] * kv_heads * head_dim));
     seq_v.push_back(random_floats(kv_lens[b] * kv_heads * head_dim));
-    // Later positions grow in magnitude, so FP8 block scales must grow as rows arrive.
+    // Later positions grow in magnitude (up to 32 positions, then again), so FP8 block scales
+    // must grow as rows arrive.
     for (int p = 0; p < kv_lens[b]; ++p) {
-      for (int i = 0; i < kv_heads * head_dim; ++i) seq_v.back()[static_cast<size_t>(p * kv_heads * head_dim + i)] *= 1.0f + 0.3f * p;
+      for (int i = 0; i < kv_heads * head_dim; ++i) seq_v.back()[static_cast<size_t>(p * kv_heads * head_dim + i)] *= 1.0f + 0.3f * (p % 32);
     }
     if (latent) seq_k.back() = seq_v.back();
     std::vector<int64_t> slots;
@@ -490,6 +545,37 @@ TEST_P(Conformance, PagedAttentionOverBf16AndFp8CachesMatchesFloat64) {
   EXPECT_GT(fp8_error, 1e-3);
   EXPECT_LT(paged_attention_error(*backend_, rng_, DType::kF8E4M3, {0.0f, 0.0f, 5, true}, false), 0.05);
 }
+
+#if !defined(MOERT_CUDA_EMULATION)
+// Model shapes, on a real GPU only (backend_conformance_cuda_test; the emulation would take
+// minutes over them, and the float64 reference seconds): head dims 64 and 128 under GQA and
+// MLA's latent row of 576 (kv_lora_rank 512 + rope 64) over one kv head, 16-position blocks,
+// contexts of 700 and 1100 positions (44 and 69 blocks, in one batch with short ones), a
+// 40-row prefill chunk and decode rows; F32 and BF16 caches.
+TEST_P(Conformance, PagedAttentionAtModelShapesMatchesFloat64) {
+  struct Case {
+    const char* name;
+    int heads, kv_heads, head_dim;
+    bool latent;
+  };
+  for (const Case& c : {Case{"gqa 16/4 x 64", 16, 4, 64, false}, Case{"gqa 32/8 x 128", 32, 8, 128, false},
+                        Case{"mla 16 x 576", 16, 1, 576, true}}) {
+    AttentionShape sizes;
+    sizes.block_size = 16;
+    sizes.heads = c.heads;
+    sizes.kv_heads = c.kv_heads;
+    sizes.head_dim = c.head_dim;
+    sizes.num_blocks = 160;
+    sizes.kv_lens = {1, 17, 700, 1100};
+    sizes.q_lens = {1, 17, 1, 40};
+    const VariantCase scaled{c.latent ? 0.07f : 0.0f, 0.0f, 0, false};
+    const double tolerance = 1e-5;  // F32 sums over ~1000 positions and up to 576 channels
+    EXPECT_LT(paged_attention_error(*backend_, rng_, DType::kF32, scaled, false, c.latent, sizes), tolerance) << c.name;
+    EXPECT_LT(paged_attention_error(*backend_, rng_, DType::kBF16, scaled, true, c.latent, sizes), tolerance)
+        << c.name << " bf16";
+  }
+}
+#endif
 
 // A latent cache (MLA): one kv head whose row is key and value, stored once; its writes,
 // block copies and FP8 scales go through the aliased storage.

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "runtime/comm/mpi_transport.h"
 
@@ -12,6 +14,11 @@ namespace moert::comm::testing {
 namespace {
 
 Transport* g_transport = nullptr;
+
+std::function<RunGate(Transport&)>& run_gate() {
+  static std::function<RunGate(Transport&)> gate;
+  return gate;
+}
 
 // Prints every failed assertion, tagged with the rank, as one write per failure.
 class RankFailurePrinter : public ::testing::EmptyTestEventListener {
@@ -44,6 +51,11 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 
 Transport& mpi_test_transport() { return *g_transport; }
 
+bool set_run_gate(std::function<RunGate(Transport& bootstrap)> gate) {
+  run_gate() = std::move(gate);
+  return true;
+}
+
 }  // namespace moert::comm::testing
 
 int main(int argc, char** argv) {
@@ -62,7 +74,20 @@ int main(int argc, char** argv) {
     if (session.rank() != 0) delete listeners.Release(listeners.default_result_printer());
     listeners.Append(new moert::comm::testing::RankFailurePrinter(session.rank()));
 
-    int64_t max_code = RUN_ALL_TESTS();
+    // The run gate, the same decision on every rank (the strictest); rank 0's filter.
+    moert::comm::testing::RunGate gate;
+    if (moert::comm::testing::run_gate()) gate = moert::comm::testing::run_gate()(**transport);
+    int64_t decision = gate.decision;
+    if (!(*transport)->all_reduce(&decision, 1, moert::comm::ReduceOp::kMax).is_ok()) decision = 2;
+    if (decision != moert::comm::testing::RunGate::kRun && session.rank() == 0) {
+      std::printf("%s: %s\n", decision == moert::comm::testing::RunGate::kSkip ? "skipped" : "FAILED", gate.reason.c_str());
+      std::fflush(stdout);
+    }
+    if (decision == moert::comm::testing::RunGate::kSkip) {
+      // The cases that must pass on a machine that cannot run the rest (the same on every rank).
+      GTEST_FLAG_SET(filter, gate.filter.empty() ? std::string("-*") : gate.filter);
+    }
+    int64_t max_code = decision == moert::comm::testing::RunGate::kFail ? 1 : RUN_ALL_TESTS();
     moert::Status status = (*transport)->all_reduce(&max_code, 1, moert::comm::ReduceOp::kMax);
     if (!status.is_ok()) {
       std::fprintf(stderr, "[rank %d] exit code all_reduce: %s\n", session.rank(),
@@ -70,7 +95,8 @@ int main(int argc, char** argv) {
       max_code = 1;
     }
     exit_code = static_cast<int>(max_code);
-    if (session.rank() == 0 && exit_code != 0) {
+    if (decision == moert::comm::testing::RunGate::kSkip && exit_code == 0) exit_code = 77;
+    if (session.rank() == 0 && exit_code != 0 && exit_code != 77) {
       std::fprintf(stderr, "[rank 0] largest exit code over %d ranks: %d\n", session.world_size(),
                    exit_code);
     }
