@@ -158,7 +158,8 @@ if [ "$dry_run" = 1 ]; then
   ln -s "$here/device/fake-nvidia-smi" "$state/fake-bin/nvidia-smi"
   export PATH="$state/fake-bin:$PATH"
 fi
-export BUNDLE="${MOERT_DEVICE_BUNDLE:-$pack/bundle}"
+# The bundle: a folder, or (as device-pack.sh makes it) bundle.tar.xz, unpacked by step_bundle.
+if [ -d "$pack/bundle" ]; then export BUNDLE="${MOERT_DEVICE_BUNDLE:-$pack/bundle}"; else export BUNDLE="${MOERT_DEVICE_BUNDLE:-$state/bundle}"; fi
 # The bundle's shared libraries, for its binaries only (never for python3): `bundled CMD`.
 bundled() { env LD_LIBRARY_PATH="$BUNDLE/lib${NCCL_LIB:+:$NCCL_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
 py() { env -u LD_LIBRARY_PATH -u PYTHONPATH python3 -I "$@"; }
@@ -171,7 +172,13 @@ step_gpu() {
   cat "$RESULTS/gpu.csv"
 }
 # Every bundled binary resolves its libraries and starts; the pack's references unpacked.
+unpack() {  # unpack ARCHIVE.tar.xz FOLDER: Python's tarfile where tar cannot run xz
+  tar -C "$2" -xJf "$1" 2> /dev/null || py -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$1" "$2"
+}
 step_bundle() {
+  if [ ! -d "$BUNDLE/bin" ] && [ -f "$PACK/bundle.tar.xz" ]; then
+    mkdir -p "$BUNDLE" && unpack "$PACK/bundle.tar.xz" "$(dirname "$BUNDLE")" && echo "unpacked bundle.tar.xz"
+  fi
   [ -d "$BUNDLE/bin" ] || { echo "no bundle at $BUNDLE/bin (make it with scripts/device-pack.sh)"; exit 1; }
   local bad=0 binary
   for binary in "$BUNDLE"/bin/*; do
@@ -183,9 +190,7 @@ step_bundle() {
   mkdir -p "$SHARED/reference"
   for packed in "$PACK"/refs/*.tar.xz; do
     [ -f "$packed" ] || continue
-    # Python's tarfile where tar cannot run xz.
-    tar -C "$SHARED/reference" -xJf "$packed" 2> /dev/null ||
-      py -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$packed" "$SHARED/reference" || bad=1
+    unpack "$packed" "$SHARED/reference" || bad=1
     echo "unpacked $(basename "$packed")"
   done
   exit $bad
@@ -278,7 +283,7 @@ step_formats() {  # batch-1 decode per weight format, as ratios to BF16 (summary
   done
   exit $rc
 }
-export -f step_gpu step_bundle step_build need step_conformance step_score step_cli_cuda step_attention step_linear \
+export -f unpack step_gpu step_bundle step_build need step_conformance step_score step_cli_cuda step_attention step_linear \
   step_make_large moert_bench step_moert_bench step_hf_bench step_graphs step_nccl step_formats
 
 # NCCL is opened at run time (libnccl.so.2): the system's, else the one of the machine's

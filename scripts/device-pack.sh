@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Packs, here and before any device call, everything the device check carries
 # (docs/gpu-first-light.md), in .device/ of the repository (ignored by git):
-#   .device/bundle/bin    moert, the cuda-labelled tests and the CUDA benchmarks, built for
-#                         MOERT_DEVICE_ARCHS (default 90a: H100/H200) without MPI, stripped;
-#                         NCCL and cuBLASLt are opened at run time on the device;
-#   .device/bundle/lib    the shared libraries they load beyond glibc and the GPU driver;
+#   .device/bundle.tar.xz bundle/bin: moert, the cuda-labelled tests and the CUDA benchmarks,
+#                         built for MOERT_DEVICE_ARCHS (default 90a: H100/H200) without MPI,
+#                         stripped (NCCL and cuBLASLt are opened at run time on the device);
+#                         bundle/lib: the shared libraries they load beyond glibc and the
+#                         GPU driver;
 #   .device/refs/*.tar.xz the shared references (their checkpoints and float64 logits) that
 #                         fit the call, in MOERT_DEVICE_REFS order;
 #   .device/manifest.json the commit, the archs, the byte counts, the references carried and
@@ -63,10 +64,14 @@ for binary in "$pack"/bundle/bin/*; do
 done | sort -u | grep -v -E '/(libc|libm|libpthread|libdl|librt|libcuda|ld-linux[^/]*)\.so' |
   while read -r library; do cp -L "$library" "$pack/bundle/lib/"; done
 
+# One archive: the binaries' CUDA code compresses about five times (21 MB to 4 MB).
+tar -C "$pack" -cf - bundle | xz -6 -T"$jobs" > "$pack/bundle.tar.xz"
+rm -rf "$pack/bundle"
+
 # The working tree as the device tool counts it, then the references that still fit.
 tree_bytes=$(git -C "$repo" ls-files -z -co --exclude-standard | (cd "$repo" && xargs -0 -r stat -c %s 2> /dev/null) |
   awk '{ s += $1 } END { print s + 0 }')
-bundle_bytes=$(du -sb "$pack/bundle" | cut -f1)
+bundle_bytes=$(stat -c %s "$pack/bundle.tar.xz")
 left=$(( carry_bytes - tree_bytes - bundle_bytes - 4096 ))
 cache="$build/refs-xz"
 mkdir -p "$cache"
@@ -94,13 +99,12 @@ refs_bytes=$(du -sb "$pack/refs" | cut -f1)
 commit=$(git -C "$repo" rev-parse --short HEAD)
 git -C "$repo" diff --quiet HEAD -- 2> /dev/null || commit="$commit+dirty"
 python3 - "$pack/manifest.json" "$commit" "$archs" "$tree_bytes" "$bundle_bytes" "$refs_bytes" "$carry_bytes" \
-  "${carried[*]:-}" "$(printf '%s\n' "${left_out[@]:-}")" "$pack/bundle" <<'PY'
+  "${carried[*]:-}" "$(printf '%s\n' "${left_out[@]:-}")" "$build" "$binaries" <<'PY'
 import datetime, json, os, sys
-path, commit, archs, tree, bundle, refs, limit, carried, left_out, bundle_dir = sys.argv[1:11]
-binaries = {name: os.path.getsize(os.path.join(bundle_dir, "bin", name)) for name in sorted(os.listdir(os.path.join(bundle_dir, "bin")))}
-libraries = {name: os.path.getsize(os.path.join(bundle_dir, "lib", name)) for name in sorted(os.listdir(os.path.join(bundle_dir, "lib")))}
+path, commit, archs, tree, bundle, refs, limit, carried, left_out, build, names = sys.argv[1:12]
+binaries = {os.path.basename(name): os.path.getsize(os.path.join(build, name)) for name in names.split()}  # unstripped
 manifest = {"commit": commit, "packed": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "cuda_archs": archs, "binaries": binaries, "libraries": libraries,
+            "cuda_archs": archs, "binaries_unstripped": binaries,
             "refs": carried.split(), "refs_left_out": [line for line in left_out.split("\n") if line],
             "bytes": {"tree": int(tree), "bundle": int(bundle), "refs": int(refs),
                       "total": int(tree) + int(bundle) + int(refs), "limit": int(limit)}}
