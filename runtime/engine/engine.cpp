@@ -525,10 +525,6 @@ bool Engine::search_stop_strings(RequestState& state, int sample_idx) {
   return true;
 }
 
-}  // namespace moert::engine
-
-namespace moert::engine {
-
 const float* Engine::masked_rows(RequestState& state, int32_t grammar_state, const float* logits, int num_rows,
                                  std::span<const int32_t> tokens) {
   const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
