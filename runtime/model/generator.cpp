@@ -48,7 +48,14 @@ float random_value(const TensorSpec& spec, uint64_t key, int64_t index) {
 
 void add(std::vector<TensorSpec>& specs, std::string name, Shape shape, TensorSpec::Init init, float a, float b = 0.0f,
          DType dtype = DType::kBF16) {
-  specs.push_back(TensorSpec{std::move(name), std::move(shape), dtype, init, a, b});
+  TensorSpec spec;
+  spec.name = std::move(name);
+  spec.shape = std::move(shape);
+  spec.dtype = dtype;
+  spec.init = init;
+  spec.a = a;
+  spec.b = b;
+  specs.push_back(std::move(spec));
 }
 
 void add_linear(std::vector<TensorSpec>& specs, const std::string& prefix, int64_t out, int64_t in, bool bias) {
