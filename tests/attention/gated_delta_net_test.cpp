@@ -1,0 +1,195 @@
+// The Gated DeltaNet kernels (attention/gated_delta) against a float64 reference written from
+// the layer's definition (docs/gated-deltanet.md): the whole sequence from a zero state, every
+// token's state recomputed from the conv rows, no shared code with the kernels.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "attention/gated_delta/gated_delta_net.h"
+
+namespace moert::attention {
+namespace {
+
+struct Case {
+  GatedDeltaShape shape;
+  int64_t num_tokens;
+};
+
+// The shapes a reference case should have (docs/gated-deltanet.md): R >= 2, DK != DV, W = 4;
+// plus R = 1 and a narrow conv.
+std::vector<Case> cases() {
+  return {{{2, 32, 4, 24, 4}, 37}, {{1, 16, 1, 16, 2}, 20}, {{2, 8, 8, 12, 4}, 9}, {{4, 64, 8, 32, 4}, 5}};
+}
+
+struct Inputs {
+  std::vector<float> u, conv_weight, a, b, a_log, dt_bias, z, norm_weight;
+};
+
+Inputs random_inputs(const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  const int64_t channels = c.shape.conv_channels();
+  const int nv = c.shape.num_value_heads;
+  Inputs in;
+  auto fill = [&](std::vector<float>& v, int64_t n, float scale, float offset = 0.0f) {
+    v.resize(static_cast<size_t>(n));
+    for (float& x : v) x = offset + scale * normal(rng);
+  };
+  fill(in.u, c.num_tokens * channels, 1.0f);
+  fill(in.conv_weight, channels * c.shape.conv_width, 0.5f);
+  fill(in.a, c.num_tokens * nv, 1.0f);
+  fill(in.b, c.num_tokens * nv, 1.0f);
+  fill(in.a_log, nv, 0.5f, -1.0f);
+  fill(in.dt_bias, nv, 0.5f);
+  fill(in.z, c.num_tokens * nv * c.shape.value_head_dim, 1.0f);
+  fill(in.norm_weight, c.shape.value_head_dim, 0.2f, 1.0f);
+  // One gate input far past softplus's threshold, one far below it.
+  in.a[0] = 30.0f;
+  if (in.a.size() > 1) in.a[1] = -30.0f;
+  return in;
+}
+
+// The mixer's output before the output projection, [T, NV, DV], in float64.
+std::vector<double> reference_mixer(const Case& c, const Inputs& in, double eps) {
+  const GatedDeltaShape& s = c.shape;
+  const int64_t channels = s.conv_channels(), T = c.num_tokens;
+  const int nk = s.num_key_heads, dk = s.key_head_dim, nv = s.num_value_heads, dv = s.value_head_dim;
+  const int W = s.conv_width;
+  auto silu = [](double x) { return x / (1.0 + std::exp(-x)); };
+  // Convolution with zero history.
+  std::vector<double> conv(static_cast<size_t>(T * channels));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t ch = 0; ch < channels; ++ch) {
+      double sum = 0.0;
+      for (int j = 0; j < W; ++j) {
+        const int64_t src = t - (W - 1) + j;
+        if (src >= 0) sum += static_cast<double>(in.conv_weight[ch * W + j]) * in.u[src * channels + ch];
+      }
+      conv[t * channels + ch] = silu(sum);
+    }
+  }
+  std::vector<double> state(static_cast<size_t>(nv * dk * dv), 0.0), out(static_cast<size_t>(T * nv * dv));
+  for (int64_t t = 0; t < T; ++t) {
+    const double* row = conv.data() + t * channels;
+    for (int j = 0; j < nv; ++j) {
+      const int i = j / (nv / nk);
+      std::vector<double> q(row + i * dk, row + (i + 1) * dk), k(row + (nk + i) * dk, row + (nk + i + 1) * dk);
+      const double* v = row + 2 * nk * dk + j * dv;
+      double qq = 0, kk = 0;
+      for (int d = 0; d < dk; ++d) qq += q[d] * q[d], kk += k[d] * k[d];
+      for (int d = 0; d < dk; ++d) q[d] /= std::sqrt(qq + 1e-6) * std::sqrt(static_cast<double>(dk)), k[d] /= std::sqrt(kk + 1e-6);
+      const double x = static_cast<double>(in.a[t * nv + j]) + in.dt_bias[j];
+      const double g = -std::exp(static_cast<double>(in.a_log[j])) * (x > 20.0 ? x : std::log1p(std::exp(x)));
+      const double beta = 1.0 / (1.0 + std::exp(-static_cast<double>(in.b[t * nv + j])));
+      double* S = state.data() + j * dk * dv;
+      for (int n = 0; n < dk * dv; ++n) S[n] *= std::exp(g);
+      for (int e = 0; e < dv; ++e) {
+        double predicted = 0;
+        for (int d = 0; d < dk; ++d) predicted += S[d * dv + e] * k[d];
+        for (int d = 0; d < dk; ++d) S[d * dv + e] += k[d] * beta * (v[e] - predicted);
+      }
+      double* o = out.data() + (t * nv + j) * dv;
+      double mean_sq = 0;
+      for (int e = 0; e < dv; ++e) {
+        o[e] = 0;
+        for (int d = 0; d < dk; ++d) o[e] += S[d * dv + e] * q[d];
+        mean_sq += o[e] * o[e] / dv;
+      }
+      const float* z = in.z.data() + (t * nv + j) * dv;
+      for (int e = 0; e < dv; ++e) o[e] = o[e] / std::sqrt(mean_sq + eps) * in.norm_weight[e] * silu(z[e]);
+    }
+  }
+  return out;
+}
+
+// The kernels over the tokens in chunks of the given sizes (repeated to cover T), carrying the
+// conv and delta-rule states from chunk to chunk.
+std::vector<float> kernel_mixer(const Case& c, const Inputs& in, float eps, const std::vector<int64_t>& chunks) {
+  const GatedDeltaShape& s = c.shape;
+  const int64_t channels = s.conv_channels();
+  const int nv = s.num_value_heads, dv = s.value_head_dim;
+  std::vector<float> conv_state(static_cast<size_t>(s.conv_state_size()), 0.0f);
+  std::vector<float> state(static_cast<size_t>(s.recurrent_state_size()), 0.0f);
+  std::vector<float> out(static_cast<size_t>(c.num_tokens * nv * dv));
+  size_t next_chunk = 0;
+  for (int64_t first = 0; first < c.num_tokens;) {
+    const int64_t n = std::min(chunks[next_chunk++ % chunks.size()], c.num_tokens - first);
+    std::vector<float> conv(static_cast<size_t>(n * channels)), decay(static_cast<size_t>(n * nv)), beta(decay.size());
+    causal_conv1d_silu(in.u.data() + first * channels, n, channels, in.conv_weight.data(), s.conv_width,
+                       conv_state.data(), conv.data());
+    gated_delta_gates(in.a.data() + first * nv, in.b.data() + first * nv, n, nv, in.a_log.data(), in.dt_bias.data(),
+                      decay.data(), beta.data());
+    float* o = out.data() + first * nv * dv;
+    gated_delta_rule(conv.data(), n, s, decay.data(), beta.data(), state.data(), o);
+    gated_rms_norm(o, in.z.data() + first * nv * dv, n * nv, dv, in.norm_weight.data(), eps, o);
+    first += n;
+  }
+  return out;
+}
+
+double rel_l2(const std::vector<float>& got, const std::vector<double>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+TEST(GatedDeltaNet, MixerMatchesFloat64Reference) {
+  for (const Case& c : cases()) {
+    const Inputs in = random_inputs(c, 7);
+    const std::vector<double> want = reference_mixer(c, in, 1e-6);
+    const std::vector<float> got = kernel_mixer(c, in, 1e-6f, {c.num_tokens});
+    double norm = 0;
+    for (double x : want) norm += x * x;
+    ASSERT_GT(norm, 1e-3) << "the reference output must not be all zeros";
+    EXPECT_LT(rel_l2(got, want), 2e-6) << "NK " << c.shape.num_key_heads << " NV " << c.shape.num_value_heads;
+  }
+}
+
+TEST(GatedDeltaNet, ChunkedPrefillAndDecodeGiveTheWholePromptsBits) {
+  for (const Case& c : cases()) {
+    const Inputs in = random_inputs(c, 11);
+    const std::vector<float> whole = kernel_mixer(c, in, 1e-6f, {c.num_tokens});
+    // Chunks shorter than the conv history, decode (one token at a time), and unaligned mixes.
+    for (const std::vector<int64_t>& chunks : {std::vector<int64_t>{1}, {2}, {3, 1, 5}, {7, 2}}) {
+      EXPECT_EQ(kernel_mixer(c, in, 1e-6f, chunks), whole) << "chunks of " << chunks[0];
+    }
+  }
+}
+
+TEST(GatedDeltaNet, ConvStateHoldsTheLastRowsOfTheHistory) {
+  const int64_t channels = 3;
+  const int width = 4;
+  std::vector<float> weight(static_cast<size_t>(channels * width), 1.0f);
+  std::vector<float> state = {1, 2, 3, 4, 5, 6, 7, 8, 9};  // rows -3, -2, -1
+  std::vector<float> u = {10, 11, 12}, out(3);
+  causal_conv1d_silu(u.data(), 1, channels, weight.data(), width, state.data(), out.data());
+  EXPECT_EQ(state, (std::vector<float>{4, 5, 6, 7, 8, 9, 10, 11, 12}));
+  const double sum0 = 1 + 4 + 7 + 10;
+  EXPECT_NEAR(out[0], sum0 / (1 + std::exp(-sum0)), 1e-5);
+  std::vector<float> u5(15);
+  for (size_t i = 0; i < u5.size(); ++i) u5[i] = 100.0f + static_cast<float>(i);
+  std::vector<float> out5(15);
+  causal_conv1d_silu(u5.data(), 5, channels, weight.data(), width, state.data(), out5.data());
+  EXPECT_EQ(state, (std::vector<float>(u5.begin() + 6, u5.end())));
+}
+
+TEST(GatedDeltaNet, GatesFollowPyTorchSoftplus) {
+  const std::vector<float> a = {30.0f, -30.0f, 0.5f}, b = {0.0f, 2.0f, -1.0f};
+  const std::vector<float> a_log = {0.25f}, dt_bias = {0.1f};
+  std::vector<float> decay(3), beta(3);
+  gated_delta_gates(a.data(), b.data(), 3, 1, a_log.data(), dt_bias.data(), decay.data(), beta.data());
+  const double scale = std::exp(0.25);
+  EXPECT_NEAR(decay[0], -scale * 30.1, 1e-4);  // above the threshold: softplus(x) = x
+  EXPECT_NEAR(decay[1], -scale * std::log1p(std::exp(-29.9)), 1e-17);
+  EXPECT_NEAR(decay[2], -scale * std::log1p(std::exp(0.6)), 1e-6);
+  EXPECT_FLOAT_EQ(beta[0], 0.5f);
+  EXPECT_NEAR(beta[1], 1.0 / (1.0 + std::exp(-2.0)), 1e-7);
+}
+
+}  // namespace
+}  // namespace moert::attention
