@@ -5,6 +5,9 @@
 #   bash bench/multinode.sh [link rates in Mbit/s, default "100 1000 10000"]
 # Knobs (environment):
 #   MOERT_BENCH_PRESET   make-model preset (default large)
+#   MOERT_BENCH_MODEL_ARGS further make-model options (shape overrides, e.g. the Qwen3-30B-A3B shape of
+#                        docs/perf/multinode.md); the model's folder is named by MOERT_BENCH_MODEL_NAME
+#                        (default: the preset), which must change with these options
 #   MOERT_BENCH_DECODE   output tokens per decode request (default 32; prompts are 16 tokens)
 #   MOERT_BENCH_PREFILL  prefill: "requests x prompt tokens", one output token each (default 4x512)
 #   MOERT_BENCH_VARIANTS exchange variants compared across nodes, each DISPATCH/COMBINE/MICRO/PROGRESS:
@@ -28,6 +31,8 @@ set -euo pipefail
 source "$(dirname "$0")/../scripts/env.sh"
 rates="${1:-100 1000 10000}"
 preset="${MOERT_BENCH_PRESET:-large}"
+read -r -a model_args <<< "${MOERT_BENCH_MODEL_ARGS:-}"
+model="${MOERT_BENCH_MODEL_NAME:-$preset}"
 decode_len="${MOERT_BENCH_DECODE:-32}"
 prefill="${MOERT_BENCH_PREFILL:-4x512}"
 variants="${MOERT_BENCH_VARIANTS:-f32/f32/1/- f32/f32/2/- f32/f32/2/pt bf16/bf16/1/- fp8/bf16/1/-}"
@@ -39,8 +44,8 @@ work="$MOERT_BUILD_DIR/bench-multinode"
 export MOERT_CLUSTER_DIR="$work/cluster"
 mkdir -p "$work"
 trap 'bash "$cluster" down >/dev/null 2>&1 || true' EXIT
-[ -f "$work/$preset/config.json" ] ||
-  "$moert" make-model --arch qwen3_moe --preset "$preset" --seed 1 --out "$work/$preset" > /dev/null
+[ -f "$work/$model/config.json" ] ||
+  "$moert" make-model --arch qwen3_moe --preset "$preset" --seed 1 "${model_args[@]}" --out "$work/$model" > /dev/null
 
 # requests FILE COUNT PROMPT_LEN OUTPUT_LEN: deterministic prompts.
 requests() {
@@ -75,7 +80,7 @@ run() {
   local before after tok_s tokens pct hidden
   rm -f "$work/out.jsonl" "$work/out.jsonl.manifest.json"
   before="$(link_bytes)"
-  "$@" "$moert" run --model "$work/$preset" --input "$work/$workload.jsonl" --output "$work/out.jsonl" \
+  "$@" "$moert" run --model "$work/$model" --input "$work/$workload.jsonl" --output "$work/out.jsonl" \
     --threads "$threads" --max-seqs 64 --progress-interval 0 \
     --ep-dispatch-dtype "$dispatch" --ep-combine-dtype "$combine" --micro-batches "$micro" 2> "$work/log" ||
     { tail -n 20 "$work/log" >&2; echo "bench: $setup $workload failed" >&2; exit 1; }
