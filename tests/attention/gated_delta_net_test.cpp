@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attention/gated_delta/gated_delta_net.h"
+#include "tests/support/test_support.h"
 
 namespace moert::attention {
 namespace {
@@ -129,15 +130,6 @@ std::vector<float> kernel_mixer(const Case& c, const Inputs& in, float eps, cons
   return out;
 }
 
-double rel_l2(const std::vector<float>& got, const std::vector<double>& want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    diff += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  return std::sqrt(diff / norm);
-}
-
 TEST(GatedDeltaNet, MixerMatchesFloat64Reference) {
   for (const Case& c : cases()) {
     const Inputs in = random_inputs(c, 7);
@@ -146,7 +138,7 @@ TEST(GatedDeltaNet, MixerMatchesFloat64Reference) {
     double norm = 0;
     for (double x : want) norm += x * x;
     ASSERT_GT(norm, 1e-3) << "the reference output must not be all zeros";
-    EXPECT_LT(rel_l2(got, want), 2e-6) << "NK " << c.shape.num_key_heads << " NV " << c.shape.num_value_heads;
+    EXPECT_LT(testing::relative_l2_error(got.data(), want.data(), static_cast<int64_t>(got.size())), 2e-6) << "NK " << c.shape.num_key_heads << " NV " << c.shape.num_value_heads;
   }
 }
 
