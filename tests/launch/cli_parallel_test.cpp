@@ -15,11 +15,8 @@
 namespace moert {
 namespace {
 
+using testing::mpirun_prefix;
 using testing::run_command;
-
-std::string mpirun(int ranks) {
-  return "timeout -k 5 120 mpirun -np " + std::to_string(ranks) + " --oversubscribe --bind-to none ";
-}
 
 // id -> "outputs" of every line (timings differ between runs and are left out).
 std::map<std::string, nlohmann::json> outputs_by_id(const std::string& path) {
@@ -80,8 +77,8 @@ TEST_P(CliParallelRun, OutputsEqualOneRankForEveryRankCountAndReplicas) {
   };
   const std::map<std::string, nlohmann::json> single = run("", "single", "");
   ASSERT_EQ(single.size(), 12u);
-  EXPECT_EQ(run(mpirun(1), "np1", ""), single);
-  EXPECT_EQ(run(mpirun(2), "np2", "--metrics " + (scratch / "metrics.jsonl")), single);
+  EXPECT_EQ(run(mpirun_prefix(1), "np1", ""), single);
+  EXPECT_EQ(run(mpirun_prefix(2), "np2", "--metrics " + (scratch / "metrics.jsonl")), single);
   // Per-step metrics: one line per (step, rank), both ranks in every step, the steps in order.
   std::istringstream metrics(testing::read_file(scratch / "metrics.jsonl"));
   int lines = 0, finished = 0;
@@ -97,11 +94,11 @@ TEST_P(CliParallelRun, OutputsEqualOneRankForEveryRankCountAndReplicas) {
   EXPECT_GT(lines, 2);
   EXPECT_EQ(finished, 12);
   EXPECT_GT(dispatch_bytes, 0);
-  EXPECT_EQ(run(mpirun(4), "np4", ""), single);
-  EXPECT_EQ(run(mpirun(2), "np2_mmap", "--weight-memory mmap"), single);  // weights read in place
-  EXPECT_EQ(run(mpirun(3), "np3_replicas", "--placement " + (scratch / "replicas.json")), single);
-  EXPECT_EQ(run(mpirun(2), "np2_bias0", "--balance bias --balance-gamma 0"), single);  // a zero step changes nothing
-  EXPECT_EQ(run(mpirun(4), "np4_replicate", "--balance replicate --balance-interval 2"), single);
+  EXPECT_EQ(run(mpirun_prefix(4), "np4", ""), single);
+  EXPECT_EQ(run(mpirun_prefix(2), "np2_mmap", "--weight-memory mmap"), single);  // weights read in place
+  EXPECT_EQ(run(mpirun_prefix(3), "np3_replicas", "--placement " + (scratch / "replicas.json")), single);
+  EXPECT_EQ(run(mpirun_prefix(2), "np2_bias0", "--balance bias --balance-gamma 0"), single);  // a zero step changes nothing
+  EXPECT_EQ(run(mpirun_prefix(4), "np4_replicate", "--balance replicate --balance-interval 2"), single);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CliParallelRun, ::testing::ValuesIn(testing::reference_model_params()),
@@ -145,7 +142,7 @@ std::vector<std::string> expect_run_matches_score(const std::string& scratch_nam
     for (size_t i = 0; i < prompts.size(); ++i) {
       expected["g" + std::to_string(i)] = scored_greedy_tokens(model, prompts[i], max_tokens[i]);
     }
-    for (const std::string launcher : {std::string(), mpirun(2)}) {
+    for (const std::string launcher : {std::string(), mpirun_prefix(2)}) {
       const std::string output = scratch / (name + (launcher.empty() ? "-single" : "-np2") + ".jsonl");
       const testing::CommandResult result =
           run_command(launcher + testing::moert_binary() + " run --model " + model + " --input " + input + " --output " +
@@ -263,8 +260,8 @@ TEST(CliParallelSpec, GreedyOutputsEqualPlainDecodingOnOneAndFourRanks) {
   };
   const std::map<std::string, nlohmann::json> plain = run("", "plain", "");
   ASSERT_EQ(plain.size(), 9u);
-  EXPECT_EQ(run(mpirun(1), "draft_np1", "--spec draft --draft-model " + draft + " --spec-k 3"), plain);
-  EXPECT_EQ(run(mpirun(4), "draft_np4", "--spec draft --draft-model " + draft + " --spec-k 5 --metrics " +
+  EXPECT_EQ(run(mpirun_prefix(1), "draft_np1", "--spec draft --draft-model " + draft + " --spec-k 3"), plain);
+  EXPECT_EQ(run(mpirun_prefix(4), "draft_np4", "--spec draft --draft-model " + draft + " --spec-k 5 --metrics " +
                                             (scratch / "spec_metrics.jsonl")),
             plain);
   // Per-step, per-rank metrics carry the verified drafts; they add up to the summary's.
@@ -278,11 +275,11 @@ TEST(CliParallelSpec, GreedyOutputsEqualPlainDecodingOnOneAndFourRanks) {
   EXPECT_GT(drafts, 0);
   EXPECT_GT(accepted, 0);
   EXPECT_LE(accepted, drafts);
-  EXPECT_EQ(run(mpirun(1), "ngram_np1", "--spec ngram --spec-k 4"), plain);
-  EXPECT_EQ(run(mpirun(4), "ngram_np4", "--spec ngram --spec-k 4"), plain);
-  EXPECT_EQ(run(mpirun(2), "nvfp4_np2", "--spec draft --draft-model " + nvfp4 + " --spec-k 4"), plain);
+  EXPECT_EQ(run(mpirun_prefix(1), "ngram_np1", "--spec ngram --spec-k 4"), plain);
+  EXPECT_EQ(run(mpirun_prefix(4), "ngram_np4", "--spec ngram --spec-k 4"), plain);
+  EXPECT_EQ(run(mpirun_prefix(2), "nvfp4_np2", "--spec draft --draft-model " + nvfp4 + " --spec-k 4"), plain);
   // A draft computed with int8 activations proposes other tokens at times, never other outputs.
-  EXPECT_EQ(run(mpirun(2), "nvfp4_int8_np2",
+  EXPECT_EQ(run(mpirun_prefix(2), "nvfp4_int8_np2",
                 "--spec draft --draft-model " + nvfp4 + " --draft-fp4-activations int8 --spec-k 4"),
             plain);
   // The int8-activation mode on an NVFP4 target is rank-invariant like the F32 path (every
@@ -297,7 +294,7 @@ TEST(CliParallelSpec, GreedyOutputsEqualPlainDecodingOnOneAndFourRanks) {
   };
   const auto int8_one_rank = run_int8("", "int8_np1");
   EXPECT_EQ(int8_one_rank.size(), 12u);
-  EXPECT_EQ(run_int8(mpirun(4), "int8_np4"), int8_one_rank);
+  EXPECT_EQ(run_int8(mpirun_prefix(4), "int8_np4"), int8_one_rank);
 }
 
 // The MPI transport under each point-to-point layer Open MPI can use here: UCX (pml ucx;
@@ -320,9 +317,9 @@ TEST(CliParallelTransports, OutputsEqualOneRankOverUcxTcpAndSharedMemory) {
   };
   const std::map<std::string, nlohmann::json> single = run("", "single");
   ASSERT_EQ(single.size(), 12u);
-  EXPECT_EQ(run(mpirun(2) + "--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any ", "ucx"), single);
-  EXPECT_EQ(run(mpirun(3) + "--mca pml ob1 --mca btl self,tcp ", "tcp"), single);
-  EXPECT_EQ(run(mpirun(2) + "--mca pml ob1 --mca btl self,vader ", "shared_memory"), single);
+  EXPECT_EQ(run(mpirun_prefix(2) + "--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any ", "ucx"), single);
+  EXPECT_EQ(run(mpirun_prefix(3) + "--mca pml ob1 --mca btl self,tcp ", "tcp"), single);
+  EXPECT_EQ(run(mpirun_prefix(2) + "--mca pml ob1 --mca btl self,vader ", "shared_memory"), single);
 }
 
 TEST(CliParallelRunErrors, ASetupErrorOnTheRanksEndsEveryRankWithOneMessage) {
@@ -334,15 +331,15 @@ TEST(CliParallelRunErrors, ASetupErrorOnTheRanksEndsEveryRankWithOneMessage) {
   testing::write_file(scratch / "three.json", R"({"num_ranks": 3, "layers": [{"rank_experts": [[0, 1, 2], [3, 4, 5], [6, 7]]}]})");
   const std::string base = testing::moert_binary() + " run --model " + model + " --input " + (scratch / "in.jsonl") +
                            " --output " + (scratch / "out.jsonl");
-  const testing::CommandResult wrong_ranks = run_command(mpirun(2) + base + " --placement " + (scratch / "three.json"));
+  const testing::CommandResult wrong_ranks = run_command(mpirun_prefix(2) + base + " --placement " + (scratch / "three.json"));
   EXPECT_NE(wrong_ranks.exit_code, 0);
   EXPECT_NE(wrong_ranks.err.find("places experts on 3 ranks, the job has 2"), std::string::npos) << wrong_ranks.err;
-  const testing::CommandResult missing = run_command(mpirun(2) + testing::moert_binary() + " run --model " +
+  const testing::CommandResult missing = run_command(mpirun_prefix(2) + testing::moert_binary() + " run --model " +
                                                      (scratch / "nowhere") + " --input " + (scratch / "in.jsonl") +
                                                      " --output " + (scratch / "out.jsonl"));
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.err.find("nowhere"), std::string::npos) << missing.err;
-  const testing::CommandResult bad_mode = run_command(mpirun(2) + base + " --balance sideways");
+  const testing::CommandResult bad_mode = run_command(mpirun_prefix(2) + base + " --balance sideways");
   EXPECT_NE(bad_mode.exit_code, 0);
   EXPECT_NE(bad_mode.err.find("'sideways' is not one of none, bias, replicate"), std::string::npos) << bad_mode.err;
   // Speculative-decoding options that cannot work are refused at setup, on every rank.
@@ -357,7 +354,7 @@ TEST(CliParallelRunErrors, ASetupErrorOnTheRanksEndsEveryRankWithOneMessage) {
       {" --spec draft --draft-model " + (scratch / "nowhere"), "nowhere"},
       {" --spec draft --draft-model " + (scratch / "other_vocab"), "has a vocabulary of 512 tokens, the target 1024"}};
   for (const auto& [options, message] : bad_spec) {
-    const testing::CommandResult bad = run_command(mpirun(2) + base + options);
+    const testing::CommandResult bad = run_command(mpirun_prefix(2) + base + options);
     EXPECT_NE(bad.exit_code, 0) << options;
     EXPECT_NE(bad.err.find(message), std::string::npos) << options << ": " << bad.err;
   }
@@ -374,7 +371,7 @@ TEST(CliParallelBench, OneResultPerBatchSizeAcrossTwoRanks) {
   ASSERT_EQ(run_command(moert + " make-model --arch qwen3_moe --preset tiny --num-layers 2 --out " + (scratch / "m")).exit_code, 0);
   const std::string json_path = scratch / "b.json", csv_path = scratch / "b.csv", png_path = scratch / "b.png";
   const testing::CommandResult result = run_command(
-      mpirun(2) + moert + " bench --model " + (scratch / "m") + " --batch-sizes 1,4 --input-len 24 --output-len 8 " +
+      mpirun_prefix(2) + moert + " bench --model " + (scratch / "m") + " --batch-sizes 1,4 --input-len 24 --output-len 8 " +
       "--warmup 1 --repeats 2 --threads 1 --kv-cache-mb 64 --json " + json_path + " --csv " + csv_path + " --plot " + png_path);
   ASSERT_EQ(result.exit_code, 0) << result.err;
   size_t lines = 0;
@@ -476,8 +473,8 @@ TEST(CliParallelRouting, PrefixRoutingKeepsTheSingleRankHitRateAndPlacementsRoun
     return result.err;
   };
   const double single = prefix_hit_rate(run("", "one.jsonl", ""));
-  const double routed = prefix_hit_rate(run(mpirun(2), "prefix.jsonl", ""));
-  const double free_blocks = prefix_hit_rate(run(mpirun(2), "free.jsonl", "--request-routing free-blocks"));
+  const double routed = prefix_hit_rate(run(mpirun_prefix(2), "prefix.jsonl", ""));
+  const double free_blocks = prefix_hit_rate(run(mpirun_prefix(2), "free.jsonl", "--request-routing free-blocks"));
   EXPECT_GT(single, 0.7);
   EXPECT_EQ(routed, single);
   EXPECT_LT(free_blocks, single - 0.05);
@@ -485,12 +482,12 @@ TEST(CliParallelRouting, PrefixRoutingKeepsTheSingleRankHitRateAndPlacementsRoun
   EXPECT_EQ(outputs_by_id(scratch / "free.jsonl"), outputs_by_id(scratch / "one.jsonl"));
 
   const std::string placement = scratch / "placement.json";
-  run(mpirun(2), "replicate.jsonl", "--balance replicate --balance-interval 2 --save-expert-placement " + placement);
+  run(mpirun_prefix(2), "replicate.jsonl", "--balance replicate --balance-interval 2 --save-expert-placement " + placement);
   const nlohmann::json saved = nlohmann::json::parse(testing::read_file(placement));
   EXPECT_TRUE(saved.is_object()) << saved.dump();
-  run(mpirun(2), "placed.jsonl", "--expert-placement " + placement);
+  run(mpirun_prefix(2), "placed.jsonl", "--expert-placement " + placement);
   EXPECT_EQ(outputs_by_id(scratch / "placed.jsonl"), outputs_by_id(scratch / "one.jsonl"));
-  const testing::CommandResult both = run_command(mpirun(2) + moert + " run --model " + (scratch / "m") + " --input " +
+  const testing::CommandResult both = run_command(mpirun_prefix(2) + moert + " run --model " + (scratch / "m") + " --input " +
                                                   (scratch / "in.jsonl") + " --output " + (scratch / "x.jsonl") +
                                                   " --balance replicate --expert-placement " + placement);
   EXPECT_NE(both.exit_code, 0);
@@ -573,7 +570,7 @@ TEST(CliParallelText, PromptTextInDecodedTextOutOnOneAndTwoRanks) {
   text += R"({"id": "chat", "messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 4})" "\n";
   testing::write_file(scratch / "in.jsonl", text);
   std::map<std::string, nlohmann::json> single;
-  for (const std::string launcher : {std::string(), mpirun(2)}) {
+  for (const std::string launcher : {std::string(), mpirun_prefix(2)}) {
     const std::string out = scratch / (launcher.empty() ? "one.jsonl" : "two.jsonl");
     const testing::CommandResult result = run_command(launcher + moert + " run --model " + model + " --input " +
                                                       (scratch / "in.jsonl") + " --output " + out +
@@ -654,7 +651,7 @@ TEST(CliParallelText, OpenAiBatchFileOnOneAndTwoRanks) {
 
   // The greedy text completion without a stop string, to build one that spans tokens.
   std::map<std::string, nlohmann::json> single;
-  for (const std::string launcher : {std::string(), mpirun(2)}) {
+  for (const std::string launcher : {std::string(), mpirun_prefix(2)}) {
     const std::string out = scratch / (launcher.empty() ? "one.jsonl" : "two.jsonl");
     const testing::CommandResult result = run_command(launcher + moert + " run --model " + model + " --input " +
                                                       (scratch / "batch.jsonl") + " --output " + out +
@@ -739,7 +736,7 @@ TEST(CliParallelText, OpenAiBatchFileOnOneAndTwoRanks) {
   testing::write_file(scratch / "stop.jsonl",
                       line("stop", completion_url, {{"model", "tiny"}, {"prompt", "def f(x):\n\treturn"}, {"max_tokens", 5},
                                                     {"temperature", 0}, {"stop", {"never-there", stop}}}));
-  const testing::CommandResult stopped = run_command(mpirun(2) + moert + " run --model " + model + " --input " +
+  const testing::CommandResult stopped = run_command(mpirun_prefix(2) + moert + " run --model " + model + " --input " +
                                                      (scratch / "stop.jsonl") + " --output " + (scratch / "stop.out.jsonl") +
                                                      " --threads 1 --kv-cache-mb 64");
   ASSERT_EQ(stopped.exit_code, 0) << stopped.err;

@@ -17,10 +17,6 @@ namespace {
 using testing::outputs_by_id;
 using testing::run_command;
 
-std::string mpirun(int ranks) {
-  return "timeout -k 5 180 mpirun -np " + std::to_string(ranks) + " --oversubscribe --bind-to none ";
-}
-
 TEST(CliWaves, SamplesBeyondMaxSeqsRunInWavesWithTheSameTokens) {
   testing::ScratchDir scratch("cli-waves");
   const std::string model = scratch / "model";
@@ -47,7 +43,7 @@ TEST(CliWaves, SamplesBeyondMaxSeqsRunInWavesWithTheSameTokens) {
   auto run = [&](int ranks, const std::string& name, const std::string& extra) {
     const std::string output = scratch / (name + ".jsonl");
     const testing::CommandResult result =
-        run_command(mpirun(ranks) + testing::moert_binary() + " run --model " + model + " --input " + (scratch / "in.jsonl") +
+        run_command(testing::mpirun_prefix(ranks, 180) + testing::moert_binary() + " run --model " + model + " --input " + (scratch / "in.jsonl") +
                     " --output " + output + " --threads 1 --max-batched-tokens 32 " + extra);
     EXPECT_EQ(result.exit_code, 0) << name << ": " << result.err;
     EXPECT_NE(result.err.find("requests: 6 finished"), std::string::npos) << name << ": " << result.err;

@@ -104,6 +104,11 @@ void write_file(const std::string& path, const std::string& contents) {
   out << contents;
 }
 
+std::string mpirun_prefix(int ranks, int timeout_s) {
+  return "timeout -k 5 " + std::to_string(timeout_s) + " mpirun -np " + std::to_string(ranks) +
+         " --oversubscribe --bind-to none ";
+}
+
 std::map<std::string, std::string> outputs_by_id(const std::string& path) {
   std::map<std::string, std::string> by_id;
   std::istringstream in(read_file(path));

@@ -59,6 +59,10 @@ class ScratchDir {
   std::string path_;
 };
 
+// The launcher prefix of a test's real multi-rank run: mpirun of `ranks` ranks that may
+// oversubscribe the cores, unbound, killed after `timeout_s` (a hung rank fails the test).
+std::string mpirun_prefix(int ranks, int timeout_s = 120);
+
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& contents);
 

@@ -5,8 +5,6 @@
 // after any rollback, and sampled tokens keep the plain distribution.
 #include <gtest/gtest.h>
 
-#include <boost/math/special_functions/gamma.hpp>
-
 #include <map>
 
 #include "runtime/backend/cpu/cpu_backend.h"
@@ -15,6 +13,7 @@
 #include "runtime/model/reference_forward.h"
 #include "runtime/speculative/mtp_proposer.h"
 #include "tests/runtime/engine/serve_all.h"
+#include "tests/runtime/speculative/engine_spec_support.h"
 #include "tests/support/test_support.h"
 
 namespace moert::spec {
@@ -24,28 +23,8 @@ using engine::EngineConfig;
 using engine::EngineStats;
 using engine::Request;
 using engine::RequestOutput;
-
-// Prompts of 3..40 tokens (every third repeats a phrase), max_tokens 4..30.
-std::vector<Request> mixed_requests(int count, int vocab, uint64_t seed) {
-  std::vector<Request> requests;
-  uint64_t state = seed * 2654435761u + 7;
-  auto next = [&] {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<int>((state >> 33) % 1000003);
-  };
-  for (int r = 0; r < count; ++r) {
-    Request request;
-    request.id = "r" + std::to_string(r);
-    const int length = 3 + next() % 38;
-    const int phrase = 2 + next() % 6;
-    for (int i = 0; i < length; ++i) {
-      request.prompt.push_back(r % 3 == 0 && i >= phrase ? request.prompt[static_cast<size_t>(i % phrase)] : next() % vocab);
-    }
-    request.params.max_tokens = 4 + next() % 27;
-    requests.push_back(std::move(request));
-  }
-  return requests;
-}
+using testing::homogeneity_p_value;
+using testing::mixed_requests;
 
 std::map<std::string, std::vector<std::vector<int32_t>>> tokens_of(const std::map<std::string, RequestOutput>& outputs) {
   std::map<std::string, std::vector<std::vector<int32_t>>> tokens;
@@ -53,23 +32,6 @@ std::map<std::string, std::vector<std::vector<int32_t>>> tokens_of(const std::ma
     for (const auto& sample : output.outputs) tokens[id].push_back(sample.token_ids);
   }
   return tokens;
-}
-
-// Two-sample chi-square homogeneity p-value of two histograms over the same categories.
-double homogeneity_p_value(const std::map<int32_t, int64_t>& a, const std::map<int32_t, int64_t>& b) {
-  std::map<int32_t, std::pair<double, double>> both;
-  double total_a = 0, total_b = 0;
-  for (const auto& [token, count] : a) both[token].first = static_cast<double>(count), total_a += static_cast<double>(count);
-  for (const auto& [token, count] : b) both[token].second = static_cast<double>(count), total_b += static_cast<double>(count);
-  double statistic = 0.0;
-  for (const auto& [token, counts] : both) {
-    const double pooled = (counts.first + counts.second) / (total_a + total_b);
-    const double expect_a = pooled * total_a, expect_b = pooled * total_b;
-    statistic += (counts.first - expect_a) * (counts.first - expect_a) / expect_a +
-                 (counts.second - expect_b) * (counts.second - expect_b) / expect_b;
-  }
-  const double df = static_cast<double>(both.size()) - 1.0;
-  return df > 0 ? boost::math::gamma_q(df / 2.0, statistic / 2.0) : 1.0;
 }
 
 // A 3-layer DeepSeek-V3 model (layer 0 dense, later layers damped) with a faithful MTP layer.
@@ -119,7 +81,7 @@ testing::ScratchDir* MtpOnGeneratedModel::scratch_ = nullptr;
 LoadedModel* MtpOnGeneratedModel::model_ = nullptr;
 
 TEST_F(MtpOnGeneratedModel, GreedyOutputsEqualPlainDecoding) {
-  const std::vector<Request> requests = mixed_requests(16, 512, 5);
+  const std::vector<Request> requests = mixed_requests(16, 512, 5, 40, 30);
   const auto plain = tokens_of(testing::serve_all(target_, config(1), requests, nullptr));
   for (int k : {1, 2, 3}) {
     MtpProposer proposer(mtp_);
@@ -139,7 +101,7 @@ TEST_F(MtpOnGeneratedModel, GreedyOutputsEqualPlainDecoding) {
 // (those sequences draft from rows that start after the hit); stops inside accepted
 // drafts and n = 3 greedy forks. Outputs equal plain decoding's.
 TEST_F(MtpOnGeneratedModel, PreemptionPrefixCachingStopsAndForksKeepGreedyOutputs) {
-  std::vector<Request> requests = mixed_requests(14, 512, 9);
+  std::vector<Request> requests = mixed_requests(14, 512, 9, 40, 30);
   for (size_t r = 1; r < requests.size(); r += 4) requests[r].prompt = requests[r - 1].prompt;  // prefix hits
   EngineConfig tight = config(3);
   tight.num_kv_blocks = 9;

@@ -6,8 +6,6 @@
 // known acceptance rate match (1 - alpha^(K+1)) / (1 - alpha).
 #include <gtest/gtest.h>
 
-#include <boost/math/special_functions/gamma.hpp>
-
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -18,6 +16,7 @@
 #include "runtime/model/reference_forward.h"
 #include "runtime/speculative/draft_model_proposer.h"
 #include "tests/runtime/engine/serve_all.h"
+#include "tests/runtime/speculative/engine_spec_support.h"
 #include "tests/support/test_support.h"
 
 namespace moert::spec {
@@ -27,39 +26,13 @@ using engine::EngineConfig;
 using engine::EngineStats;
 using engine::Request;
 using engine::RequestOutput;
+using testing::homogeneity_p_value;
+using testing::mixed_requests;
 
 std::map<std::string, RequestOutput> run_all(const TransformerForward& model, const EngineConfig& config,
                                              const std::vector<Request>& requests, Proposer* proposer,
                                              EngineStats* stats = nullptr) {
   return testing::serve_all(model, config, requests, proposer, stats);
-}
-
-// Prompts of 3..60 tokens; every third repeats a phrase (n-gram matches), the rest are
-// pseudo-random. max_tokens 4..40.
-std::vector<Request> mixed_requests(int count, int vocab, uint64_t seed, bool sampled_every_fourth = false) {
-  std::vector<Request> requests;
-  uint64_t state = seed * 2654435761u + 7;
-  auto next = [&] {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<int>((state >> 33) % 1000003);
-  };
-  for (int r = 0; r < count; ++r) {
-    Request request;
-    request.id = "r" + std::to_string(r);
-    const int length = 3 + next() % 58;
-    const int phrase = 2 + next() % 6;
-    for (int i = 0; i < length; ++i) {
-      request.prompt.push_back(r % 3 == 0 && i >= phrase ? request.prompt[static_cast<size_t>(i % phrase)] : next() % vocab);
-    }
-    request.params.max_tokens = 4 + next() % 37;
-    if (sampled_every_fourth && r % 4 == 3) {
-      request.params.temperature = 0.9f;
-      request.params.top_k = 50;
-      request.params.seed = r;
-    }
-    requests.push_back(std::move(request));
-  }
-  return requests;
 }
 
 std::map<std::string, std::vector<int32_t>> tokens_of(const std::map<std::string, RequestOutput>& outputs) {
@@ -128,7 +101,7 @@ LoadedModel* SpecOnGeneratedModels::target_ = nullptr;
 LoadedModel* SpecOnGeneratedModels::draft_ = nullptr;
 
 TEST_F(SpecOnGeneratedModels, GreedyDraftModelOutputsEqualPlainDecoding) {
-  const std::vector<Request> requests = mixed_requests(20, 512, 3);
+  const std::vector<Request> requests = mixed_requests(20, 512, 3, 60, 40);
   const auto plain = tokens_of(run_all(*target_forward_, config(4), requests, nullptr));
   for (int k : {1, 3, 8}) {
     DraftModelProposer proposer(*draft_forward_, draft_config());
@@ -144,7 +117,7 @@ TEST_F(SpecOnGeneratedModels, GreedyDraftModelOutputsEqualPlainDecoding) {
 }
 
 TEST_F(SpecOnGeneratedModels, GreedyNgramAndSelfDraftOutputsEqualPlainDecoding) {
-  const std::vector<Request> requests = mixed_requests(20, 512, 4);
+  const std::vector<Request> requests = mixed_requests(20, 512, 4, 60, 40);
   const auto plain = tokens_of(run_all(*target_forward_, config(4), requests, nullptr));
   NgramProposer ngram({2, 4, 5});
   EngineStats ngram_stats;
@@ -159,7 +132,7 @@ TEST_F(SpecOnGeneratedModels, GreedyNgramAndSelfDraftOutputsEqualPlainDecoding) 
 }
 
 TEST_F(SpecOnGeneratedModels, AdaptiveDepthAndPreemptionKeepGreedyOutputs) {
-  const std::vector<Request> requests = mixed_requests(16, 512, 5);
+  const std::vector<Request> requests = mixed_requests(16, 512, 5, 60, 40);
   const auto plain = tokens_of(run_all(*target_forward_, config(4), requests, nullptr));
   DraftModelProposer adaptive(*draft_forward_, draft_config());
   EngineStats stats;
@@ -181,7 +154,7 @@ TEST_F(SpecOnGeneratedModels, AdaptiveDepthAndPreemptionKeepGreedyOutputs) {
 // and tight pools (preemption, dropped drafts) on every pass: outputs equal plain decoding
 // with the same stops, and every draft block is released at the end.
 TEST_F(SpecOnGeneratedModels, StopTokensMidPassForksAndTightPoolsMatchPlainDecoding) {
-  std::vector<Request> requests = mixed_requests(18, 512, 9);
+  std::vector<Request> requests = mixed_requests(18, 512, 9, 60, 40);
   const auto unstopped = tokens_of(run_all(*target_forward_, config(4), requests, nullptr));
   for (size_t r = 0; r < requests.size(); ++r) {
     const std::vector<int32_t>& out = unstopped.at(requests[r].id);
@@ -213,7 +186,7 @@ TEST_F(SpecOnGeneratedModels, StopTokensMidPassForksAndTightPoolsMatchPlainDecod
 }
 
 TEST_F(SpecOnGeneratedModels, SampledOutputsDoNotDependOnTheBatch) {
-  std::vector<Request> requests = mixed_requests(12, 512, 6, /*sampled_every_fourth=*/true);
+  std::vector<Request> requests = mixed_requests(12, 512, 6, 60, 40, /*sampled_every_fourth=*/true);
   requests[3].params.n = 2;
   DraftModelProposer together_proposer(*draft_forward_, draft_config());
   const auto together = run_all(*target_forward_, config(4), requests, &together_proposer);
@@ -248,7 +221,7 @@ TEST(SpecDenseDraft, GreedyOutputsEqualPlainDecoding) {
   ASSERT_FALSE(models[1]->config.layer_is_moe[0]);  // the draft has no MoE layer
   TransformerForward target(models[0]->config, models[0]->weights, cpu);
   TransformerForward draft(models[1]->config, models[1]->weights, cpu);
-  const std::vector<Request> requests = mixed_requests(12, 512, 8);
+  const std::vector<Request> requests = mixed_requests(12, 512, 8, 60, 40);
   EngineConfig config;
   config.num_kv_blocks = 256;
   config.scheduler.max_batched_tokens = 64;
@@ -258,24 +231,6 @@ TEST(SpecDenseDraft, GreedyOutputsEqualPlainDecoding) {
   EngineStats stats;
   EXPECT_EQ(tokens_of(run_all(target, config, requests, &proposer, &stats)), plain);
   EXPECT_GT(stats.acceptance.num_accepted_tokens(), 0);
-}
-
-// Two-sample chi-square homogeneity p-value of two histograms over the same categories
-// (categories empty in both are left out).
-double homogeneity_p_value(const std::map<int32_t, int64_t>& a, const std::map<int32_t, int64_t>& b) {
-  std::map<int32_t, std::pair<double, double>> both;
-  double total_a = 0, total_b = 0;
-  for (const auto& [token, count] : a) both[token].first = static_cast<double>(count), total_a += static_cast<double>(count);
-  for (const auto& [token, count] : b) both[token].second = static_cast<double>(count), total_b += static_cast<double>(count);
-  double statistic = 0.0;
-  for (const auto& [token, counts] : both) {
-    const double pooled = (counts.first + counts.second) / (total_a + total_b);
-    const double expect_a = pooled * total_a, expect_b = pooled * total_b;
-    statistic += (counts.first - expect_a) * (counts.first - expect_a) / expect_a +
-                 (counts.second - expect_b) * (counts.second - expect_b) / expect_b;
-  }
-  const double df = static_cast<double>(both.size()) - 1.0;
-  return df > 0 ? boost::math::gamma_q(df / 2.0, statistic / 2.0) : 1.0;
 }
 
 // Sampled requests through the whole engine (draft q from the 1-layer model, p from the
