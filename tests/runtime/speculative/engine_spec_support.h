@@ -4,6 +4,7 @@
 
 #include <boost/math/special_functions/gamma.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "runtime/engine/engine.h"
+#include "runtime/model/generator.h"
 
 namespace moert::testing {
 
@@ -43,6 +45,30 @@ inline std::vector<engine::Request> mixed_requests(int count, int vocab, uint64_
     requests.push_back(std::move(request));
   }
   return requests;
+}
+
+// The engine of the speculative tests: 512 KV blocks, 16 sequences, chunked prefills of
+// `max_batched_tokens` sharing steps with verification, up to `num_draft` drafts (adaptive:
+// probing with min(4, num_draft)).
+inline engine::EngineConfig spec_engine_config(int max_batched_tokens, int num_draft, bool adaptive) {
+  engine::EngineConfig c;
+  c.num_kv_blocks = 512;
+  c.scheduler.max_batched_tokens = max_batched_tokens;
+  c.scheduler.max_seqs = 16;
+  c.spec.max_num_draft = num_draft;
+  c.spec.adaptive = adaptive;
+  c.spec.probe_num_draft = std::min(4, num_draft);
+  return c;
+}
+
+// A draft-friendly generated target: from layer 1 on, the layers' residual writes are scaled
+// by 0.3, so a model truncated after layer 0 (or an MTP layer built from it) drafts well but
+// not perfectly.
+inline WeightShaping draft_friendly_shaping() {
+  WeightShaping shaping;
+  shaping.faithful_layers = 1;
+  shaping.late_layer_scale = 0.3f;
+  return shaping;
 }
 
 // Two-sample chi-square homogeneity p-value of two histograms over the same categories

@@ -40,9 +40,7 @@ class MtpOnGeneratedModel : public ::testing::Test {
   static void SetUpTestSuite() {
     scratch_ = new testing::ScratchDir("mtp-engine");
     ThreadPool pool(2);
-    WeightShaping shaping;
-    shaping.faithful_layers = 1;
-    shaping.late_layer_scale = 0.3f;
+    const WeightShaping shaping = testing::draft_friendly_shaping();
     ModelShapeOverrides shape;
     shape.vocab_size = 512;
     shape.hidden_size = 64;
@@ -60,15 +58,21 @@ class MtpOnGeneratedModel : public ::testing::Test {
     delete scratch_;
   }
   EngineConfig config(int num_draft, bool adaptive = false) const {
-    EngineConfig c;
-    c.num_kv_blocks = 512;
-    c.scheduler.max_batched_tokens = 48;  // chunked prefills share steps with verification
-    c.scheduler.max_seqs = 16;
-    c.spec.max_num_draft = num_draft;
-    c.spec.adaptive = adaptive;
-    c.spec.probe_num_draft = std::min(4, num_draft);
-    return c;
+    return testing::spec_engine_config(48, num_draft, adaptive);
   }
+
+  // The target's final hidden states [L, D] at every position of `sequence` (one prefill).
+  std::vector<float> target_hidden_states(const std::vector<int32_t>& sequence) {
+    ForwardBatch all;
+    all.tokens = sequence;
+    for (size_t t = 0; t < sequence.size(); ++t) all.positions.push_back(static_cast<int64_t>(t));
+    all.logit_rows = {0};
+    DenseKvCache cache(model_->config);
+    std::vector<float> hidden;
+    EXPECT_TRUE(target_.forward_with_hidden(all, cache, &hidden).is_ok());
+    return hidden;
+  }
+  static inline const std::vector<int32_t> kSequence = {17, 230, 41, 9, 311, 5, 77, 140, 2, 99, 401, 12};
 
   static testing::ScratchDir* scratch_;
   static LoadedModel* model_;
@@ -125,16 +129,10 @@ TEST_F(MtpOnGeneratedModel, PreemptionPrefixCachingStopsAndForksKeepGreedyOutput
 // with g fed in pieces, asked twice for one length (row L - 2 recomputed, the chained rows of
 // the first call dropped) and as the known tokens grow by several at once.
 TEST_F(MtpOnGeneratedModel, FirstDraftIsTheTeacherForcedRowsArgmax) {
-  const std::vector<int32_t> sequence = {17, 230, 41, 9, 311, 5, 77, 140, 2, 99, 401, 12};
+  const std::vector<int32_t>& sequence = kSequence;
   ReferenceForward reference(model_->config, model_->weights, cpu_);
   const std::vector<float> logits = mtp_teacher_forced_logits(reference, sequence).value();
-  ForwardBatch all;
-  all.tokens = sequence;
-  for (size_t t = 0; t < sequence.size(); ++t) all.positions.push_back(static_cast<int64_t>(t));
-  all.logit_rows = {0};
-  DenseKvCache cache(model_->config);
-  std::vector<float> hidden;
-  ASSERT_TRUE(target_.forward_with_hidden(all, cache, &hidden).is_ok());
+  const std::vector<float> hidden = target_hidden_states(sequence);
   const int64_t dim = model_->config.hidden_size, vocab = model_->config.vocab_size;
   MtpProposer proposer(mtp_);
   proposer.observe_hidden(7, 0, std::span(sequence).first(5), hidden.data());
@@ -170,14 +168,8 @@ TEST_F(MtpOnGeneratedModel, FirstDraftIsTheTeacherForcedRowsArgmax) {
 // g that starts at position 5 (a prefix-cache hit, a fork): the module's rows restart there,
 // so the first draft is the argmax of row L - 2 of the module run over rows 5 .. L - 2 alone.
 TEST_F(MtpOnGeneratedModel, MissingEarlyHiddenStatesRestartTheRowsWhereTheyBegin) {
-  const std::vector<int32_t> sequence = {17, 230, 41, 9, 311, 5, 77, 140, 2, 99, 401, 12};
-  ForwardBatch all;
-  all.tokens = sequence;
-  for (size_t t = 0; t < sequence.size(); ++t) all.positions.push_back(static_cast<int64_t>(t));
-  all.logit_rows = {0};
-  DenseKvCache cache(model_->config);
-  std::vector<float> hidden;
-  ASSERT_TRUE(target_.forward_with_hidden(all, cache, &hidden).is_ok());
+  const std::vector<int32_t>& sequence = kSequence;
+  const std::vector<float> hidden = target_hidden_states(sequence);
   const int64_t dim = model_->config.hidden_size, vocab = model_->config.vocab_size;
   MtpProposer proposer(mtp_);
   proposer.observe_hidden(3, 5, std::span(sequence).subspan(5), hidden.data() + 5 * dim);

@@ -58,9 +58,7 @@ class SpecOnGeneratedModels : public ::testing::Test {
   static void SetUpTestSuite() {
     scratch_ = new testing::ScratchDir("spec-models");
     ThreadPool pool(2);
-    WeightShaping shaping;
-    shaping.faithful_layers = 1;
-    shaping.late_layer_scale = 0.3f;
+    const WeightShaping shaping = testing::draft_friendly_shaping();
     for (int layers : {4, 1}) {
       const ModelConfig config = preset_model_config(find_architecture("qwen3_moe"), "tiny", small_shape(layers)).value();
       const std::string dir = *scratch_ / ("layers" + std::to_string(layers));
@@ -78,14 +76,7 @@ class SpecOnGeneratedModels : public ::testing::Test {
     draft_forward_ = std::make_unique<TransformerForward>(draft_->config, draft_->weights, cpu_);
   }
   EngineConfig config(int num_draft, bool adaptive = false) const {
-    EngineConfig c;
-    c.num_kv_blocks = 512;
-    c.scheduler.max_batched_tokens = 64;  // chunked prefills share steps with verification
-    c.scheduler.max_seqs = 16;
-    c.spec.max_num_draft = num_draft;
-    c.spec.adaptive = adaptive;
-    c.spec.probe_num_draft = std::min(4, num_draft);
-    return c;
+    return testing::spec_engine_config(64, num_draft, adaptive);
   }
   DraftModelConfig draft_config(int blocks = 512) const { return {blocks, 16, true}; }
 
