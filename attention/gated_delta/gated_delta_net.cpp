@@ -33,6 +33,11 @@ void causal_conv1d_silu(const float* u, int64_t num_tokens, int64_t channels, co
       y[c] = silu(sum);
     }
   }
+  advance_conv_state(u, num_tokens, channels, width, state);
+}
+
+void advance_conv_state(const float* u, int64_t num_tokens, int64_t channels, int width, float* state) {
+  const int64_t history = width - 1;
   if (history == 0) return;
   // The last `history` rows of (state ++ u), oldest first.
   const int64_t kept_from_state = std::max<int64_t>(history - num_tokens, 0);
@@ -59,7 +64,7 @@ void gated_delta_gates(const float* a, const float* b, int64_t num_tokens, int n
 }
 
 void gated_delta_rule(const float* conv_rows, int64_t num_tokens, const GatedDeltaShape& shape, const float* decay,
-                      const float* beta, float* state, float* out) {
+                      const float* beta, float* state, float* out, float* states_after) {
   const int nk = shape.num_key_heads, dk = shape.key_head_dim;
   const int nv = shape.num_value_heads, dv = shape.value_head_dim;
   const int per_key_head = nv / nk;  // R
@@ -100,6 +105,10 @@ void gated_delta_rule(const float* conv_rows, int64_t num_tokens, const GatedDel
           o[e] += s_row[e] * qh[d];
         }
       }
+    }
+    if (states_after != nullptr) {
+      const int64_t size = shape.recurrent_state_size();
+      std::copy(state, state + size, states_after + t * size);
     }
   }
 }

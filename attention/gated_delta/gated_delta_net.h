@@ -56,8 +56,16 @@ void gated_delta_gates(const float* a, const float* b, int64_t num_tokens, int n
 //   q' = q_i / sqrt(|q_i|^2 + 1e-6) / sqrt(DK),  k' = k_i / sqrt(|k_i|^2 + 1e-6)
 //   S_j = exp(decay[t, j]) * S_j;  S_j += k' (outer) beta[t, j] * (v_j - S_j^T k');  out[t, j] = S_j^T q'
 // state: [NV, DK, DV] (S_j[d, e] at j*DK*DV + d*DV + e), updated in place; out: [T, NV, DV].
+// states_after, when not null: [T, NV, DK, DV], the state after each token (what a speculative
+// verify keeps so that a rejection resumes from the last accepted token's state, as a recurrent
+// state cannot be truncated).
 void gated_delta_rule(const float* conv_rows, int64_t num_tokens, const GatedDeltaShape& shape, const float* decay,
-                      const float* beta, float* state, float* out);
+                      const float* beta, float* state, float* out, float* states_after = nullptr);
+
+// The conv state after the first `num_tokens` rows of u [>= num_tokens, C] on top of `state`
+// [W-1, C] (what causal_conv1d_silu leaves, without computing outputs): a verify's conv state
+// rolled back to its accepted rows.
+void advance_conv_state(const float* u, int64_t num_tokens, int64_t channels, int width, float* state);
 
 // The output norm of a linear-attention layer, per row of `dim` values (one value head):
 //   y = x / sqrt(mean(x^2) + eps) * weight * silu(z)

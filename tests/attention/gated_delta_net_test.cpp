@@ -153,6 +153,36 @@ TEST(GatedDeltaNet, ChunkedPrefillAndDecodeGiveTheWholePromptsBits) {
   }
 }
 
+// A verify of T tokens keeps the state after each; resuming from the one after token t (and
+// the conv state rolled forward over rows 0..t) equals a run of the first t + 1 tokens.
+TEST(GatedDeltaNet, StatesAfterEachTokenAreTheShorterRunsStates) {
+  const Case c{{2, 8, 4, 12, 4}, 6};
+  const Inputs in = random_inputs(c, 13);
+  const GatedDeltaShape& s = c.shape;
+  const int64_t channels = s.conv_channels(), size = s.recurrent_state_size();
+  const int nv = s.num_value_heads;
+  std::vector<float> conv(static_cast<size_t>(c.num_tokens * channels)), decay(static_cast<size_t>(c.num_tokens * nv)),
+      beta(decay.size()), out(static_cast<size_t>(c.num_tokens * nv * s.value_head_dim));
+  std::vector<float> conv_state(static_cast<size_t>(s.conv_state_size()), 0.0f), state(static_cast<size_t>(size), 0.0f);
+  std::vector<float> after(static_cast<size_t>(c.num_tokens * size));
+  causal_conv1d_silu(in.u.data(), c.num_tokens, channels, in.conv_weight.data(), s.conv_width, conv_state.data(),
+                     conv.data());
+  gated_delta_gates(in.a.data(), in.b.data(), c.num_tokens, nv, in.a_log.data(), in.dt_bias.data(), decay.data(),
+                    beta.data());
+  gated_delta_rule(conv.data(), c.num_tokens, s, decay.data(), beta.data(), state.data(), out.data(), after.data());
+  EXPECT_EQ(std::vector<float>(after.end() - size, after.end()), state);
+  for (int64_t t = 0; t < c.num_tokens; ++t) {
+    std::vector<float> short_conv_state(conv_state.size(), 0.0f), short_state(state.size(), 0.0f), short_out(out.size());
+    gated_delta_rule(conv.data(), t + 1, s, decay.data(), beta.data(), short_state.data(), short_out.data());
+    EXPECT_EQ(std::vector<float>(after.begin() + t * size, after.begin() + (t + 1) * size), short_state) << t;
+    std::vector<float> rolled(conv_state.size(), 0.0f), ignored(static_cast<size_t>((t + 1) * channels));
+    advance_conv_state(in.u.data(), t + 1, channels, s.conv_width, rolled.data());
+    causal_conv1d_silu(in.u.data(), t + 1, channels, in.conv_weight.data(), s.conv_width, short_conv_state.data(),
+                       ignored.data());
+    EXPECT_EQ(rolled, short_conv_state) << t;
+  }
+}
+
 TEST(GatedDeltaNet, ConvStateHoldsTheLastRowsOfTheHistory) {
   const int64_t channels = 3;
   const int width = 4;
