@@ -125,6 +125,12 @@ TEST(CliQuantize, QuantizeScoreAndEval) {
                         "unknown format 'int2'");
   expect_one_line_error(run_command(moert() + " quantize --model " + nvfp4 + " --format fp8 --out " + (scratch / "y")),
                         "already quantized");
+  // The tensor names kept in full precision are the architecture's (ArchSpec::names).
+  nlohmann::json config = nlohmann::json::parse(testing::read_file(model + "/config.json"));
+  config["architectures"] = {"FooForCausalLM"};
+  testing::write_file(model + "/config.json", config.dump());
+  expect_one_line_error(run_command(moert() + " quantize --model " + model + " --format fp8 --out " + (scratch / "z")),
+                        "unknown architecture 'FooForCausalLM'");
 }
 
 // Bytes of checkpoint `mine` that differ from `release` (every tensor of one must be in the
