@@ -163,12 +163,8 @@ Status parse_common(const ConfigReader& r, ModelConfig* c) {
 
 Result<ModelConfig> parse_model_config(const json& j) {
   if (!j.is_object()) return invalid_argument("config.json is not a JSON object");
-  if (!j.contains("architectures") || !j.at("architectures").is_array() || j.at("architectures").empty() ||
-      !j.at("architectures").front().is_string()) {
-    return invalid_argument("config.json lacks an 'architectures' list naming the model class");
-  }
   ModelConfig c;
-  MOERT_ASSIGN_OR_RETURN(c.arch, architecture_from_name(j.at("architectures").front().get<std::string>()));
+  MOERT_ASSIGN_OR_RETURN(c.arch, architecture_of_config(j));
   ConfigReader reader(j);
   MOERT_RETURN_IF_ERROR(parse_common(reader, &c));
   MOERT_RETURN_IF_ERROR(c.arch->parse(reader, &c));

@@ -58,38 +58,45 @@ void add(std::vector<TensorSpec>& specs, std::string name, Shape shape, TensorSp
   specs.push_back(std::move(spec));
 }
 
-void add_linear(std::vector<TensorSpec>& specs, const std::string& prefix, int64_t out, int64_t in, bool bias) {
+// The weight gets `role`; a bias, kOther.
+void add_linear(std::vector<TensorSpec>& specs, const std::string& prefix, int64_t out, int64_t in, bool bias,
+                TensorSpec::Role role = TensorSpec::Role::kOther) {
   add(specs, prefix + ".weight", {out, in}, TensorSpec::Init::kNormal, static_cast<float>(1.0 / std::sqrt(in)));
+  specs.back().role = role;
   if (bias) add(specs, prefix + ".bias", {out}, TensorSpec::Init::kNormal, 0.1f);
 }
 
-void add_norm(std::vector<TensorSpec>& specs, const std::string& name, int64_t dim) {
-  add(specs, name, {dim}, TensorSpec::Init::kUniform, 0.8f, 1.2f);
+// A norm module: its ".weight".
+void add_norm(std::vector<TensorSpec>& specs, const std::string& module, int64_t dim) {
+  add(specs, module + ".weight", {dim}, TensorSpec::Init::kUniform, 0.8f, 1.2f);
 }
 
-void add_mlp(std::vector<TensorSpec>& specs, const std::string& gate, const std::string& up, const std::string& down,
+// projections: gate, up, down under `prefix` (TensorNames::Projection order).
+void add_mlp(std::vector<TensorSpec>& specs, const std::string& prefix, const std::array<const char*, 3>& projections,
              int64_t hidden, int64_t width) {
-  add_linear(specs, gate, width, hidden, false);
-  add_linear(specs, up, width, hidden, false);
-  add_linear(specs, down, hidden, width, false);
+  add_linear(specs, prefix + projections[TensorNames::kGate], width, hidden, false);
+  add_linear(specs, prefix + projections[TensorNames::kUp], width, hidden, false);
+  add_linear(specs, prefix + projections[TensorNames::kDown], hidden, width, false, TensorSpec::Role::kResidualWrite);
 }
 
-// Multi-head latent attention's tensors (docs/mla.md; weights.h names them).
-void add_latent_attention(std::vector<TensorSpec>& specs, const ModelConfig& c, const std::string& p) {
+// Multi-head latent attention's tensors (docs/mla.md; weights.h says what each is).
+void add_latent_attention(std::vector<TensorSpec>& specs, const ModelConfig& c, int layer) {
+  const TensorNames& n = c.arch->names;
+  const std::string p = n.attention_prefix(layer);
   const LatentAttentionDims& m = c.mla;
   const int64_t d = c.hidden_size, heads = c.num_heads;
   const int64_t q_out = heads * (m.qk_nope_head_dim + m.qk_rope_head_dim);
   if (m.q_lora_rank > 0) {
-    add_linear(specs, p + "q_a_proj", m.q_lora_rank, d, c.qkv_bias);
-    add_norm(specs, p + "q_a_layernorm.weight", m.q_lora_rank);
-    add_linear(specs, p + "q_b_proj", q_out, m.q_lora_rank, false);
+    add_linear(specs, p + n.q_a_proj, m.q_lora_rank, d, c.qkv_bias);
+    add_norm(specs, p + n.q_a_norm, m.q_lora_rank);
+    add_linear(specs, p + n.q_b_proj, q_out, m.q_lora_rank, false);
   } else {
-    add_linear(specs, p + "q_proj", q_out, d, false);
+    add_linear(specs, p + n.q_proj, q_out, d, false);
   }
-  add_linear(specs, p + "kv_a_proj_with_mqa", m.kv_lora_rank + m.qk_rope_head_dim, d, c.qkv_bias);
-  add_norm(specs, p + "kv_a_layernorm.weight", m.kv_lora_rank);
-  add_linear(specs, p + "kv_b_proj", heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, false);
-  add_linear(specs, p + "o_proj", d, heads * m.v_head_dim, c.o_bias);
+  add_linear(specs, p + n.kv_a_proj, m.kv_lora_rank + m.qk_rope_head_dim, d, c.qkv_bias);
+  add_norm(specs, p + n.kv_a_norm, m.kv_lora_rank);
+  add_linear(specs, p + n.kv_b_proj, heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, false);
+  add_linear(specs, p + n.o_proj, d, heads * m.v_head_dim, c.o_bias, TensorSpec::Role::kResidualWrite);
 }
 
 Status write_json(const std::string& path, const nlohmann::json& j) {
@@ -152,8 +159,7 @@ Result<ModelConfig> preset_model_config(const ArchSpec* arch, const std::string&
 
 namespace {
 std::vector<TensorSpec> unshaped_tensor_specs(const ModelConfig& c);
-void make_faithful_mtp(const ModelConfig& c, const WeightShaping& shaping, const std::string& prefix,
-                       TensorSpec& spec);
+void make_faithful_mtp(const ModelConfig& c, const WeightShaping& shaping, int layer, TensorSpec& spec);
 }  // namespace
 
 Status validate_weight_shaping(const WeightShaping& shaping) {
@@ -173,124 +179,128 @@ std::vector<TensorSpec> checkpoint_tensor_specs(const ModelConfig& c, const Weig
   std::vector<TensorSpec> specs = unshaped_tensor_specs(c);
   const bool damp = shaping.faithful_layers > 0 && shaping.late_layer_scale != 1.0f;
   for (TensorSpec& spec : specs) {
-    if (shaping.router_skew > 0.0f && spec.name == "model.embed_tokens.weight") spec.offset = 1.0f;
-    if (shaping.router_skew > 0.0f && spec.name.ends_with(std::string(".") + c.arch->router_name + ".weight")) {
+    if (shaping.router_skew > 0.0f && spec.role == TensorSpec::Role::kEmbedding) spec.offset = 1.0f;
+    if (shaping.router_skew > 0.0f && spec.role == TensorSpec::Role::kRouter) {
       spec.offset = shaping.router_skew / static_cast<float>(c.hidden_size);
       spec.offset_ramps = true;
     }
-    if (!damp || !spec.name.starts_with("model.layers.")) continue;
-    const int layer = std::stoi(spec.name.substr(13));
-    const bool residual_write = spec.name.ends_with("o_proj.weight") || spec.name.ends_with("down_proj.weight") ||
-                                spec.name.ends_with("experts.down_proj") ||
-                                spec.name.ends_with(std::string(".") + c.arch->expert_projections[2] + ".weight");
-    if (layer >= shaping.faithful_layers && layer < c.num_layers && residual_write) spec.a *= shaping.late_layer_scale;
+    if (damp && spec.role == TensorSpec::Role::kResidualWrite && spec.layer >= shaping.faithful_layers &&
+        spec.layer < c.num_layers) {
+      spec.a *= shaping.late_layer_scale;
+    }
   }
   if (shaping.faithful_layers > 0 && check_faithful_mtp(c, shaping).is_ok()) {
-    for (int k = 0; k < c.num_mtp_layers; ++k) {
-      const std::string prefix = "model.layers." + std::to_string(c.num_layers + k) + ".";
-      for (TensorSpec& spec : specs) {
-        if (spec.name.starts_with(prefix)) make_faithful_mtp(c, shaping, prefix, spec);
-      }
+    for (TensorSpec& spec : specs) {
+      if (spec.layer >= c.num_layers) make_faithful_mtp(c, shaping, spec.layer, spec);
     }
   }
   return specs;
 }
 
 namespace {
-// One decoder layer's tensors under model.layers.{layer}.
+// One decoder layer's tensors, each with its `layer`.
 void add_layer(std::vector<TensorSpec>& specs, const ModelConfig& c, int layer, bool is_moe) {
   using Init = TensorSpec::Init;
+  using Role = TensorSpec::Role;
+  const TensorNames& n = c.arch->names;
   const int64_t d = c.hidden_size;
-  const std::string p = "model.layers." + std::to_string(layer) + ".";
-  add_norm(specs, p + "input_layernorm.weight", d);
-  add_norm(specs, p + "post_attention_layernorm.weight", d);
+  const size_t first = specs.size();
+  const std::string p = n.layer_prefix(layer), attention = n.attention_prefix(layer);
+  add_norm(specs, p + n.input_norm, d);
+  add_norm(specs, p + n.post_attention_norm, d);
   if (c.mla.enabled()) {
-    add_latent_attention(specs, c, p + "self_attn.");
+    add_latent_attention(specs, c, layer);
   } else {
     const int64_t q_out = static_cast<int64_t>(c.num_heads) * c.head_dim;
     const int64_t kv_out = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
-    add_linear(specs, p + "self_attn.q_proj", q_out, d, c.qkv_bias);
-    add_linear(specs, p + "self_attn.k_proj", kv_out, d, c.qkv_bias);
-    add_linear(specs, p + "self_attn.v_proj", kv_out, d, c.qkv_bias);
-    add_linear(specs, p + "self_attn.o_proj", d, q_out, c.o_bias);
+    add_linear(specs, attention + n.q_proj, q_out, d, c.qkv_bias);
+    add_linear(specs, attention + n.k_proj, kv_out, d, c.qkv_bias);
+    add_linear(specs, attention + n.v_proj, kv_out, d, c.qkv_bias);
+    add_linear(specs, attention + n.o_proj, d, q_out, c.o_bias, Role::kResidualWrite);
   }
-  if (c.attention_sinks) add(specs, p + "self_attn.sinks", {c.num_heads}, Init::kNormal, 1.0f);
+  if (c.attention_sinks) add(specs, attention + n.sinks, {c.num_heads}, Init::kNormal, 1.0f);
   if (c.qk_norm) {
-    add_norm(specs, p + "self_attn.q_norm.weight", c.head_dim);
-    add_norm(specs, p + "self_attn.k_norm.weight", c.head_dim);
+    add_norm(specs, attention + n.q_norm, c.head_dim);
+    add_norm(specs, attention + n.k_norm, c.head_dim);
   }
   if (!is_moe) {
-    add_mlp(specs, p + "mlp.gate_proj", p + "mlp.up_proj", p + "mlp.down_proj", d, c.dense_intermediate_size);
-    return;
+    add_mlp(specs, n.mlp_prefix(layer), n.mlp_projections, d, c.dense_intermediate_size);
+  } else {
+    const std::string router = n.router_module(layer);
+    add_linear(specs, router, c.num_experts(), d, c.router_bias, Role::kRouter);
+    if (c.router_has_correction_bias) {
+      add(specs, router + "." + n.router_correction_bias, {c.num_experts()}, Init::kUniform, 0.0f, 0.1f, DType::kF32);
+    }
+    const size_t first_routed = specs.size();
+    if (c.stacked_experts) {  // [E, in, out] with interleaved gate/up outputs (docs/gpt-oss.md)
+      const std::string gate_up = n.experts_prefix(layer) + n.stacked_experts[0];
+      const std::string down = n.experts_prefix(layer) + n.stacked_experts[1];
+      const int64_t e = c.num_experts(), width = c.moe_intermediate_size;
+      add(specs, gate_up, {e, d, 2 * width}, Init::kNormal, static_cast<float>(1.0 / std::sqrt(d)));
+      add(specs, gate_up + "_bias", {e, 2 * width}, Init::kNormal, 0.1f);
+      add(specs, down, {e, width, d}, Init::kNormal, static_cast<float>(1.0 / std::sqrt(width)));
+      specs.back().role = Role::kResidualWrite;
+      add(specs, down + "_bias", {e, d}, Init::kNormal, 0.1f);
+    }
+    for (int e = 0; !c.stacked_experts && e < c.num_experts(); ++e) {
+      add_mlp(specs, n.expert_prefix(layer, e), n.expert_projections, d, c.moe_intermediate_size);
+    }
+    for (size_t s = first_routed; s < specs.size(); ++s) specs[s].routed_expert = true;
+    if (c.shared_expert != SharedExpertKind::kNone) {
+      add_mlp(specs, n.shared_expert_prefix(layer), n.mlp_projections, d, c.shared_intermediate_size);
+    }
+    if (c.shared_expert == SharedExpertKind::kSigmoidGated) {
+      add_linear(specs, n.moe_prefix(layer) + n.shared_expert_gate, 1, d, false);
+    }
   }
-  const std::string router = moe_block_prefix(c, layer) + c.arch->router_name;
-  add_linear(specs, router, c.num_experts(), d, c.router_bias);
-  if (c.router_has_correction_bias) {
-    add(specs, router + ".e_score_correction_bias", {c.num_experts()}, Init::kUniform, 0.0f,
-        0.1f, DType::kF32);
-  }
-  if (c.stacked_experts) {  // [E, in, out] with interleaved gate/up outputs (docs/gpt-oss.md)
-    const std::string x = moe_block_prefix(c, layer) + "experts.";
-    const int64_t e = c.num_experts(), width = c.moe_intermediate_size;
-    add(specs, x + "gate_up_proj", {e, d, 2 * width}, Init::kNormal, static_cast<float>(1.0 / std::sqrt(d)));
-    add(specs, x + "gate_up_proj_bias", {e, 2 * width}, Init::kNormal, 0.1f);
-    add(specs, x + "down_proj", {e, width, d}, Init::kNormal, static_cast<float>(1.0 / std::sqrt(width)));
-    add(specs, x + "down_proj_bias", {e, d}, Init::kNormal, 0.1f);
-  }
-  for (int e = 0; !c.stacked_experts && e < c.num_experts(); ++e) {
-    add_mlp(specs, expert_projection_prefix(c, layer, e, "gate"), expert_projection_prefix(c, layer, e, "up"),
-            expert_projection_prefix(c, layer, e, "down"), d, c.moe_intermediate_size);
-  }
-  if (c.shared_expert == SharedExpertKind::kSigmoidGated) {
-    add_mlp(specs, p + "mlp.shared_expert.gate_proj", p + "mlp.shared_expert.up_proj",
-            p + "mlp.shared_expert.down_proj", d, c.shared_intermediate_size);
-    add_linear(specs, p + "mlp.shared_expert_gate", 1, d, false);
-  } else if (c.shared_expert == SharedExpertKind::kUngated) {
-    add_mlp(specs, p + "mlp.shared_experts.gate_proj", p + "mlp.shared_experts.up_proj",
-            p + "mlp.shared_experts.down_proj", d, c.shared_intermediate_size);
-  }
+  for (size_t s = first; s < specs.size(); ++s) specs[s].layer = layer;
 }
 
 std::vector<TensorSpec> unshaped_tensor_specs(const ModelConfig& c) {
   using Init = TensorSpec::Init;
+  const TensorNames& n = c.arch->names;
+  const std::string embed = std::string(n.embed_tokens) + ".weight", lm_head = std::string(n.lm_head) + ".weight";
   std::vector<TensorSpec> specs;
   const int64_t d = c.hidden_size;
-  add(specs, "model.embed_tokens.weight", {c.vocab_size, d}, Init::kNormal, 1.0f);
+  add(specs, embed, {c.vocab_size, d}, Init::kNormal, 1.0f);
+  specs.back().role = TensorSpec::Role::kEmbedding;
   for (int layer = 0; layer < c.num_layers; ++layer) {
     add_layer(specs, c, layer, c.layer_is_moe[static_cast<size_t>(layer)]);
   }
-  add_norm(specs, "model.norm.weight", d);
+  add_norm(specs, n.final_norm, d);
   if (!c.tie_word_embeddings) {
-    add(specs, "lm_head.weight", {c.vocab_size, d}, Init::kNormal, static_cast<float>(2.0 / std::sqrt(d)));
+    add(specs, lm_head, {c.vocab_size, d}, Init::kNormal, static_cast<float>(2.0 / std::sqrt(d)));
   }
-  // The MTP modules with their release names (docs/mtp.md); embed_tokens and shared_head.head
-  // are copies of the main ones, as the release stores them.
+  // The MTP modules (docs/mtp.md); embed_tokens and shared_head.head are copies of the main
+  // ones, as the release stores them.
   for (int k = 0; k < c.num_mtp_layers; ++k) {
     const int layer = c.num_layers + k;
-    const std::string p = "model.layers." + std::to_string(layer) + ".";
-    add_norm(specs, p + "enorm.weight", d);
-    add_norm(specs, p + "hnorm.weight", d);
-    add_linear(specs, p + "eh_proj", d, 2 * d, false);
+    const std::string p = n.layer_prefix(layer);
+    const size_t first = specs.size();
+    add_norm(specs, p + n.mtp_enorm, d);
+    add_norm(specs, p + n.mtp_hnorm, d);
+    add_linear(specs, p + n.mtp_eh_proj, d, 2 * d, false);
     add_layer(specs, c, layer, /*is_moe=*/true);
-    add_norm(specs, p + "shared_head.norm.weight", d);
-    add(specs, p + "embed_tokens.weight", {c.vocab_size, d}, Init::kNormal, 0.0f);
-    specs.back().copy_of = "model.embed_tokens.weight";
-    add(specs, p + "shared_head.head.weight", {c.vocab_size, d}, Init::kNormal, 0.0f);
-    specs.back().copy_of = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    add_norm(specs, p + n.mtp_head_norm, d);
+    add(specs, p + n.mtp_embed_tokens + ".weight", {c.vocab_size, d}, Init::kNormal, 0.0f);
+    specs.back().copy_of = embed;
+    add(specs, p + n.mtp_head + ".weight", {c.vocab_size, d}, Init::kNormal, 0.0f);
+    specs.back().copy_of = c.tie_word_embeddings ? embed : lm_head;
+    for (size_t s = first; s < specs.size(); ++s) specs[s].layer = layer;
   }
   return specs;
 }
 
-// The faithful MTP layer's tensor `spec` (under `prefix`, model.layers.{num_layers + k}.) made
+// The faithful MTP layer's tensor `spec` (of `layer` = num_layers + k) made
 // from layer 0 (WeightShaping): x = eh_proj([enorm(e) | hnorm(g)]) = enorm(e) ~ e (enorm holds
 // the embedding rows' expected RMS), then layer 0's attention and MLP: a MoE layer 0 is copied
 // whole; a dense one [2I wide = shared I_s + routed I] is split into the shared expert (its
 // first I_s rows of gate/up, columns of down) and E identical routed experts (the rest, down
 // divided by routed_scaling_factor: the renormalised top-k weights sum to 1 before the scale).
-void make_faithful_mtp(const ModelConfig& c, const WeightShaping& shaping, const std::string& prefix,
-                       TensorSpec& spec) {
-  const std::string rest = spec.name.substr(prefix.size());
-  const std::string p0 = "model.layers.0.";
+void make_faithful_mtp(const ModelConfig& c, const WeightShaping& shaping, int layer, TensorSpec& spec) {
+  const TensorNames& n = c.arch->names;
+  const std::string p = n.layer_prefix(layer), p0 = n.layer_prefix(0);
+  const std::string rest = spec.name.substr(p.size());
   auto copy = [&](const std::string& source, int64_t row, int64_t column, float scale) {
     spec.copy_of = source;
     spec.copy_row = row;
@@ -301,24 +311,25 @@ void make_faithful_mtp(const ModelConfig& c, const WeightShaping& shaping, const
     spec.init = TensorSpec::Init::kUniform;
     spec.a = spec.b = value;
   };
+  auto is = [&](const char* module) { return rest == std::string(module) + ".weight"; };
   if (!spec.copy_of.empty()) return;  // embed_tokens, shared_head.head
-  if (rest == "enorm.weight") return constant(std::sqrt(1.0f + (shaping.router_skew > 0.0f ? 1.0f : 0.0f)));
-  if (rest == "hnorm.weight") return constant(1.0f);
-  if (rest == "eh_proj.weight") {
+  if (is(n.mtp_enorm)) return constant(std::sqrt(1.0f + (shaping.router_skew > 0.0f ? 1.0f : 0.0f)));
+  if (is(n.mtp_hnorm)) return constant(1.0f);
+  if (is(n.mtp_eh_proj)) {
     spec.init = TensorSpec::Init::kEye;
     spec.a = 1.0f;
     return;
   }
-  if (rest == "shared_head.norm.weight") return copy("model.norm.weight", 0, 0, 1.0f);
-  if (c.layer_is_moe[0] || !rest.starts_with("mlp.")) return copy(p0 + rest, 0, 0, 1.0f);
+  if (is(n.mtp_head_norm)) return copy(std::string(n.final_norm) + ".weight", 0, 0, 1.0f);
+  if (c.layer_is_moe[0] || !spec.name.starts_with(n.moe_prefix(layer))) return copy(p0 + rest, 0, 0, 1.0f);
   const int64_t shared_width = c.shared_intermediate_size;
-  const std::string shared = "mlp.shared_experts.", experts = "mlp.experts.";
-  for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
-    const std::string name = std::string(proj) + ".weight";
-    const bool down = std::string(proj) == "down_proj";
-    if (rest == shared + name) return copy(p0 + "mlp." + name, 0, 0, 1.0f);
-    if (rest.starts_with(experts) && rest.ends_with("." + name)) {
-      return copy(p0 + "mlp." + name, down ? 0 : shared_width, down ? shared_width : 0,
+  for (int proj : {TensorNames::kGate, TensorNames::kUp, TensorNames::kDown}) {
+    const std::string dense = n.mlp_prefix(0) + n.mlp_projections[proj] + ".weight";  // layer 0's MLP
+    const bool down = proj == TensorNames::kDown;
+    if (spec.name == n.shared_expert_prefix(layer) + n.mlp_projections[proj] + ".weight") return copy(dense, 0, 0, 1.0f);
+    if (spec.name.starts_with(n.experts_prefix(layer)) &&
+        spec.name.ends_with(std::string(".") + n.expert_projections[proj] + ".weight")) {
+      return copy(dense, down ? 0 : shared_width, down ? shared_width : 0,
                   down ? 1.0f / c.router.routed_scaling_factor : 1.0f);
     }
   }
@@ -342,16 +353,11 @@ Status check_faithful_mtp(const ModelConfig& c, const WeightShaping& shaping) {
 
 ParameterCounts count_parameters(const ModelConfig& c) {
   ParameterCounts counts;
-  const std::string expert_marker = ".experts.";
   for (const TensorSpec& spec : checkpoint_tensor_specs(c)) {
-    // The MTP layers (named from num_layers on, after every main layer) are not the model's.
-    if (c.num_mtp_layers > 0 && spec.name.starts_with("model.layers.") && std::stoi(spec.name.substr(13)) >= c.num_layers) {
-      continue;
-    }
+    if (spec.layer >= c.num_layers) continue;  // an MTP module (layer num_layers + k), not the model's
     const int64_t numel = shape_numel(spec.shape);
     counts.total += numel;
-    const bool routed = spec.name.find(expert_marker) != std::string::npos;
-    counts.active_per_token += routed ? 0 : numel;
+    counts.active_per_token += spec.routed_expert ? 0 : numel;
   }
   int num_moe = 0;
   for (bool moe : c.layer_is_moe) num_moe += moe ? 1 : 0;

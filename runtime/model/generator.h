@@ -55,6 +55,17 @@ struct TensorSpec {
   std::string copy_of;
   int64_t copy_row = 0, copy_column = 0;
   float copy_scale = 1.0f;
+  // What the tensor is, for WeightShaping and count_parameters, which never parse a name (the
+  // names are the architecture's: runtime/model/arch/tensor_names.h).
+  enum class Role {
+    kOther,
+    kEmbedding,      // the model's token embedding (not an MTP module's copy)
+    kRouter,         // a router's weight
+    kResidualWrite,  // o_proj's weight and every down projection's (stacked experts: down_proj)
+  };
+  Role role = Role::kOther;
+  int layer = -1;              // its decoder layer (num_layers + k: MTP module k); -1 outside the layers
+  bool routed_expert = false;  // a routed expert's tensor (top-k of them are active per token)
 };
 
 // Optional deformations of the random weights, for tests and benchmarks. Each default

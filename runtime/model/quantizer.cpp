@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -22,21 +23,31 @@ namespace {
 
 using nlohmann::json;
 
-// Kept in full precision: embeddings, lm_head, every registered architecture's router
-// ("*." + MoE block + "gate") and the shared-expert gate; the DeepSeek MTP layer's eh_proj and
-// shared_head.head (BF16 in the FP8 release; docs/mtp.md), its block quantised as any layer.
-std::vector<std::string> default_excludes() {
-  std::vector<std::string> excludes = {"*embed_tokens", "lm_head", "*.eh_proj", "*.shared_head.head"};
-  for (const ArchSpec* arch : registered_architectures()) {
-    const std::string router = std::string("*.") + arch->moe_block + arch->router_name;
-    if (std::find(excludes.begin(), excludes.end(), router) == excludes.end()) excludes.push_back(router);
-  }
-  excludes.push_back("*shared_expert_gate");
+// Kept in full precision (globs over module names, the checkpoint architecture's): the
+// embedding, lm_head (unless `quantize_lm_head`), the routers and the shared-expert gates; the
+// DeepSeek MTP layers' embed_tokens, eh_proj and shared_head.head (BF16 in the FP8 release;
+// docs/mtp.md), their blocks quantised as any layer.
+std::vector<std::string> default_excludes(const TensorNames& n, bool quantize_lm_head) {
+  std::vector<std::string> excludes = {
+      n.embed_tokens, n.every_layer({n.moe_block, n.router}), n.every_layer({n.moe_block, n.shared_expert_gate}),
+      n.every_layer({n.mtp_embed_tokens}), n.every_layer({n.mtp_eh_proj}), n.every_layer({n.mtp_head})};
+  if (!quantize_lm_head) excludes.push_back(n.lm_head);
   return excludes;
 }
 
 bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// How the stacked experts' names end (docs/gpt-oss.md): ".experts.gate_up_proj", ".experts.down_proj".
+std::array<std::string, 2> stacked_expert_suffixes(const TensorNames& n) {
+  const std::string experts = std::string(".") + n.experts + ".";
+  return {experts + n.stacked_experts[0], experts + n.stacked_experts[1]};
+}
+
+// A stacked experts tensor: [E, in, out] in the BF16 layout.
+bool is_stacked_experts(const std::array<std::string, 2>& suffixes, const std::string& name, const TensorView& view) {
+  return view.ndim() == 3 && (ends_with(name, suffixes[0]) || ends_with(name, suffixes[1]));
 }
 
 // Owns the bytes of every output tensor until the shards are written.
@@ -112,12 +123,6 @@ json quantization_config(quant::WeightFormat format, const std::vector<std::stri
   return {};
 }
 
-// Stacked experts (docs/gpt-oss.md): `*.experts.gate_up_proj` / `*.experts.down_proj`,
-// [E, in, out] in the BF16 layout.
-bool is_stacked_experts(const std::string& name, const TensorView& view) {
-  return view.ndim() == 3 && (ends_with(name, ".experts.gate_up_proj") || ends_with(name, ".experts.down_proj"));
-}
-
 // The gpt-oss MXFP4 release layout of one stacked tensor: each expert transposed to
 // [out, in] and quantized, written as NAME_blocks [E, out, in/32, 16] and NAME_scales
 // [E, out, in/32]. Returns packed bytes.
@@ -175,20 +180,22 @@ Result<QuantizeReport> quantize_checkpoint(const std::string& in_dir, const std:
   if (config.contains("quantization_config")) {
     return invalid_argument(in_dir + " is already quantized (config.json has 'quantization_config')");
   }
-  std::vector<std::string> excludes = default_excludes();
-  if (options.quantize_lm_head) excludes.erase(std::find(excludes.begin(), excludes.end(), "lm_head"));
+  MOERT_ASSIGN_OR_RETURN(const ArchSpec* arch, architecture_of_config(config));
+  const TensorNames& n = arch->names;
+  std::vector<std::string> excludes = default_excludes(n, options.quantize_lm_head);
   excludes.insert(excludes.end(), options.exclude_patterns.begin(), options.exclude_patterns.end());
 
   QuantizeReport report;
   OutputTensors out;
   // A checkpoint with stacked experts (gpt-oss) quantized to MXFP4 takes the release layout:
   // only the experts are MXFP4; attention, router, embeddings and lm_head stay as they are.
+  const std::array<std::string, 2> stacked_suffixes = stacked_expert_suffixes(n);
   bool stacked = false;
-  for (const std::string& name : checkpoint.tensor_names()) stacked = stacked || ends_with(name, ".experts.gate_up_proj");
+  for (const std::string& name : checkpoint.tensor_names()) stacked = stacked || ends_with(name, stacked_suffixes[0]);
   const bool release_mxfp4 = stacked && options.format == quant::WeightFormat::kMxfp4;
   for (const std::string& name : checkpoint.tensor_names()) {
     MOERT_ASSIGN_OR_RETURN(TensorView view, checkpoint.get(name));
-    if (release_mxfp4 && is_stacked_experts(name, view)) {
+    if (release_mxfp4 && is_stacked_experts(stacked_suffixes, name, view)) {
       Result<int64_t> bytes = quantize_stacked_mxfp4(name, view, out);
       if (!bytes.is_ok()) return bytes.status().with_context("tensor '" + name + "'");
       report.quantized_bytes += bytes.value();
@@ -196,7 +203,7 @@ Result<QuantizeReport> quantize_checkpoint(const std::string& in_dir, const std:
       ++report.quantized_tensors;
       continue;
     }
-    if (release_mxfp4 || is_stacked_experts(name, view)) {  // kept: other formats have no stacked layout
+    if (release_mxfp4 || is_stacked_experts(stacked_suffixes, name, view)) {  // kept: other formats have no stacked layout
       out.add_copy(name, view);
       ++report.kept_tensors;
       continue;
@@ -222,8 +229,8 @@ Result<QuantizeReport> quantize_checkpoint(const std::string& in_dir, const std:
   MOERT_RETURN_IF_ERROR(io::write_sharded_checkpoint(out_dir, out.named(), options.max_shard_bytes));
   config["quantization_config"] = quantization_config(options.format, report.excluded);
   if (release_mxfp4) {
-    config["quantization_config"]["modules_to_not_convert"] = {"model.layers.*.self_attn", "model.layers.*.mlp.router",
-                                                               "model.embed_tokens", "lm_head"};
+    config["quantization_config"]["modules_to_not_convert"] = {
+        n.every_layer({n.attention}), n.every_layer({n.moe_block, n.router}), n.embed_tokens, n.lm_head};
   }
   MOERT_RETURN_IF_ERROR(write_text(out_dir + "/config.json", config.dump(2) + "\n"));
   if (options.format == quant::WeightFormat::kNvfp4 || options.format == quant::WeightFormat::kFp8Tensor) {

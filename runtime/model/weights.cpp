@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <unordered_set>
 
@@ -25,8 +24,6 @@ Result<std::vector<float>> widen_to_f32(const std::string& name, const TensorVie
 }
 
 namespace {
-
-std::string layer_prefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
 
 class WeightBinder {
  public:
@@ -104,12 +101,13 @@ class WeightBinder {
     return linear;
   }
 
-  Result<GatedMlp> mlp(const std::string& gate, const std::string& up, const std::string& down, int64_t hidden,
+  // projections: gate, up, down under `prefix` (TensorNames::Projection order).
+  Result<GatedMlp> mlp(const std::string& prefix, const std::array<const char*, 3>& projections, int64_t hidden,
                        int64_t width) const {
     GatedMlp mlp;
-    MOERT_ASSIGN_OR_RETURN(mlp.gate, linear(gate, width, hidden, false));
-    MOERT_ASSIGN_OR_RETURN(mlp.up, linear(up, width, hidden, false));
-    MOERT_ASSIGN_OR_RETURN(mlp.down, linear(down, hidden, width, false));
+    MOERT_ASSIGN_OR_RETURN(mlp.gate, linear(prefix + projections[TensorNames::kGate], width, hidden, false));
+    MOERT_ASSIGN_OR_RETURN(mlp.up, linear(prefix + projections[TensorNames::kUp], width, hidden, false));
+    MOERT_ASSIGN_OR_RETURN(mlp.down, linear(prefix + projections[TensorNames::kDown], hidden, width, false));
     return mlp;
   }
 
@@ -182,10 +180,12 @@ void gather_rows(const uint8_t* in, int64_t rows, int64_t row_bytes, int64_t fir
 // gate [I, D], up [I, D] (de-interleaved: gate_up output 2j is gate j, 2j+1 is up j) and
 // down [D, I], with their biases. MXFP4 blocks are [E, out, in/32, 16] and only need their
 // rows split; dense ones are [E, in, out] and are transposed into owned [out, in] copies.
-Status bind_stacked_experts(const ModelConfig& c, const io::Checkpoint& checkpoint, const WeightBinder& w,
-                            const std::string& p, MoeWeights& moe, std::vector<Buffer>& owned) {
+Status bind_stacked_experts(const ModelConfig& c, const io::Checkpoint& checkpoint, const WeightBinder& w, int layer,
+                            MoeWeights& moe, std::vector<Buffer>& owned) {
   const int64_t num_experts = c.num_experts(), d = c.hidden_size, width = c.moe_intermediate_size;
-  const std::string gu = p + "experts.gate_up_proj", down = p + "experts.down_proj";
+  const TensorNames& n = c.arch->names;
+  const std::string experts = n.experts_prefix(layer);
+  const std::string gu = experts + n.stacked_experts[0], down = experts + n.stacked_experts[1];
   MOERT_ASSIGN_OR_RETURN(std::vector<float> gu_bias, w.vector_shaped(gu + "_bias", {num_experts, 2 * width}));
   MOERT_ASSIGN_OR_RETURN(std::vector<float> down_bias, w.vector_shaped(down + "_bias", {num_experts, d}));
   const bool mxfp4 = checkpoint.find(gu + "_blocks") != nullptr;
@@ -273,42 +273,44 @@ Status split_kv_b_proj(const ModelConfig& c, const quant::LinearWeight& kv_b, At
 
 Result<AttentionWeights> bind_latent_attention(const ModelConfig& c, const WeightBinder& w, int layer,
                                                std::vector<Buffer>& owned) {
-  const std::string p = layer_prefix(layer) + "self_attn.";
+  const TensorNames& n = c.arch->names;
+  const std::string p = n.attention_prefix(layer);
   const LatentAttentionDims& m = c.mla;
   const int64_t heads = c.num_heads, q_head = m.qk_nope_head_dim + m.qk_rope_head_dim;
   AttentionWeights a;
   if (m.q_lora_rank > 0) {
-    MOERT_ASSIGN_OR_RETURN(a.q_a, w.linear(p + "q_a_proj", m.q_lora_rank, c.hidden_size, c.qkv_bias));
-    MOERT_ASSIGN_OR_RETURN(a.q_a_norm, w.vector(p + "q_a_layernorm.weight", m.q_lora_rank));
-    MOERT_ASSIGN_OR_RETURN(a.q, w.linear(p + "q_b_proj", heads * q_head, m.q_lora_rank, false));
+    MOERT_ASSIGN_OR_RETURN(a.q_a, w.linear(p + n.q_a_proj, m.q_lora_rank, c.hidden_size, c.qkv_bias));
+    MOERT_ASSIGN_OR_RETURN(a.q_a_norm, w.vector(p + n.q_a_norm + ".weight", m.q_lora_rank));
+    MOERT_ASSIGN_OR_RETURN(a.q, w.linear(p + n.q_b_proj, heads * q_head, m.q_lora_rank, false));
   } else {
-    MOERT_ASSIGN_OR_RETURN(a.q, w.linear(p + "q_proj", heads * q_head, c.hidden_size, false));
+    MOERT_ASSIGN_OR_RETURN(a.q, w.linear(p + n.q_proj, heads * q_head, c.hidden_size, false));
   }
-  MOERT_ASSIGN_OR_RETURN(a.kv_a, w.linear(p + "kv_a_proj_with_mqa", m.kv_lora_rank + m.qk_rope_head_dim,
+  MOERT_ASSIGN_OR_RETURN(a.kv_a, w.linear(p + n.kv_a_proj, m.kv_lora_rank + m.qk_rope_head_dim,
                                           c.hidden_size, c.qkv_bias));
-  MOERT_ASSIGN_OR_RETURN(a.kv_a_norm, w.vector(p + "kv_a_layernorm.weight", m.kv_lora_rank));
-  MOERT_ASSIGN_OR_RETURN(Linear kv_b, w.linear(p + "kv_b_proj", heads * (m.qk_nope_head_dim + m.v_head_dim),
+  MOERT_ASSIGN_OR_RETURN(a.kv_a_norm, w.vector(p + n.kv_a_norm + ".weight", m.kv_lora_rank));
+  MOERT_ASSIGN_OR_RETURN(Linear kv_b, w.linear(p + n.kv_b_proj, heads * (m.qk_nope_head_dim + m.v_head_dim),
                                                m.kv_lora_rank, false));
   MOERT_RETURN_IF_ERROR(split_kv_b_proj(c, kv_b.weight, a, owned));
-  MOERT_ASSIGN_OR_RETURN(a.o, w.linear(p + "o_proj", c.hidden_size, heads * m.v_head_dim, c.o_bias));
+  MOERT_ASSIGN_OR_RETURN(a.o, w.linear(p + n.o_proj, c.hidden_size, heads * m.v_head_dim, c.o_bias));
   return a;
 }
 
 Result<AttentionWeights> bind_attention(const ModelConfig& c, const WeightBinder& w, int layer) {
-  const std::string p = layer_prefix(layer) + "self_attn.";
+  const TensorNames& n = c.arch->names;
+  const std::string p = n.attention_prefix(layer);
   const int64_t q_out = static_cast<int64_t>(c.num_heads) * c.head_dim;
   const int64_t kv_out = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
   AttentionWeights a;
-  MOERT_ASSIGN_OR_RETURN(a.q, w.linear(p + "q_proj", q_out, c.hidden_size, c.qkv_bias));
-  MOERT_ASSIGN_OR_RETURN(a.k, w.linear(p + "k_proj", kv_out, c.hidden_size, c.qkv_bias));
-  MOERT_ASSIGN_OR_RETURN(a.v, w.linear(p + "v_proj", kv_out, c.hidden_size, c.qkv_bias));
-  MOERT_ASSIGN_OR_RETURN(a.o, w.linear(p + "o_proj", c.hidden_size, q_out, c.o_bias));
+  MOERT_ASSIGN_OR_RETURN(a.q, w.linear(p + n.q_proj, q_out, c.hidden_size, c.qkv_bias));
+  MOERT_ASSIGN_OR_RETURN(a.k, w.linear(p + n.k_proj, kv_out, c.hidden_size, c.qkv_bias));
+  MOERT_ASSIGN_OR_RETURN(a.v, w.linear(p + n.v_proj, kv_out, c.hidden_size, c.qkv_bias));
+  MOERT_ASSIGN_OR_RETURN(a.o, w.linear(p + n.o_proj, c.hidden_size, q_out, c.o_bias));
   if (c.attention_sinks) {
-    MOERT_ASSIGN_OR_RETURN(a.sinks, w.vector(p + "sinks", c.num_heads));
+    MOERT_ASSIGN_OR_RETURN(a.sinks, w.vector(p + n.sinks, c.num_heads));
   }
   if (c.qk_norm) {
-    MOERT_ASSIGN_OR_RETURN(a.q_norm, w.vector(p + "q_norm.weight", c.head_dim));
-    MOERT_ASSIGN_OR_RETURN(a.k_norm, w.vector(p + "k_norm.weight", c.head_dim));
+    MOERT_ASSIGN_OR_RETURN(a.q_norm, w.vector(p + n.q_norm + ".weight", c.head_dim));
+    MOERT_ASSIGN_OR_RETURN(a.k_norm, w.vector(p + n.k_norm + ".weight", c.head_dim));
   }
   return a;
 }
@@ -316,32 +318,32 @@ Result<AttentionWeights> bind_attention(const ModelConfig& c, const WeightBinder
 Result<MoeWeights> bind_moe(const ModelConfig& c, const io::Checkpoint& checkpoint, const WeightBinder& w, int layer,
                             std::vector<Buffer>& owned) {
   MoeWeights moe;
-  const std::string p = moe_block_prefix(c, layer);
-  const std::string router = p + c.arch->router_name;
+  const TensorNames& n = c.arch->names;
+  const std::string p = n.moe_prefix(layer);
+  const std::string router = n.router_module(layer);
   MOERT_ASSIGN_OR_RETURN(moe.router, w.matrix(router + ".weight", c.num_experts(), c.hidden_size));
   if (c.router_bias) {
     MOERT_ASSIGN_OR_RETURN(moe.router_bias, w.vector(router + ".bias", c.num_experts()));
   }
   if (c.router_has_correction_bias) {
-    MOERT_ASSIGN_OR_RETURN(moe.correction_bias, w.vector(router + ".e_score_correction_bias", c.num_experts()));
+    MOERT_ASSIGN_OR_RETURN(moe.correction_bias, w.vector(router + "." + n.router_correction_bias, c.num_experts()));
   }
   moe.expert_activation = c.expert_activation;
   if (c.stacked_experts) {
-    MOERT_RETURN_IF_ERROR(bind_stacked_experts(c, checkpoint, w, p, moe, owned));
+    MOERT_RETURN_IF_ERROR(bind_stacked_experts(c, checkpoint, w, layer, moe, owned));
   }
   for (int e = 0; !c.stacked_experts && e < c.num_experts(); ++e) {
-    MOERT_ASSIGN_OR_RETURN(GatedMlp expert,
-                           w.mlp(expert_projection_prefix(c, layer, e, "gate"), expert_projection_prefix(c, layer, e, "up"),
-                                 expert_projection_prefix(c, layer, e, "down"), c.hidden_size, c.moe_intermediate_size));
+    MOERT_ASSIGN_OR_RETURN(GatedMlp expert, w.mlp(n.expert_prefix(layer, e), n.expert_projections, c.hidden_size,
+                                                  c.moe_intermediate_size));
     moe.experts.push_back(std::move(expert));
   }
   if (c.shared_expert != SharedExpertKind::kNone) {
-    const std::string s = p + (c.shared_expert == SharedExpertKind::kSigmoidGated ? "shared_expert." : "shared_experts.");
-    MOERT_ASSIGN_OR_RETURN(GatedMlp shared, w.mlp(s + "gate_proj", s + "up_proj", s + "down_proj", c.hidden_size,
+    MOERT_ASSIGN_OR_RETURN(GatedMlp shared, w.mlp(n.shared_expert_prefix(layer), n.mlp_projections, c.hidden_size,
                                                   c.shared_intermediate_size));
     moe.shared_expert = std::move(shared);
     if (c.shared_expert == SharedExpertKind::kSigmoidGated) {
-      MOERT_ASSIGN_OR_RETURN(moe.shared_expert_gate, w.matrix(p + "shared_expert_gate.weight", 1, c.hidden_size));
+      MOERT_ASSIGN_OR_RETURN(moe.shared_expert_gate,
+                             w.matrix(p + n.shared_expert_gate + ".weight", 1, c.hidden_size));
     }
   }
   return moe;
@@ -350,9 +352,10 @@ Result<MoeWeights> bind_moe(const ModelConfig& c, const io::Checkpoint& checkpoi
 Result<LayerWeights> bind_layer(const ModelConfig& c, const io::Checkpoint& checkpoint, const WeightBinder& w,
                                 int layer, bool is_moe, std::vector<Buffer>& owned) {
   LayerWeights l;
-  const std::string p = layer_prefix(layer);
-  MOERT_ASSIGN_OR_RETURN(l.input_norm, w.vector(p + "input_layernorm.weight", c.hidden_size));
-  MOERT_ASSIGN_OR_RETURN(l.post_attention_norm, w.vector(p + "post_attention_layernorm.weight", c.hidden_size));
+  const TensorNames& n = c.arch->names;
+  const std::string p = n.layer_prefix(layer);
+  MOERT_ASSIGN_OR_RETURN(l.input_norm, w.vector(p + n.input_norm + ".weight", c.hidden_size));
+  MOERT_ASSIGN_OR_RETURN(l.post_attention_norm, w.vector(p + n.post_attention_norm + ".weight", c.hidden_size));
   if (c.mla.enabled()) {
     MOERT_ASSIGN_OR_RETURN(l.attention, bind_latent_attention(c, w, layer, owned));
   } else {
@@ -362,8 +365,8 @@ Result<LayerWeights> bind_layer(const ModelConfig& c, const io::Checkpoint& chec
   if (l.is_moe) {
     MOERT_ASSIGN_OR_RETURN(l.moe, bind_moe(c, checkpoint, w, layer, owned));
   } else {
-    MOERT_ASSIGN_OR_RETURN(l.dense_mlp, w.mlp(p + "mlp.gate_proj", p + "mlp.up_proj", p + "mlp.down_proj",
-                                              c.hidden_size, c.dense_intermediate_size));
+    MOERT_ASSIGN_OR_RETURN(l.dense_mlp,
+                           w.mlp(n.mlp_prefix(layer), n.mlp_projections, c.hidden_size, c.dense_intermediate_size));
   }
   return l;
 }
@@ -378,23 +381,26 @@ Status bind_mtp(const ModelConfig& c, const io::Checkpoint& checkpoint, const We
                             std::to_string(c.num_mtp_layers) + ")");
   }
   const int64_t d = c.hidden_size;
+  const TensorNames& n = c.arch->names;
   for (int k = 0; k < c.num_mtp_layers; ++k) {
     const int layer = c.num_layers + k;
-    const std::string p = layer_prefix(layer);
-    if (checkpoint.find(p + "eh_proj.weight") == nullptr) {
+    const std::string p = n.layer_prefix(layer);
+    const std::string eh_proj = p + n.mtp_eh_proj, embed = p + n.mtp_embed_tokens + ".weight";
+    const std::string head = p + n.mtp_head;
+    if (checkpoint.find(eh_proj + ".weight") == nullptr) {
       return invalid_argument("config.json num_nextn_predict_layers = " + std::to_string(c.num_mtp_layers) +
-                              " but the checkpoint has no '" + p + "eh_proj.weight' (its MTP layer was left out)");
+                              " but the checkpoint has no '" + eh_proj + ".weight' (its MTP layer was left out)");
     }
     MtpWeights t;
-    MOERT_ASSIGN_OR_RETURN(t.enorm, w.vector(p + "enorm.weight", d));
-    MOERT_ASSIGN_OR_RETURN(t.hnorm, w.vector(p + "hnorm.weight", d));
-    MOERT_ASSIGN_OR_RETURN(t.eh_proj, w.linear(p + "eh_proj", d, 2 * d, false));
-    MOERT_ASSIGN_OR_RETURN(t.head_norm, w.vector(p + "shared_head.norm.weight", d));
-    if (checkpoint.find(p + "embed_tokens.weight") != nullptr) {
-      MOERT_ASSIGN_OR_RETURN(t.embed_tokens, w.matrix(p + "embed_tokens.weight", c.vocab_size, d));
+    MOERT_ASSIGN_OR_RETURN(t.enorm, w.vector(p + n.mtp_enorm + ".weight", d));
+    MOERT_ASSIGN_OR_RETURN(t.hnorm, w.vector(p + n.mtp_hnorm + ".weight", d));
+    MOERT_ASSIGN_OR_RETURN(t.eh_proj, w.linear(eh_proj, d, 2 * d, false));
+    MOERT_ASSIGN_OR_RETURN(t.head_norm, w.vector(p + n.mtp_head_norm + ".weight", d));
+    if (checkpoint.find(embed) != nullptr) {
+      MOERT_ASSIGN_OR_RETURN(t.embed_tokens, w.matrix(embed, c.vocab_size, d));
     }
-    if (checkpoint.find(p + "shared_head.head.weight") != nullptr) {
-      MOERT_ASSIGN_OR_RETURN(t.head, w.linear_weight(p + "shared_head.head", c.vocab_size, d));
+    if (checkpoint.find(head + ".weight") != nullptr) {
+      MOERT_ASSIGN_OR_RETURN(t.head, w.linear_weight(head, c.vocab_size, d));
     }
     MOERT_ASSIGN_OR_RETURN(LayerWeights block, bind_layer(c, checkpoint, w, layer, /*is_moe=*/true, m.owned));
     m.layers.push_back(std::move(block));
@@ -540,39 +546,28 @@ std::string describe_weight_formats(const ModelWeights& m) {
   return "attention " + attention + ", experts " + experts + ", lm_head " + m.lm_head.format_name();
 }
 
-std::string moe_block_prefix(const ModelConfig& config, int layer) {
-  return layer_prefix(layer) + config.arch->moe_block;
-}
-
-std::string expert_projection_prefix(const ModelConfig& config, int layer, int expert, const char* projection) {
-  const std::string proj(projection);
-  const std::string experts = moe_block_prefix(config, layer) + "experts." + std::to_string(expert) + ".";
-  const auto& names = config.arch->expert_projections;
-  return experts + (proj == "gate" ? names[0] : proj == "up" ? names[1] : names[2]);
-}
-
 Result<ModelWeights> bind_model_weights(const ModelConfig& c, const io::Checkpoint& checkpoint, bool mtp) {
+  const TensorNames& n = c.arch->names;
   // A checkpoint with more layers than the config runs would be served truncated: refused.
   for (const std::string& name : checkpoint.tensor_names()) {
-    if (name.rfind("model.layers.", 0) != 0) continue;
-    const long layer = std::strtol(name.c_str() + 13, nullptr, 10);
-    if (layer >= static_cast<long>(c.num_layers) + c.num_unused_extra_layers) {
+    const int layer = n.layer_of(name);
+    if (layer >= 0 && static_cast<int64_t>(layer) >= static_cast<int64_t>(c.num_layers) + c.num_unused_extra_layers) {
       return invalid_argument("the checkpoint holds layer " + std::to_string(layer) + " ('" + name +
                               "') but config.json has num_hidden_layers = " + std::to_string(c.num_layers));
     }
   }
   WeightBinder w(checkpoint);
   ModelWeights m;
-  MOERT_ASSIGN_OR_RETURN(m.embed_tokens, w.matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
+  MOERT_ASSIGN_OR_RETURN(m.embed_tokens, w.matrix(std::string(n.embed_tokens) + ".weight", c.vocab_size, c.hidden_size));
   for (int layer = 0; layer < c.num_layers; ++layer) {
     MOERT_ASSIGN_OR_RETURN(LayerWeights l, bind_layer(c, checkpoint, w, layer, c.layer_is_moe[static_cast<size_t>(layer)], m.owned));
     m.layers.push_back(std::move(l));
   }
-  MOERT_ASSIGN_OR_RETURN(m.final_norm, w.vector("model.norm.weight", c.hidden_size));
-  if (c.tie_word_embeddings && checkpoint.find("lm_head.weight") == nullptr) {
+  MOERT_ASSIGN_OR_RETURN(m.final_norm, w.vector(std::string(n.final_norm) + ".weight", c.hidden_size));
+  if (c.tie_word_embeddings && checkpoint.find(std::string(n.lm_head) + ".weight") == nullptr) {
     m.lm_head = quant::LinearWeight::from_dense(m.embed_tokens);
   } else {
-    MOERT_ASSIGN_OR_RETURN(m.lm_head, w.linear_weight("lm_head", c.vocab_size, c.hidden_size));
+    MOERT_ASSIGN_OR_RETURN(m.lm_head, w.linear_weight(n.lm_head, c.vocab_size, c.hidden_size));
   }
   if (mtp) MOERT_RETURN_IF_ERROR(bind_mtp(c, checkpoint, w, m));
   return m;

@@ -1,5 +1,5 @@
 // ModelWeights: every tensor the forward reads, looked up once by its Hugging Face name
-// (docs/moe.md §1) and shape-checked against the ModelConfig. Matrices stay views into
+// (docs/moe.md §1; the architecture's TensorNames, arch/tensor_names.h) and shape-checked against the ModelConfig. Matrices stay views into
 // the mmapped checkpoint (F32/BF16/F16, read in place); vectors (norms, biases, router
 // correction biases) are widened to F32 copies.
 #pragma once
@@ -154,12 +154,5 @@ struct LoadOptions {
   bool mtp = false;
 };
 Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, const LoadOptions& options = {});
-
-// Checkpoint tensor names, per architecture (docs/moe.md §1; ArchSpec::moe_block and
-// ArchSpec::expert_projections), without the ".weight" suffix.
-// "model.layers.{i}." + the architecture's MoE block ("mlp." for most).
-std::string moe_block_prefix(const ModelConfig& config, int layer);
-// projection: "gate", "up" or "down", named as the architecture names them ("gate_proj", ...).
-std::string expert_projection_prefix(const ModelConfig& config, int layer, int expert, const char* projection);
 
 }  // namespace moert

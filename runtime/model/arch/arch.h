@@ -13,6 +13,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/status.h"
+#include "runtime/model/arch/tensor_names.h"
 
 namespace moert {
 
@@ -65,12 +66,9 @@ struct ArchSpec {
   void (*to_json)(const ModelConfig& config, nlohmann::json& j);
   // make-model: the preset's architecture choices on top of the size preset.
   void (*apply_preset)(ModelConfig* config);
-  // Checkpoint naming: the MoE block under "model.layers.{i}." ("mlp.") and the expert
-  // projection names for gate, up, down ("gate_proj", "up_proj", "down_proj").
-  const char* moe_block;
-  std::array<const char*, 3> expert_projections;
-  // The router's tensor name inside the MoE block ("gate" -> "mlp.gate.weight").
-  const char* router_name = "gate";
+  // Every checkpoint tensor name (tensor_names.h); the file sets the pieces that differ
+  // from the Hugging Face defaults. The loader, make-model and the quantizer read only these.
+  TensorNames names;
   // False: make-model cannot write this architecture's checkpoints yet.
   bool has_generator = true;
 };
@@ -82,6 +80,8 @@ const ArchSpec* default_architecture();
 const ArchSpec* find_architecture(std::string_view name);
 // By HF class name only; unsupported "unknown architecture 'X' (supported: A, B, ...)".
 Result<const ArchSpec*> architecture_from_name(const std::string& name);
+// The one a config.json object's `architectures` list names first; an error when it names none.
+Result<const ArchSpec*> architecture_of_config(const nlohmann::json& config);
 // All HF class names, comma separated, for error messages.
 std::string supported_architecture_names();
 // The preferred short name of each architecture, comma separated.

@@ -109,8 +109,7 @@ extern const ArchSpec deepseek_v3 = {
     .parse = parse,
     .to_json = to_json,
     .apply_preset = apply_preset,
-    .moe_block = "mlp.",
-    .expert_projections = {"gate_proj", "up_proj", "down_proj"},
+    .names = {},
 };
 
 }  // namespace moert::arch

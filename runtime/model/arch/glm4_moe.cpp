@@ -53,8 +53,7 @@ extern const ArchSpec glm4_moe = {
     .parse = parse,
     .to_json = to_json,
     .apply_preset = apply_preset,
-    .moe_block = "mlp.",
-    .expert_projections = {"gate_proj", "up_proj", "down_proj"},
+    .names = {},
 };
 
 }  // namespace moert::arch

@@ -107,9 +107,7 @@ extern const ArchSpec gpt_oss = {
     .parse = parse,
     .to_json = to_json,
     .apply_preset = apply_preset,
-    .moe_block = "mlp.",
-    .expert_projections = {"gate_up_proj", "gate_up_proj", "down_proj"},
-    .router_name = "router",
+    .names = {.router = "router"},
 };
 
 }  // namespace moert::arch

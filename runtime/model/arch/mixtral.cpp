@@ -46,8 +46,7 @@ extern const ArchSpec mixtral = {
     .parse = parse,
     .to_json = to_json,
     .apply_preset = apply_preset,
-    .moe_block = "block_sparse_moe.",
-    .expert_projections = {"w1", "w3", "w2"},
+    .names = {.moe_block = "block_sparse_moe", .expert_projections = {"w1", "w3", "w2"}},
 };
 
 }  // namespace moert::arch

@@ -42,8 +42,7 @@ extern const ArchSpec qwen2_moe = {
     .parse = parse,
     .to_json = to_json,
     .apply_preset = apply_preset,
-    .moe_block = kQwenMoeBlock,
-    .expert_projections = kQwenExpertProjections,
+    .names = {.shared_expert = "shared_expert"},
 };
 
 }  // namespace moert::arch

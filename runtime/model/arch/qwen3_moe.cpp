@@ -37,8 +37,7 @@ extern const ArchSpec qwen3_moe = {
     .parse = parse,
     .to_json = to_json,
     .apply_preset = apply_preset,
-    .moe_block = kQwenMoeBlock,
-    .expert_projections = kQwenExpertProjections,
+    .names = {},
 };
 
 }  // namespace moert::arch

@@ -1,4 +1,4 @@
-// What Qwen2-MoE and Qwen3-MoE share: routing and layer-kind keys, and their names.
+// What Qwen2-MoE and Qwen3-MoE share: routing and layer-kind keys.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -11,8 +11,5 @@ namespace moert::arch {
 // mlp_only_layers, use_sliding_window.
 Status parse_qwen_moe(const ConfigReader& r, ModelConfig* c);
 void qwen_moe_to_json(const ModelConfig& c, nlohmann::json& j);
-
-inline constexpr const char* kQwenMoeBlock = "mlp.";
-inline constexpr std::array<const char*, 3> kQwenExpertProjections = {"gate_proj", "up_proj", "down_proj"};
 
 }  // namespace moert::arch

@@ -102,6 +102,14 @@ Result<const ArchSpec*> architecture_from_name(const std::string& name) {
   return unsupported("unknown architecture '" + name + "' (supported: " + supported_architecture_names() + ")");
 }
 
+Result<const ArchSpec*> architecture_of_config(const json& config) {
+  if (!config.is_object() || !config.contains("architectures") || !config.at("architectures").is_array() ||
+      config.at("architectures").empty() || !config.at("architectures").front().is_string()) {
+    return invalid_argument("config.json lacks an 'architectures' list naming the model class");
+  }
+  return architecture_from_name(config.at("architectures").front().get<std::string>());
+}
+
 const char* architecture_name(const ArchSpec* arch) { return arch != nullptr ? arch->hf_class : "?"; }
 
 std::vector<LayerSpec> build_layer_specs(const ArchSpec& arch, const ModelConfig& c) {

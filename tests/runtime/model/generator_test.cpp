@@ -76,6 +76,56 @@ TEST(Generator, EveryArchitectureWritesALoadableShardedCheckpoint) {
   }
 }
 
+// The names of one table (runtime/model/arch/tensor_names.h) joined into full names.
+TEST(TensorNames, JoinThePiecesOfOneTable) {
+  const TensorNames qwen = find_architecture("qwen3_moe")->names;
+  EXPECT_EQ(qwen.layer_prefix(3), "model.layers.3.");
+  EXPECT_EQ(qwen.attention_prefix(3) + qwen.q_proj, "model.layers.3.self_attn.q_proj");
+  EXPECT_EQ(qwen.mlp_prefix(0) + qwen.mlp_projections[TensorNames::kDown], "model.layers.0.mlp.down_proj");
+  EXPECT_EQ(qwen.router_module(1), "model.layers.1.mlp.gate");
+  EXPECT_EQ(qwen.expert_prefix(1, 5) + qwen.expert_projections[TensorNames::kUp], "model.layers.1.mlp.experts.5.up_proj");
+  EXPECT_EQ(qwen.every_layer({qwen.moe_block, qwen.router}), "model.layers.*.mlp.gate");
+  EXPECT_EQ(qwen.layer_of("model.layers.12.mlp.gate.weight"), 12);
+  EXPECT_EQ(qwen.layer_of("model.norm.weight"), -1);
+  EXPECT_EQ(qwen.layer_of("model.layers.x.mlp"), -1);
+  const TensorNames mixtral = find_architecture("mixtral")->names;
+  EXPECT_EQ(mixtral.expert_prefix(0, 2) + mixtral.expert_projections[TensorNames::kDown],
+            "model.layers.0.block_sparse_moe.experts.2.w2");
+  EXPECT_EQ(find_architecture("qwen2_moe")->names.shared_expert_prefix(1), "model.layers.1.mlp.shared_expert.");
+  EXPECT_EQ(find_architecture("deepseek_v3")->names.shared_expert_prefix(1), "model.layers.1.mlp.shared_experts.");
+  EXPECT_EQ(find_architecture("gpt_oss")->names.router_module(0), "model.layers.0.mlp.router");
+}
+
+// Another spelling of the checkpoint names (Qwen3.5-MoE's `model.language_model.` prefix, a
+// norm of another name) is one table: make-model writes it and the loader binds it, and a
+// checkpoint of the other spelling is refused naming the tensor it lacks.
+TEST(TensorNames, AnotherSpellingIsOneTable) {
+  testing::ScratchDir scratch("tensor-names");
+  ArchSpec renamed = *find_architecture("qwen3_moe");
+  renamed.names.embed_tokens = "model.language_model.embed_tokens";
+  renamed.names.final_norm = "model.language_model.norm";
+  renamed.names.layers = "model.language_model.layers";
+  renamed.names.post_attention_norm = "pre_feedforward_layernorm";
+  ModelConfig config = preset_model_config(find_architecture("qwen3_moe"), "tiny", small_shape()).value();
+  const ModelConfig plain = config;
+  config.arch = &renamed;
+  ThreadPool pool(1);
+  ASSERT_TRUE(write_random_checkpoint(config, 5, scratch / "renamed", 1 << 30, pool).is_ok());
+  ASSERT_TRUE(write_random_checkpoint(plain, 5, scratch / "plain", 1 << 30, pool).is_ok());
+  const io::Checkpoint checkpoint = io::Checkpoint::open(scratch / "renamed").value();
+  for (const std::string& name : checkpoint.tensor_names()) {
+    EXPECT_TRUE(name.starts_with("model.language_model.") || name == "lm_head.weight") << name;
+  }
+  EXPECT_NE(checkpoint.find("model.language_model.layers.1.pre_feedforward_layernorm.weight"), nullptr);
+  Result<ModelWeights> weights = bind_model_weights(config, checkpoint);
+  ASSERT_TRUE(weights.is_ok()) << weights.status().to_string();
+  EXPECT_EQ(weights->layers.size(), static_cast<size_t>(config.num_layers));
+  const io::Checkpoint other = io::Checkpoint::open(scratch / "plain").value();
+  const Status refused = bind_model_weights(config, other).status();
+  EXPECT_NE(refused.message().find("model.language_model.embed_tokens.weight"), std::string::npos)
+      << refused.to_string();
+}
+
 TEST(Generator, SameSeedSameBytesAnyThreadCount) {
   testing::ScratchDir scratch("generator-seed");
   ModelConfig config = preset_model_config(find_architecture("mixtral"), "tiny", small_shape()).value();
