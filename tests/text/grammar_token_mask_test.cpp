@@ -95,6 +95,25 @@ TEST(GrammarTokenMask, BoundedCacheStaysExact) {
   EXPECT_GT(bounded.num_mask_walks(), 4u);
 }
 
+// The states of a counted repetition share masks while the bound is more than the longest
+// token's bytes away (horizon classes, docs/structured-output.md §Token masks), and every mask
+// still equals the brute-force one, the states near the bound included.
+TEST(GrammarTokenMask, CountedRepetitionSharesMasksExactly) {
+  const std::vector<std::string> vocab = {"a", "b", "ab", "ba", "aab", "c", "bc", "abc", "", "cc"};
+  auto trie = std::make_shared<const TokenTrie>(vocab);
+  GrammarMasks masks(compile_constraint("regex", "[ab]{40}c").value(), trie);
+  std::vector<int32_t> states{masks.automaton().initial()};
+  for (int i = 0; i < 40; ++i) states.push_back(masks.automaton().advance(states.back(), i % 3 ? 'a' : 'b'));
+  states.push_back(masks.automaton().advance(states.back(), 'c'));
+  for (size_t i = 0; i < states.size(); ++i) {
+    ASSERT_NE(states[i], Automaton::kDead);
+    EXPECT_EQ(masks.mask(states[i]), brute_force(masks, states[i])) << i;
+  }
+  // 42 distinct states; the first 37 counts (more than 3 bytes, the longest token, from the 'c')
+  // are one class, so one walk serves them.
+  EXPECT_LE(masks.num_mask_walks(), 6u);
+}
+
 std::vector<std::string> qwen3_token_bytes(const text::Tokenizer& tokenizer) {
   std::vector<std::string> bytes(static_cast<size_t>(tokenizer.vocab_size()));
   for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
@@ -141,6 +160,34 @@ TEST(GrammarTokenMask, Qwen3VocabularyMatchesBruteForce) {
   for (int32_t s : states) EXPECT_FALSE(mask_allows(masks.mask(s), im_end));
   std::printf("mask over 151669 ids: %.3f ms per first walk, %.4f ms cached (%d states)\n", 1e3 * walk_s / checked,
               1e3 * cached_s / checked, checked);
+}
+
+// A long free string over the real vocabulary (bench/structured.sh's stress case, shorter):
+// the masks along an instance equal the brute-force ones, and the counts far from minLength share
+// their walks.
+TEST(GrammarTokenMask, Qwen3LongStringSharesMasksExactly) {
+  const text::Tokenizer tokenizer = text::Tokenizer::load(std::string(MOERT_TOKENIZER_DATA_DIR) + "/qwen3");
+  auto trie = std::make_shared<const TokenTrie>(qwen3_token_bytes(tokenizer));
+  GrammarMasks masks(compile_constraint("json_schema", R"({"type":"object","required":["t"],"additionalProperties":false,
+      "properties":{"t":{"type":"string","minLength":200}}})").value(), trie);
+  std::string text;
+  while (text.size() < 360) text += R"(Zoë said \"hi\" 中文 \u00e9 )";
+  const std::string instance = "{\"t\": \"" + text + "\"}";
+  std::vector<int32_t> states{masks.automaton().initial()};
+  for (char c : instance) {
+    states.push_back(masks.automaton().advance(states.back(), static_cast<uint8_t>(c)));
+    ASSERT_NE(states.back(), Automaton::kDead) << states.size();
+  }
+  size_t checked = 0;
+  for (size_t i = 0; i < states.size(); i += 7, ++checked) {
+    ASSERT_EQ(masks.mask(states[i]), brute_force(masks, states[i])) << "state after " << instance.substr(0, i);
+  }
+  for (size_t i = 0; i < states.size(); ++i) (void)masks.mask(states[i]);
+  // Only the counts within 16 bytes of minLength (and the structure around the string) need their
+  // own walk of the short tokens.
+  EXPECT_LT(masks.num_mask_walks(), states.size() / 4) << checked;
+  std::printf("long string: %zu states, %zu walks of the short tokens, %zu masks cached\n", states.size(),
+              masks.num_mask_walks(), masks.num_cached_masks());
 }
 
 }  // namespace

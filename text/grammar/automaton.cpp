@@ -3,14 +3,28 @@
 #include <algorithm>
 
 namespace moert::grammar {
+namespace {
 
-size_t Automaton::VectorHash::operator()(const std::vector<int32_t>& v) const {
+constexpr int32_t kMinRestCap = 1 << 30;
+// Passes of compute_min_rest: each raises the bounds one level of rule nesting toward the
+// shortest match; stopping early leaves smaller, still valid, bounds (fewer shared classes).
+constexpr int kMaxMinRestPasses = 32;
+// horizon_key markers (element indices and codes are >= 0).
+constexpr int32_t kKeyStackEnd = -1;
+constexpr int32_t kKeyCutLevel = -2;
+
+int32_t saturating_add(int32_t a, int32_t b) { return std::min<int64_t>(int64_t{a} + b, kMinRestCap); }
+
+}  // namespace
+
+size_t IntVectorHash::operator()(const std::vector<int32_t>& v) const {
   uint64_t h = 1469598103934665603ull;
   for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
   return static_cast<size_t>(h);
 }
 
 Automaton::Automaton(Grammar grammar) : grammar_(std::move(grammar)) {
+  compute_min_rest();
   nodes_.push_back({-1, -1});  // node 0: the empty stack
   std::vector<int32_t> work;
   for (int32_t first : grammar_.alternatives[static_cast<size_t>(grammar_.root)]) work.push_back(intern_node(first, 0));
@@ -108,6 +122,76 @@ int32_t Automaton::advance_bytes(int32_t state, std::string_view bytes) {
 bool Automaton::matches(std::string_view text) {
   const int32_t state = advance_bytes(initial(), text);
   return state != kDead && accepting(state);
+}
+
+void Automaton::compute_min_rest() {
+  // From 0 (a valid bound) each pass recomputes every rule's bound from the previous pass's: the
+  // iterates only rise and never pass the true shortest match, so every pass's values are bounds.
+  const std::vector<Element>& elements = grammar_.elements;
+  std::vector<int32_t> rule_min(grammar_.alternatives.size(), 0);
+  min_rest_.assign(elements.size() + 1, 0);
+  for (int pass = 0; pass < kMaxMinRestPasses; ++pass) {
+    for (size_t i = elements.size(); i-- > 0;) {
+      const Element& e = elements[i];
+      min_rest_[i] = e.kind == Element::kEnd
+                         ? 0
+                         : saturating_add(e.kind == Element::kBytes ? 1 : rule_min[static_cast<size_t>(e.arg)], min_rest_[i + 1]);
+    }
+    bool changed = false;
+    for (size_t r = 0; r < rule_min.size(); ++r) {
+      int32_t m = kMinRestCap;  // no alternative: never completes
+      for (int32_t first : grammar_.alternatives[r]) m = std::min(m, min_rest_[static_cast<size_t>(first)]);
+      changed |= m != rule_min[r];
+      rule_min[r] = m;
+    }
+    if (!changed) break;
+  }
+}
+
+void Automaton::horizon_key(int32_t state, int32_t horizon, std::vector<int32_t>* key) const {
+  // Per stack, from the top: a level whose rest can be completed within the horizon is named by
+  // its element index; the first level that cannot (the bytes before it plus its min_rest exceed
+  // the horizon) is the cut level: the levels below it are out of reach, and of the cut level
+  // only the element values that can begin within the horizon matter, run-length coded as
+  // (code, count) pairs, code = 2 * arg + (kind == kRule). A stack that ends without a cut names
+  // every level. The key is the sorted, deduplicated stack descriptions.
+  std::vector<std::vector<int32_t>> stacks;
+  for (int32_t n : states_[static_cast<size_t>(state)]) {
+    if (n == 0) continue;
+    std::vector<int32_t> desc;
+    int32_t before = 0;  // lower bound on the bytes consumed before the level's element
+    for (int32_t m = n; m != 0; m = nodes_[static_cast<size_t>(m)].parent) {
+      int32_t e = nodes_[static_cast<size_t>(m)].element;
+      const int32_t rest = min_rest_[static_cast<size_t>(e)];
+      if (saturating_add(before, rest) <= horizon) {
+        desc.push_back(e);
+        before += rest;
+        continue;
+      }
+      desc.push_back(kKeyCutLevel);
+      const size_t runs_start = desc.size();
+      // Element e + k can begin only after `before` plus the bounds of e..e+k-1: include it while
+      // that is within the horizon. The level's total exceeds it, so kEnd is never reached.
+      for (; before <= horizon; ++e) {
+        const Element& element = grammar_.elements[static_cast<size_t>(e)];
+        const int32_t code = 2 * element.arg + (element.kind == Element::kRule);
+        if (desc.size() > runs_start && desc[desc.size() - 2] == code) {
+          ++desc.back();
+        } else {
+          desc.push_back(code);
+          desc.push_back(1);
+        }
+        before = saturating_add(before, min_rest_[static_cast<size_t>(e)] - min_rest_[static_cast<size_t>(e) + 1]);
+      }
+      break;
+    }
+    desc.push_back(kKeyStackEnd);
+    stacks.push_back(std::move(desc));
+  }
+  std::sort(stacks.begin(), stacks.end());
+  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
+  key->clear();
+  for (const auto& desc : stacks) key->insert(key->end(), desc.begin(), desc.end());
 }
 
 }  // namespace moert::grammar

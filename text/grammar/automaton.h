@@ -9,6 +9,13 @@
 // left recursion). States and stacks are hash-consed, so equal configurations have equal ids and
 // `advance` memoizes (state, byte) -> state: after warm-up a byte costs one table lookup.
 //
+// Horizon classes (docs/structured-output.md §Token masks): which byte strings of at most h bytes
+// a state accepts depends only on the part of its stacks that h bytes can reach. A stack's levels
+// are cut where the bytes needed to get below them (a lower bound per element, `min_rest`) exceed
+// h; the cut level is described by the element values it still has within h bytes, not by its
+// position. So the states inside a counted repetition (a string with minLength 400 has one state
+// per count) fall into one class while the bound is more than h bytes away.
+//
 // Not thread-safe (the tables grow on use); each engine owns its automata.
 #pragma once
 
@@ -21,6 +28,10 @@
 #include "text/grammar/grammar.h"
 
 namespace moert::grammar {
+
+struct IntVectorHash {
+  size_t operator()(const std::vector<int32_t>& v) const;
+};
 
 class Automaton {
  public:
@@ -46,6 +57,10 @@ class Automaton {
   bool matches(std::string_view text);
   size_t num_states() const { return states_.size(); }
   const Grammar& grammar() const { return grammar_; }
+  // Sets `key` to a description of `state` such that two states with equal keys (for the same
+  // `horizon` >= 1) reach kDead on exactly the same non-empty byte strings of at most `horizon`
+  // bytes. Accepting (the empty stack) is left out: it decides no non-empty string.
+  void horizon_key(int32_t state, int32_t horizon, std::vector<int32_t>* key) const;
 
  private:
   struct Node {
@@ -56,19 +71,20 @@ class Automaton {
   // Expands the stacks in `work` until every top is a byte set (or the empty stack), into `out`.
   void expand(std::vector<int32_t>& work, std::vector<int32_t>* out);
   int32_t intern_state(std::vector<int32_t> nodes);
-
-  struct VectorHash {
-    size_t operator()(const std::vector<int32_t>& v) const;
-  };
+  // Fills min_rest_ (lower bounds, raised a bounded number of passes toward the shortest match).
+  void compute_min_rest();
 
   Grammar grammar_;
   std::vector<Node> nodes_;
   std::unordered_map<uint64_t, int32_t> node_ids_;
   std::vector<std::vector<int32_t>> states_;
-  std::unordered_map<std::vector<int32_t>, int32_t, VectorHash> state_ids_;
+  std::unordered_map<std::vector<int32_t>, int32_t, IntVectorHash> state_ids_;
   std::vector<bool> accepting_;
   std::vector<ByteSet> next_bytes_;
   std::vector<int32_t> transitions_;  // [state * 256 + byte]; -2 not computed yet
+  // [element] a lower bound on the bytes that matching the elements from here to their
+  // alternative's kEnd consumes (a byte set counts 1, kEnd 0), saturating at kMinRestCap.
+  std::vector<int32_t> min_rest_;
   std::unordered_set<int32_t> visited_;
   std::vector<int32_t> work_, out_;
 };
