@@ -17,9 +17,8 @@ void apply_token_mask(const TokenBitmask& mask, int32_t mask_vocab, float* row, 
       std::fill(base, base + 64, kMasked);
       continue;
     }
-    for (int i = 0; i < 64; ++i) {
-      if (!((bits >> i) & 1u)) base[i] = kMasked;
-    }
+    // Only the disallowed ids are visited (few inside a free string, where most words are partial).
+    for (uint64_t missing = ~bits; missing != 0; missing &= missing - 1) base[__builtin_ctzll(missing)] = kMasked;
   }
   for (int32_t id = full_words * 64; id < vocab_size; ++id) {
     if (id >= covered || !mask_allows(mask, id)) row[id] = kMasked;
