@@ -51,6 +51,18 @@ TEST(GrammarTokenMask, SmallVocabularyExactly) {
   EXPECT_TRUE(allowed_ids(masks.mask(s4), 12).empty());
 }
 
+// A grammar with no string at all (an empty class) has a valid initial state that allows nothing
+// (the fuzzer's crash: advance on a missing state 0).
+TEST(GrammarTokenMask, EmptyLanguageAllowsNothing) {
+  auto trie = std::make_shared<const TokenTrie>(std::vector<std::string>{"a", "[", "]"});
+  GrammarMasks masks(compile_constraint("regex", "^[]{1,3}$").value(), trie);
+  const int32_t s0 = masks.automaton().initial();
+  EXPECT_FALSE(masks.automaton().accepting(s0));
+  EXPECT_FALSE(masks.automaton().can_continue(s0));
+  EXPECT_EQ(masks.automaton().advance(s0, 'a'), Automaton::kDead);
+  EXPECT_TRUE(allowed_ids(masks.mask(s0), 3).empty());
+}
+
 // apply_token_mask: every id the mask lacks becomes -inf, the others keep their value; ids past
 // the mask's vocabulary are never allowed. Rows of 200 ids cross whole, empty and partial words.
 TEST(GrammarTokenMask, ApplyMaskSetsExactlyTheDisallowedIdsToMinusInfinity) {

@@ -30,7 +30,14 @@ Automaton::Automaton(Grammar grammar) : grammar_(std::move(grammar)) {
   for (int32_t first : grammar_.alternatives[static_cast<size_t>(grammar_.root)]) work.push_back(intern_node(first, 0));
   std::vector<int32_t> out;
   expand(work, &out);
-  intern_state(std::move(out));
+  if (intern_state(std::move(out)) == kDead) {
+    // A grammar without any string (the regex `[]`): state 0 exists, has no stacks, accepts
+    // nothing and continues with no byte, so initial() is always a valid state.
+    states_.emplace_back();
+    accepting_.push_back(false);
+    next_bytes_.emplace_back();
+    transitions_.resize(256, -2);
+  }
 }
 
 int32_t Automaton::intern_node(int32_t element, int32_t parent) {
