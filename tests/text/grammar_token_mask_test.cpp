@@ -124,6 +124,16 @@ TEST(GrammarTokenMask, CountedRepetitionSharesMasksExactly) {
   // 42 distinct states; the first 37 counts (more than 3 bytes, the longest token, from the 'c')
   // are one class, so one walk serves them.
   EXPECT_LE(masks.num_mask_walks(), 6u);
+
+  // Below an upper bound (nested optional rules, one per remaining count) likewise.
+  GrammarMasks upper(compile_constraint("regex", "[ab]{0,40}c").value(), trie);
+  std::vector<int32_t> upper_states{upper.automaton().initial()};
+  for (int i = 0; i < 40; ++i) upper_states.push_back(upper.automaton().advance(upper_states.back(), i % 3 ? 'a' : 'b'));
+  for (size_t i = 0; i < upper_states.size(); ++i) {
+    ASSERT_NE(upper_states[i], Automaton::kDead);
+    EXPECT_EQ(upper.mask(upper_states[i]), brute_force(upper, upper_states[i])) << i;
+  }
+  EXPECT_LE(upper.num_mask_walks(), 6u);
 }
 
 std::vector<std::string> qwen3_token_bytes(const text::Tokenizer& tokenizer) {
@@ -174,32 +184,37 @@ TEST(GrammarTokenMask, Qwen3VocabularyMatchesBruteForce) {
               1e3 * cached_s / checked, checked);
 }
 
-// A long free string over the real vocabulary (bench/structured.sh's stress case, shorter):
-// the masks along an instance equal the brute-force ones, and the counts far from minLength share
-// their walks.
+// A long free string over the real vocabulary (bench/structured.sh's stress case, shorter), with
+// a lower and with an upper length bound: the masks along an instance equal the brute-force
+// ones, and the counts far from the bound share their walks.
 TEST(GrammarTokenMask, Qwen3LongStringSharesMasksExactly) {
   const text::Tokenizer tokenizer = text::Tokenizer::load(std::string(MOERT_TOKENIZER_DATA_DIR) + "/qwen3");
   auto trie = std::make_shared<const TokenTrie>(qwen3_token_bytes(tokenizer));
-  GrammarMasks masks(compile_constraint("json_schema", R"({"type":"object","required":["t"],"additionalProperties":false,
-      "properties":{"t":{"type":"string","minLength":200}}})").value(), trie);
   std::string text;
-  while (text.size() < 360) text += R"(Zoë said \"hi\" 中文 \u00e9 )";
+  while (text.size() < 360) text += R"(Zoë said \"hi\" 中文 \u00e9 )";  // 228 characters
   const std::string instance = "{\"t\": \"" + text + "\"}";
-  std::vector<int32_t> states{masks.automaton().initial()};
-  for (char c : instance) {
-    states.push_back(masks.automaton().advance(states.back(), static_cast<uint8_t>(c)));
-    ASSERT_NE(states.back(), Automaton::kDead) << states.size();
+  for (const char* length : {R"("minLength":200)", R"("maxLength":240)"}) {
+    SCOPED_TRACE(length);
+    GrammarMasks masks(compile_constraint("json_schema", std::string(R"({"type":"object","required":["t"],)") +
+                                                             R"("additionalProperties":false,"properties":{"t":{"type":"string",)" +
+                                                             length + "}}}")
+                           .value(),
+                       trie);
+    std::vector<int32_t> states{masks.automaton().initial()};
+    for (char c : instance) {
+      states.push_back(masks.automaton().advance(states.back(), static_cast<uint8_t>(c)));
+      ASSERT_NE(states.back(), Automaton::kDead) << states.size();
+    }
+    for (size_t i = 0; i < states.size(); i += 7) {
+      ASSERT_EQ(masks.mask(states[i]), brute_force(masks, states[i])) << "state after " << instance.substr(0, i);
+    }
+    for (int32_t s : states) (void)masks.mask(s);
+    // Only the counts within 16 bytes of the bound (and the structure around the string) need
+    // their own walk of the short tokens.
+    EXPECT_LT(masks.num_mask_walks(), states.size() / 4);
+    std::printf("long string (%s): %zu states, %zu walks of the short tokens, %zu masks cached\n", length, states.size(),
+                masks.num_mask_walks(), masks.num_cached_masks());
   }
-  size_t checked = 0;
-  for (size_t i = 0; i < states.size(); i += 7, ++checked) {
-    ASSERT_EQ(masks.mask(states[i]), brute_force(masks, states[i])) << "state after " << instance.substr(0, i);
-  }
-  for (size_t i = 0; i < states.size(); ++i) (void)masks.mask(states[i]);
-  // Only the counts within 16 bytes of minLength (and the structure around the string) need their
-  // own walk of the short tokens.
-  EXPECT_LT(masks.num_mask_walks(), states.size() / 4) << checked;
-  std::printf("long string: %zu states, %zu walks of the short tokens, %zu masks cached\n", states.size(),
-              masks.num_mask_walks(), masks.num_cached_masks());
 }
 
 }  // namespace

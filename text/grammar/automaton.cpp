@@ -9,9 +9,15 @@ constexpr int32_t kMinRestCap = 1 << 30;
 // Passes of compute_min_rest: each raises the bounds one level of rule nesting toward the
 // shortest match; stopping early leaves smaller, still valid, bounds (fewer shared classes).
 constexpr int kMaxMinRestPasses = 32;
-// horizon_key markers (element indices and codes are >= 0).
-constexpr int32_t kKeyStackEnd = -1;
-constexpr int32_t kKeyCutLevel = -2;
+// Descriptions (horizon_key) are interned tuples {tag, ...}; ids >= 0, or one of the two ends.
+constexpr int32_t kDescEnd = -1;     // the run (or the stack) ends here
+constexpr int32_t kDescBeyond = -2;  // no string within the horizon gets here
+constexpr int32_t kTagBytes = 0, kTagRule = 1, kTagAlternatives = 2, kTagStack = 3, kTagNamedRule = 4;
+// Referenced rules are described recursively; each level consumes budget or goes one rule deeper
+// along a left derivation, which exact bounds keep acyclic. The cap guards inexact bounds.
+constexpr int kMaxDescDepth = 4096;
+
+uint64_t memo_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
 
 int32_t saturating_add(int32_t a, int32_t b) { return std::min<int64_t>(int64_t{a} + b, kMinRestCap); }
 
@@ -155,50 +161,83 @@ void Automaton::compute_min_rest() {
   }
 }
 
-void Automaton::horizon_key(int32_t state, int32_t horizon, std::vector<int32_t>* key) const {
-  // Per stack, from the top: a level whose rest can be completed within the horizon is named by
-  // its element index; the first level that cannot (the bytes before it plus its min_rest exceed
-  // the horizon) is the cut level: the levels below it are out of reach, and of the cut level
-  // only the element values that can begin within the horizon matter, run-length coded as
-  // (code, count) pairs, code = 2 * arg + (kind == kRule). A stack that ends without a cut names
-  // every level. The key is the sorted, deduplicated stack descriptions.
-  std::vector<std::vector<int32_t>> stacks;
-  for (int32_t n : states_[static_cast<size_t>(state)]) {
-    if (n == 0) continue;
-    std::vector<int32_t> desc;
-    int32_t before = 0;  // lower bound on the bytes consumed before the level's element
-    for (int32_t m = n; m != 0; m = nodes_[static_cast<size_t>(m)].parent) {
-      int32_t e = nodes_[static_cast<size_t>(m)].element;
-      const int32_t rest = min_rest_[static_cast<size_t>(e)];
-      if (saturating_add(before, rest) <= horizon) {
-        desc.push_back(e);
-        before += rest;
-        continue;
-      }
-      desc.push_back(kKeyCutLevel);
-      const size_t runs_start = desc.size();
-      // Element e + k can begin only after `before` plus the bounds of e..e+k-1: include it while
-      // that is within the horizon. The level's total exceeds it, so kEnd is never reached.
-      for (; before <= horizon; ++e) {
-        const Element& element = grammar_.elements[static_cast<size_t>(e)];
-        const int32_t code = 2 * element.arg + (element.kind == Element::kRule);
-        if (desc.size() > runs_start && desc[desc.size() - 2] == code) {
-          ++desc.back();
-        } else {
-          desc.push_back(code);
-          desc.push_back(1);
-        }
-        before = saturating_add(before, min_rest_[static_cast<size_t>(e)] - min_rest_[static_cast<size_t>(e) + 1]);
-      }
+int32_t Automaton::intern_desc(const std::vector<int32_t>& tuple) {
+  return desc_ids_.try_emplace(tuple, static_cast<int32_t>(desc_ids_.size())).first->second;
+}
+
+int32_t Automaton::seq_desc(int32_t element, int32_t budget, int depth) {
+  // The run element, element + 1, ... up to kEnd, each entered with the budget left after the
+  // bounds of those before it; it stops at kEnd (kDescEnd), at a negative budget (kDescBeyond:
+  // no string within the horizon gets there) or at a run described before. Built back to front,
+  // iteratively along the run (runs can be long), recursively only into referenced rules.
+  std::vector<std::pair<int32_t, int32_t>> run;
+  int32_t tail = kDescBeyond;
+  for (int32_t e = element, b = budget;; ++e) {
+    if (b < 0) break;
+    const Element& el = grammar_.elements[static_cast<size_t>(e)];
+    if (el.kind == Element::kEnd) {
+      tail = kDescEnd;
       break;
     }
-    desc.push_back(kKeyStackEnd);
-    stacks.push_back(std::move(desc));
+    if (auto it = seq_memo_.find(memo_key(e, b)); it != seq_memo_.end()) {
+      tail = it->second;
+      break;
+    }
+    run.emplace_back(e, b);
+    b -= min_rest_[static_cast<size_t>(e)] - min_rest_[static_cast<size_t>(e) + 1];
   }
-  std::sort(stacks.begin(), stacks.end());
-  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
+  for (size_t i = run.size(); i-- > 0;) {
+    const auto [e, b] = run[i];
+    const Element& el = grammar_.elements[static_cast<size_t>(e)];
+    const int32_t head = el.kind == Element::kBytes ? el.arg : rule_desc(el.arg, b, depth + 1);
+    tail = intern_desc({el.kind == Element::kBytes ? kTagBytes : kTagRule, head, tail});
+    seq_memo_.emplace(memo_key(e, b), tail);
+  }
+  return tail;
+}
+
+int32_t Automaton::rule_desc(int32_t rule, int32_t budget, int depth) {
+  if (auto it = rule_memo_.find(memo_key(rule, budget)); it != rule_memo_.end()) return it->second;
+  std::vector<int32_t> tuple{kTagAlternatives};
+  if (depth > kMaxDescDepth) {
+    // Past the depth (only with bounds below the shortest match, see compute_min_rest) the rule
+    // is named, not described: equal only to itself at this budget, still exact.
+    tuple = {kTagNamedRule, rule, budget};
+  } else {
+    for (int32_t first : grammar_.alternatives[static_cast<size_t>(rule)]) tuple.push_back(seq_desc(first, budget, depth));
+  }
+  const int32_t id = intern_desc(tuple);
+  rule_memo_.emplace(memo_key(rule, budget), id);
+  return id;
+}
+
+void Automaton::horizon_key(int32_t state, int32_t horizon, std::vector<int32_t>* key) {
+  // A stack is described level by level from the top: the level's element run at the budget left
+  // (seq_desc), then the level below at that budget less the run's bound, until the empty stack
+  // (kDescEnd) or a budget below 0 (kDescBeyond). Levels are described by what they contain, not
+  // by position: two counts of a repetition more than the horizon from its bound have equal
+  // descriptions. The key is the sorted, deduplicated descriptions of the state's stacks.
   key->clear();
-  for (const auto& desc : stacks) key->insert(key->end(), desc.begin(), desc.end());
+  for (int32_t n : states_[static_cast<size_t>(state)]) {
+    if (n == 0) continue;
+    std::vector<std::pair<int32_t, int32_t>> levels;
+    int32_t tail = kDescEnd;
+    for (int32_t m = n, b = horizon; m != 0; m = nodes_[static_cast<size_t>(m)].parent) {
+      if (b < 0) {
+        tail = kDescBeyond;
+        break;
+      }
+      const int32_t e = nodes_[static_cast<size_t>(m)].element;
+      levels.emplace_back(e, b);
+      b -= std::min(min_rest_[static_cast<size_t>(e)], horizon + 1);
+    }
+    for (size_t i = levels.size(); i-- > 0;) {
+      tail = intern_desc({kTagStack, seq_desc(levels[i].first, levels[i].second, 0), tail});
+    }
+    key->push_back(tail);
+  }
+  std::sort(key->begin(), key->end());
+  key->erase(std::unique(key->begin(), key->end()), key->end());
 }
 
 }  // namespace moert::grammar

@@ -60,7 +60,7 @@ class Automaton {
   // Sets `key` to a description of `state` such that two states with equal keys (for the same
   // `horizon` >= 1) reach kDead on exactly the same non-empty byte strings of at most `horizon`
   // bytes. Accepting (the empty stack) is left out: it decides no non-empty string.
-  void horizon_key(int32_t state, int32_t horizon, std::vector<int32_t>* key) const;
+  void horizon_key(int32_t state, int32_t horizon, std::vector<int32_t>* key);
 
  private:
   struct Node {
@@ -73,6 +73,11 @@ class Automaton {
   int32_t intern_state(std::vector<int32_t> nodes);
   // Fills min_rest_ (lower bounds, raised a bounded number of passes toward the shortest match).
   void compute_min_rest();
+  // Hash-consed descriptions for horizon_key: what the elements from `element` to their kEnd, or
+  // rule `rule`, look like to strings of at most `budget` bytes; memoized per (index, budget).
+  int32_t seq_desc(int32_t element, int32_t budget, int depth);
+  int32_t rule_desc(int32_t rule, int32_t budget, int depth);
+  int32_t intern_desc(const std::vector<int32_t>& tuple);
 
   Grammar grammar_;
   std::vector<Node> nodes_;
@@ -85,6 +90,8 @@ class Automaton {
   // [element] a lower bound on the bytes that matching the elements from here to their
   // alternative's kEnd consumes (a byte set counts 1, kEnd 0), saturating at kMinRestCap.
   std::vector<int32_t> min_rest_;
+  std::unordered_map<std::vector<int32_t>, int32_t, IntVectorHash> desc_ids_;
+  std::unordered_map<uint64_t, int32_t> seq_memo_, rule_memo_;  // (index, budget) -> description
   std::unordered_set<int32_t> visited_;
   std::vector<int32_t> work_, out_;
 };
