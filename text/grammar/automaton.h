@@ -10,11 +10,12 @@
 // `advance` memoizes (state, byte) -> state: after warm-up a byte costs one table lookup.
 //
 // Horizon classes (docs/structured-output.md §Token masks): which byte strings of at most h bytes
-// a state accepts depends only on the part of its stacks that h bytes can reach. A stack's levels
-// are cut where the bytes needed to get below them (a lower bound per element, `min_rest`) exceed
-// h; the cut level is described by the element values it still has within h bytes, not by its
-// position. So the states inside a counted repetition (a string with minLength 400 has one state
-// per count) fall into one class while the bound is more than h bytes away.
+// a state accepts depends only on what h bytes can reach. With a lower bound per element on the
+// bytes its rest needs (`min_rest`), a stack is described level by level with the budget left,
+// each level by its elements and each referenced rule by its alternatives, until the budget runs
+// out; descriptions are hash-consed per (element or rule, budget), so they name content, not
+// position. The states inside a counted repetition (a string with minLength or maxLength 400 has
+// one state per count) thus fall into one class while the bound is more than h bytes away.
 //
 // Not thread-safe (the tables grow on use); each engine owns its automata.
 #pragma once

@@ -6,10 +6,10 @@
 // the state after its bytes (Automaton::advance, memoized per (state, byte)), and a whole subtree
 // is skipped the moment a byte is rejected.
 //
-// Masks are cached per horizon class (automaton.h), not per state: states that no token's bytes
-// tell apart share one mask, so the states of a counted repetition (each count of a string's
-// minLength is its own state) share it while the bound is more than the longest token away. Like
-// xgrammar's adaptive token mask cache, a mask is split by token length: the short tokens
+// Masks are cached per horizon class (automaton.h), not per state: states with equal keys (no
+// token's bytes can tell them apart) share one mask, so the states of a counted repetition (each
+// count of a string's length bound is its own state) share it while the bound is more than the
+// longest token away. Like xgrammar's adaptive token mask cache, a mask is split by token length: the short tokens
 // (<= kShortTokenBytes, 98.7% of Qwen3's) are decided by the class at that short horizon, which
 // many more states share (all but the last 16 counts of a long string); only the long ones are
 // walked per class at the longest token's horizon, a walk of 7% of the trie's nodes. A decode
