@@ -1,10 +1,12 @@
 // libFuzzer target: the structured-output parsers (docs/structured-output.md). The first byte picks
 // the constraint kind (JSON schema, regex, GBNF, guided_choice, json_object), the rest is its text;
-// what compiles is run as an automaton over the text's own bytes. Bad input must come back as a
-// Status, never a crash, hang or unbounded allocation.
+// what compiles is run as an automaton over the text's own bytes, with each state's horizon key
+// (the mask cache's class). Bad input must come back as a Status, never a crash, hang or
+// unbounded allocation.
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "text/grammar/automaton.h"
 #include "text/grammar/constraint.h"
@@ -18,7 +20,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!grammar.is_ok()) return 0;
   moert::grammar::Automaton automaton(std::move(grammar).value());
   int32_t state = automaton.initial();
+  std::vector<int32_t> key;
   for (size_t i = 0; i < spec.size() && i < 256 && state != moert::grammar::Automaton::kDead; ++i) {
+    automaton.horizon_key(state, 16, &key);
     state = automaton.advance(state, static_cast<uint8_t>(spec[i]));
   }
   return 0;

@@ -51,6 +51,18 @@ TEST(GrammarTokenMask, SmallVocabularyExactly) {
   EXPECT_TRUE(allowed_ids(masks.mask(s4), 12).empty());
 }
 
+// A grammar with no string at all (an empty class) has a valid initial state that allows nothing
+// (the fuzzer's crash: advance on a missing state 0).
+TEST(GrammarTokenMask, EmptyLanguageAllowsNothing) {
+  auto trie = std::make_shared<const TokenTrie>(std::vector<std::string>{"a", "[", "]"});
+  GrammarMasks masks(compile_constraint("regex", "^[]{1,3}$").value(), trie);
+  const int32_t s0 = masks.automaton().initial();
+  EXPECT_FALSE(masks.automaton().accepting(s0));
+  EXPECT_FALSE(masks.automaton().can_continue(s0));
+  EXPECT_EQ(masks.automaton().advance(s0, 'a'), Automaton::kDead);
+  EXPECT_TRUE(allowed_ids(masks.mask(s0), 3).empty());
+}
+
 // apply_token_mask: every id the mask lacks becomes -inf, the others keep their value; ids past
 // the mask's vocabulary are never allowed. Rows of 200 ids cross whole, empty and partial words.
 TEST(GrammarTokenMask, ApplyMaskSetsExactlyTheDisallowedIdsToMinusInfinity) {
@@ -93,6 +105,35 @@ TEST(GrammarTokenMask, BoundedCacheStaysExact) {
     }
   }
   EXPECT_GT(bounded.num_mask_walks(), 4u);
+}
+
+// The states of a counted repetition share masks while the bound is more than the longest
+// token's bytes away (horizon classes, docs/structured-output.md §Token masks), and every mask
+// still equals the brute-force one, the states near the bound included.
+TEST(GrammarTokenMask, CountedRepetitionSharesMasksExactly) {
+  const std::vector<std::string> vocab = {"a", "b", "ab", "ba", "aab", "c", "bc", "abc", "", "cc"};
+  auto trie = std::make_shared<const TokenTrie>(vocab);
+  GrammarMasks masks(compile_constraint("regex", "[ab]{40}c").value(), trie);
+  std::vector<int32_t> states{masks.automaton().initial()};
+  for (int i = 0; i < 40; ++i) states.push_back(masks.automaton().advance(states.back(), i % 3 ? 'a' : 'b'));
+  states.push_back(masks.automaton().advance(states.back(), 'c'));
+  for (size_t i = 0; i < states.size(); ++i) {
+    ASSERT_NE(states[i], Automaton::kDead);
+    EXPECT_EQ(masks.mask(states[i]), brute_force(masks, states[i])) << i;
+  }
+  // 42 distinct states; the first 37 counts (more than 3 bytes, the longest token, from the 'c')
+  // are one class, so one walk serves them.
+  EXPECT_LE(masks.num_mask_walks(), 6u);
+
+  // Below an upper bound (nested optional rules, one per remaining count) likewise.
+  GrammarMasks upper(compile_constraint("regex", "[ab]{0,40}c").value(), trie);
+  std::vector<int32_t> upper_states{upper.automaton().initial()};
+  for (int i = 0; i < 40; ++i) upper_states.push_back(upper.automaton().advance(upper_states.back(), i % 3 ? 'a' : 'b'));
+  for (size_t i = 0; i < upper_states.size(); ++i) {
+    ASSERT_NE(upper_states[i], Automaton::kDead);
+    EXPECT_EQ(upper.mask(upper_states[i]), brute_force(upper, upper_states[i])) << i;
+  }
+  EXPECT_LE(upper.num_mask_walks(), 6u);
 }
 
 std::vector<std::string> qwen3_token_bytes(const text::Tokenizer& tokenizer) {
@@ -141,6 +182,39 @@ TEST(GrammarTokenMask, Qwen3VocabularyMatchesBruteForce) {
   for (int32_t s : states) EXPECT_FALSE(mask_allows(masks.mask(s), im_end));
   std::printf("mask over 151669 ids: %.3f ms per first walk, %.4f ms cached (%d states)\n", 1e3 * walk_s / checked,
               1e3 * cached_s / checked, checked);
+}
+
+// A long free string over the real vocabulary (bench/structured.sh's stress case, shorter), with
+// a lower and with an upper length bound: the masks along an instance equal the brute-force
+// ones, and the counts far from the bound share their walks.
+TEST(GrammarTokenMask, Qwen3LongStringSharesMasksExactly) {
+  const text::Tokenizer tokenizer = text::Tokenizer::load(std::string(MOERT_TOKENIZER_DATA_DIR) + "/qwen3");
+  auto trie = std::make_shared<const TokenTrie>(qwen3_token_bytes(tokenizer));
+  std::string text;
+  while (text.size() < 360) text += R"(Zoë said \"hi\" 中文 \u00e9 )";  // 228 characters
+  const std::string instance = "{\"t\": \"" + text + "\"}";
+  for (const char* length : {R"("minLength":200)", R"("maxLength":240)"}) {
+    SCOPED_TRACE(length);
+    GrammarMasks masks(compile_constraint("json_schema", std::string(R"({"type":"object","required":["t"],)") +
+                                                             R"("additionalProperties":false,"properties":{"t":{"type":"string",)" +
+                                                             length + "}}}")
+                           .value(),
+                       trie);
+    std::vector<int32_t> states{masks.automaton().initial()};
+    for (char c : instance) {
+      states.push_back(masks.automaton().advance(states.back(), static_cast<uint8_t>(c)));
+      ASSERT_NE(states.back(), Automaton::kDead) << states.size();
+    }
+    for (size_t i = 0; i < states.size(); i += 7) {
+      ASSERT_EQ(masks.mask(states[i]), brute_force(masks, states[i])) << "state after " << instance.substr(0, i);
+    }
+    for (int32_t s : states) (void)masks.mask(s);
+    // Only the counts within 16 bytes of the bound (and the structure around the string) need
+    // their own walk of the short tokens.
+    EXPECT_LT(masks.num_mask_walks(), states.size() / 4);
+    std::printf("long string (%s): %zu states, %zu walks of the short tokens, %zu masks cached\n", length, states.size(),
+                masks.num_mask_walks(), masks.num_cached_masks());
+  }
 }
 
 }  // namespace

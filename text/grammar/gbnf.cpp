@@ -1,6 +1,7 @@
 #include "text/grammar/gbnf.h"
 
 #include "text/grammar/char_class.h"
+#include "text/grammar/text_cursor.h"
 
 namespace moert::grammar {
 namespace {
@@ -8,9 +9,9 @@ namespace {
 // Nesting deeper than this is refused (the parser recurses per group).
 constexpr int kMaxDepth = 200;
 
-class Parser {
+class Parser : private TextCursor {
  public:
-  Parser(std::string_view text, GrammarBuilder& builder) : text_(text), builder_(builder) {}
+  Parser(std::string_view text, GrammarBuilder& builder) : TextCursor(text, "grammar"), builder_(builder) {}
 
   Result<int> parse() {
     skip_space();
@@ -31,16 +32,6 @@ class Parser {
   }
 
  private:
-  bool at_end() const { return pos_ >= text_.size(); }
-  char peek(size_t ahead = 0) const { return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0'; }
-  bool consume(std::string_view s) {
-    if (text_.substr(pos_, s.size()) != s) return false;
-    pos_ += s.size();
-    return true;
-  }
-  Status error(const std::string& message) const {
-    return invalid_argument("grammar offset " + std::to_string(pos_) + ": " + message);
-  }
   static bool is_name_char(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
   }
@@ -109,34 +100,13 @@ class Parser {
         atom = repeat(std::move(atom), 0, 1);
       } else if (c == '{') {
         ++pos_;
-        MOERT_ASSIGN_OR_RETURN(const int min, parse_int());
-        int max = min;
-        if (consume(",")) {
-          max = -1;
-          if (peek() != '}') {
-            MOERT_ASSIGN_OR_RETURN(max, parse_int());
-          }
-        }
-        if (!consume("}")) return error("expected '}' in a repetition");
-        if (max >= 0 && max < min) return error("repetition {" + std::to_string(min) + "," + std::to_string(max) + "} has max < min");
-        atom = repeat(std::move(atom), min, max);
+        MOERT_ASSIGN_OR_RETURN(const auto bounds, parse_repeat_bounds("repetition"));
+        atom = repeat(std::move(atom), bounds.first, bounds.second);
       } else {
         break;
       }
     }
     return atom;
-  }
-
-  Result<int> parse_int() {
-    const size_t start = pos_;
-    int64_t v = 0;
-    while (!at_end() && peek() >= '0' && peek() <= '9') {
-      v = v * 10 + (peek() - '0');
-      if (v > 100000) return error("repetition bound over 100000");
-      ++pos_;
-    }
-    if (pos_ == start) return error("expected a number in a repetition");
-    return static_cast<int>(v);
   }
 
   Result<Expr> parse_atom(int depth) {
@@ -212,31 +182,19 @@ class Parser {
       case 'r': return uint32_t{'\r'};
       case 't': return uint32_t{'\t'};
       case '\\': case '"': case '[': case ']': case '-': case '^': return static_cast<uint32_t>(e);
-      case 'x': return parse_hex(2);
-      case 'u': return parse_hex(4);
-      case 'U': return parse_hex(8);
+      case 'x': return parse_codepoint(2);
+      case 'u': return parse_codepoint(4);
+      case 'U': return parse_codepoint(8);
       default: return error(std::string("unknown escape '\\") + e + "'");
     }
   }
 
-  Result<uint32_t> parse_hex(int digits) {
-    uint32_t v = 0;
-    for (int i = 0; i < digits; ++i) {
-      const char h = peek();
-      int d = -1;
-      if (h >= '0' && h <= '9') d = h - '0';
-      if (h >= 'a' && h <= 'f') d = h - 'a' + 10;
-      if (h >= 'A' && h <= 'F') d = h - 'A' + 10;
-      if (d < 0) return error("expected " + std::to_string(digits) + " hex digits");
-      v = v * 16 + static_cast<uint32_t>(d);
-      ++pos_;
-    }
+  Result<uint32_t> parse_codepoint(int hex_digits) {
+    MOERT_ASSIGN_OR_RETURN(const uint32_t v, parse_hex(hex_digits));
     if (v > kMaxCodepoint) return error("code point past U+10FFFF");
     return v;
   }
 
-  std::string_view text_;
-  size_t pos_ = 0;
   GrammarBuilder& builder_;
 };
 

@@ -1,6 +1,9 @@
 #include "text/grammar/regex.h"
 
+#include <tuple>
+
 #include "text/grammar/char_class.h"
+#include "text/grammar/text_cursor.h"
 
 namespace moert::grammar {
 namespace {
@@ -44,9 +47,9 @@ std::string json_escape(uint32_t cp) {
   }
 }
 
-class RegexParser {
+class RegexParser : private TextCursor {
  public:
-  RegexParser(std::string_view text, RegexTarget target) : text_(text), target_(target) {}
+  RegexParser(std::string_view text, RegexTarget target) : TextCursor(text, "regex"), target_(target) {}
 
   Result<Expr> parse() {
     MOERT_ASSIGN_OR_RETURN(Expr e, parse_alternatives(0));
@@ -55,11 +58,6 @@ class RegexParser {
   }
 
  private:
-  bool at_end() const { return pos_ >= text_.size(); }
-  char peek(size_t ahead = 0) const { return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0'; }
-  Status error(const std::string& message) const {
-    return invalid_argument("regex offset " + std::to_string(pos_) + ": " + message);
-  }
 
   Result<Expr> parse_alternatives(int depth) {
     if (depth > kMaxDepth) return error("groups nested deeper than " + std::to_string(kMaxDepth));
@@ -108,18 +106,7 @@ class RegexParser {
         max = 1;
       } else if (c == '{' && peek(1) >= '0' && peek(1) <= '9') {
         ++pos_;
-        MOERT_ASSIGN_OR_RETURN(min, parse_int());
-        max = min;
-        if (peek() == ',') {
-          ++pos_;
-          max = -1;
-          if (peek() != '}') {
-            MOERT_ASSIGN_OR_RETURN(max, parse_int());
-          }
-        }
-        if (peek() != '}') return error("expected '}' in a quantifier");
-        ++pos_;
-        if (max >= 0 && max < min) return error("quantifier {" + std::to_string(min) + "," + std::to_string(max) + "} out of order");
+        MOERT_ASSIGN_OR_RETURN(std::tie(min, max), parse_repeat_bounds("quantifier"));
       } else {
         break;
       }
@@ -130,18 +117,6 @@ class RegexParser {
       }
     }
     return atom;
-  }
-
-  Result<int> parse_int() {
-    int64_t v = 0;
-    const size_t start = pos_;
-    while (!at_end() && peek() >= '0' && peek() <= '9') {
-      v = v * 10 + (peek() - '0');
-      if (v > 100000) return error("quantifier bound over 100000");
-      ++pos_;
-    }
-    if (pos_ == start) return error("expected a number");
-    return static_cast<int>(v);
   }
 
   Result<Expr> parse_atom(int depth) {
@@ -306,24 +281,7 @@ class RegexParser {
     }
   }
 
-  Result<uint32_t> parse_hex(int digits) {
-    uint32_t v = 0;
-    for (int i = 0; i < digits; ++i) {
-      const char h = peek();
-      int d = -1;
-      if (h >= '0' && h <= '9') d = h - '0';
-      if (h >= 'a' && h <= 'f') d = h - 'a' + 10;
-      if (h >= 'A' && h <= 'F') d = h - 'A' + 10;
-      if (d < 0 || at_end()) return error("expected a hex digit");
-      v = v * 16 + static_cast<uint32_t>(d);
-      ++pos_;
-    }
-    return v;
-  }
-
-  std::string_view text_;
   RegexTarget target_;
-  size_t pos_ = 0;
 };
 
 }  // namespace
