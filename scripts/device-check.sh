@@ -85,7 +85,10 @@ write_summary() {
   fi
   mv -f "$out/summary.json.tmp" "$out/summary.json"
   if [ "$run_state" != running ] || [ -z "$current_step" ]; then  # not while a step is only starting
-    tar -C "$state" -czf "$out/logs.tar.gz.tmp" logs results 2> /dev/null && mv -f "$out/logs.tar.gz.tmp" "$out/logs.tar.gz"
+    # GNU tar exits 1 when a file changed while it read it (a step's log still being written):
+    # the archive is whole up to that moment, so it is kept.
+    { tar -C "$state" -czf "$out/logs.tar.gz.tmp" logs results 2> /dev/null || [ $? -eq 1 ]; } &&
+      mv -f "$out/logs.tar.gz.tmp" "$out/logs.tar.gz"
   fi
   if [ -n "${MOERT_CHECK_SNAPSHOTS:-}" ]; then
     mkdir -p "$MOERT_CHECK_SNAPSHOTS"
@@ -182,7 +185,7 @@ step_bundle() {
   [ -d "$BUNDLE/bin" ] || { echo "no bundle at $BUNDLE/bin (make it with scripts/device-pack.sh)"; exit 1; }
   local bad=0 binary
   for binary in "$BUNDLE"/bin/*; do
-    if bundled ldd "$binary" 2>&1 | grep -q 'not found'; then
+    if bundled ldd "$binary" 2>&1 | grep 'not found' > /dev/null; then
       echo "$(basename "$binary"): $(bundled ldd "$binary" 2>&1 | grep 'not found' | tr -s ' \t' ' ' | paste -sd';')"; bad=1
     fi
   done
@@ -288,7 +291,7 @@ export -f unpack step_gpu step_bundle step_build need step_conformance step_scor
 
 # NCCL is opened at run time (libnccl.so.2): the system's, else the one of the machine's
 # PyTorch (nvidia.nccl); put on the loader path of the bundled binaries only.
-if ! ldconfig -p 2> /dev/null | grep -q 'libnccl\.so\.2'; then
+if ! ldconfig -p 2> /dev/null | grep 'libnccl\.so\.2' > /dev/null; then
   NCCL_LIB=$(py -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2> /dev/null || true)
   [ -f "$NCCL_LIB/libnccl.so.2" ] || NCCL_LIB=""
   export NCCL_LIB
