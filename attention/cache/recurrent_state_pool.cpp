@@ -27,13 +27,6 @@ SlotId RecurrentStatePool::take_slot() {
   return slot;
 }
 
-void RecurrentStatePool::note_add(int64_t hit_blocks, int64_t resumed) {
-  if (hit_blocks == 0) return;
-  ++stats_.snapshot_queries;
-  if (resumed > 0) ++stats_.snapshot_hits;
-  stats_.blocks_cut += hit_blocks - resumed;
-}
-
 int64_t RecurrentStatePool::add_sequence(SeqId seq, std::span<const BlockHash> chain_hashes, int64_t hit_blocks) {
   MOERT_CHECK(!has_sequence(seq), "sequence " << seq << " already holds a recurrent state slot");
   MOERT_CHECK(hit_blocks >= 0 && hit_blocks <= static_cast<int64_t>(chain_hashes.size()),
@@ -45,30 +38,32 @@ int64_t RecurrentStatePool::add_sequence(SeqId seq, std::span<const BlockHash> c
       if (snapshots_.count(chain_hashes[static_cast<size_t>(resumed - 1)]) != 0) break;
     }
   }
-  Snapshot* source = nullptr;
+  SlotId source = kNoSlot;
   if (resumed > 0) {
-    source = &snapshots_.at(chain_hashes[static_cast<size_t>(resumed - 1)]);
-    lru_.splice(lru_.end(), lru_, source->lru_entry);  // used: evicted last
-    // take_slot evicts from the LRU front and the source sits at the back: it would be
-    // evicted only as the last snapshot of a full pool. Then the sequence takes its slot over
-    // (the state is already there; the snapshot is gone).
-    if (free_.empty() && lru_.size() == 1) {
-      const SlotId slot = source->slot;
-      snapshots_.erase(lru_.front());
-      lru_.clear();
-      ++stats_.snapshots_evicted;
-      note_add(hit_blocks, resumed);
-      owner_[static_cast<size_t>(slot)] = seq;
-      seq_slot_[seq] = slot;
-      return resumed;
-    }
+    Snapshot& snapshot = snapshots_.at(chain_hashes[static_cast<size_t>(resumed - 1)]);
+    lru_.splice(lru_.end(), lru_, snapshot.lru_entry);  // used: evicted last
+    source = snapshot.slot;
   }
-  const SlotId slot = take_slot();
-  if (slot == kNoSlot) return -1;
-  note_add(hit_blocks, resumed);
+  SlotId slot = kNoSlot;
+  if (source != kNoSlot && free_.empty() && lru_.size() == 1) {
+    // take_slot would evict the source itself (the last snapshot of a full pool): the sequence
+    // takes its slot over instead (the state is already there; the snapshot is gone).
+    snapshots_.erase(lru_.front());
+    lru_.clear();
+    ++stats_.snapshots_evicted;
+    slot = source;
+  } else {
+    slot = take_slot();
+    if (slot == kNoSlot) return -1;
+    pending_.push_back({source, slot});
+  }
+  if (hit_blocks > 0) {
+    ++stats_.snapshot_queries;
+    if (resumed > 0) ++stats_.snapshot_hits;
+    stats_.blocks_cut += hit_blocks - resumed;
+  }
   owner_[static_cast<size_t>(slot)] = seq;
   seq_slot_[seq] = slot;
-  pending_.push_back({source != nullptr ? source->slot : kNoSlot, slot});
   return resumed;
 }
 

@@ -91,7 +91,6 @@ class RecurrentStatePool {
   // A free slot, evicting the least recently used snapshot if none is free; kNoSlot if the
   // pool holds only sequences.
   SlotId take_slot();
-  void note_add(int64_t hit_blocks, int64_t resumed);
 
   static constexpr SeqId kSnapshotOwner = -1;
   static constexpr SeqId kFreeOwner = -2;
