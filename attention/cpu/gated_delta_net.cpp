@@ -1,4 +1,4 @@
-#include "attention/gated_delta/gated_delta_net.h"
+#include "attention/cpu/gated_delta_net.h"
 
 #include <algorithm>
 #include <cmath>

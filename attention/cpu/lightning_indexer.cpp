@@ -1,4 +1,4 @@
-#include "attention/sparse_index/lightning_indexer.h"
+#include "attention/cpu/lightning_indexer.h"
 
 #include <algorithm>
 #include <cmath>

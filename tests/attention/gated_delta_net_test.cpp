@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "attention/gated_delta/gated_delta_net.h"
+#include "attention/cpu/gated_delta_net.h"
 #include "tests/support/test_support.h"
 
 namespace moert::attention {

@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "attention/sparse_index/lightning_indexer.h"
+#include "attention/cpu/lightning_indexer.h"
 
 namespace moert::attention {
 namespace {
