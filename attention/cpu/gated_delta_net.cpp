@@ -126,4 +126,27 @@ void gated_rms_norm(const float* x, const float* z, int64_t num_rows, int dim, c
   }
 }
 
+void gated_delta_net_sequence(const GatedDeltaShape& shape, const GatedDeltaParams& params, const float* u,
+                              const float* z, const float* a, const float* b, int64_t num_tokens, float* conv_state,
+                              float* recurrent_state, float* out, float* conv_states_after,
+                              float* recurrent_states_after) {
+  const int64_t channels = shape.conv_channels(), nv = shape.num_value_heads;
+  std::vector<float> conv_rows(static_cast<size_t>(num_tokens * channels));
+  if (conv_states_after == nullptr) {
+    causal_conv1d_silu(u, num_tokens, channels, params.conv_weight, shape.conv_width, conv_state, conv_rows.data());
+  } else {  // row by row (each row's output is the same either way), keeping each state
+    const int64_t size = shape.conv_state_size();
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      causal_conv1d_silu(u + t * channels, 1, channels, params.conv_weight, shape.conv_width, conv_state,
+                         conv_rows.data() + t * channels);
+      std::copy(conv_state, conv_state + size, conv_states_after + t * size);
+    }
+  }
+  std::vector<float> decay(static_cast<size_t>(num_tokens * nv)), beta(decay.size());
+  gated_delta_gates(a, b, num_tokens, shape.num_value_heads, params.a_log, params.dt_bias, decay.data(), beta.data());
+  gated_delta_rule(conv_rows.data(), num_tokens, shape, decay.data(), beta.data(), recurrent_state, out,
+                   recurrent_states_after);
+  gated_rms_norm(out, z, num_tokens * nv, shape.value_head_dim, params.norm_weight, params.norm_eps, out);
+}
+
 }  // namespace moert::attention

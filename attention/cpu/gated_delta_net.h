@@ -74,4 +74,25 @@ void advance_conv_state(const float* u, int64_t num_tokens, int64_t channels, in
 void gated_rms_norm(const float* x, const float* z, int64_t num_rows, int dim, const float* weight, float eps,
                     float* y);
 
+// The parameters of one layer's mixer besides its projections (runtime LinearAttentionWeights).
+struct GatedDeltaParams {
+  const float* conv_weight = nullptr;  // [C, W]
+  const float* a_log = nullptr;        // [NV]
+  const float* dt_bias = nullptr;      // [NV]
+  const float* norm_weight = nullptr;  // [DV], used as w
+  float norm_eps = 1e-6f;
+};
+
+// The whole token mixer of one sequence's T rows after the projections (docs/gated-deltanet.md
+// steps 2-6 but the output projection): causal_conv1d_silu of u [T, C] from conv_state,
+// gated_delta_gates of a, b [T, NV], gated_delta_rule from recurrent_state, then gated_rms_norm
+// per value head with z [T, NV DV] into out [T, NV DV]. Both states advance over the T rows.
+// conv_states_after ([T, W-1, C]) and recurrent_states_after ([T, NV, DK, DV]), when not null,
+// receive the states after each row (a speculative verify's candidates); the results are the
+// same bits either way.
+void gated_delta_net_sequence(const GatedDeltaShape& shape, const GatedDeltaParams& params, const float* u,
+                              const float* z, const float* a, const float* b, int64_t num_tokens, float* conv_state,
+                              float* recurrent_state, float* out, float* conv_states_after = nullptr,
+                              float* recurrent_states_after = nullptr);
+
 }  // namespace moert::attention

@@ -42,6 +42,13 @@ __global__ void gated_add_kernel(float* x, const float* y, const float* gate_log
   }
 }
 
+// sigmoid as the CPU computes it (1 / (1 + exp(-g))), then one rounded product.
+__global__ void sigmoid_mul_kernel(float* x, const float* gate, int64_t count) {
+  for (int64_t i = first_index(); i < count; i += grid_stride()) {
+    x[i] = mul_rn(x[i], 1.0f / (1.0f + expf(-gate[i])));
+  }
+}
+
 __global__ void copy_rows_kernel(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t width,
                                  int64_t count) {
   for (int64_t i = first_index(); i < count; i += grid_stride()) {
@@ -116,6 +123,12 @@ int gated_add(float* x, const float* y, const float* gate_logits, int64_t num_ro
   const int64_t count = num_rows * dim;
   if (count == 0) return 0;
   MOERT_LAUNCH(gated_add_kernel, blocks_for(count), kThreads, stream, x, y, gate_logits, dim, count);
+  return last_error();
+}
+
+int sigmoid_mul(float* x, const float* gate, int64_t count, CUstream_st* stream) {
+  if (count == 0) return 0;
+  MOERT_LAUNCH(sigmoid_mul_kernel, blocks_for(count), kThreads, stream, x, gate, count);
   return last_error();
 }
 

@@ -22,6 +22,8 @@ int embedding_gather(const void* table, TableType type, int64_t dim, const int32
 int add(float* x, const float* y, int64_t count, CUstream_st* stream);
 // x[t, :] += sigmoid(gate_logits[t]) * y[t, :], or += y without gate logits (null).
 int gated_add(float* x, const float* y, const float* gate_logits, int64_t num_rows, int64_t dim, CUstream_st* stream);
+// x[i] *= sigmoid(gate[i]) (gated attention's output).
+int sigmoid_mul(float* x, const float* gate, int64_t count, CUstream_st* stream);
 // dst[r * dst_stride + i] = src[r * src_stride + i], r < R, i < width.
 int copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t num_rows, int64_t width,
               CUstream_st* stream);

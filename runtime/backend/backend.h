@@ -23,6 +23,7 @@
 #include <string>
 
 #include "attention/paged_kv.h"
+#include "attention/cpu/gated_delta_net.h"
 #include "attention/rope.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -142,6 +143,26 @@ class Backend {
   virtual void contiguous_attention(const float* q, int64_t num_tokens, const float* keys, const float* values,
                                     int64_t first_position, int num_heads, int num_kv_heads, int head_dim,
                                     const attention::AttentionVariant& variant, float* out) = 0;
+  // Linear attention (docs/gated-deltanet.md). One sequence's rows in a gated_delta_net call and
+  // the state it carries across steps, on this device: conv [W-1, C] and recurrent [NV, DK, DV]
+  // (F32), updated in place. When the *_after arrays are set they receive the states after
+  // each of the rows ([rows, W-1, C] and [rows, NV, DK, DV]: a speculative verify's candidates).
+  struct RecurrentSequence {
+    int64_t first_row = 0, num_rows = 0;
+    float* conv_state = nullptr;
+    float* recurrent_state = nullptr;
+    float* conv_states_after = nullptr;
+    float* recurrent_states_after = nullptr;
+  };
+  // The Gated DeltaNet token mixer after the projections, sequence by sequence:
+  // attention::gated_delta_net_sequence over each sequence's rows of u [T, C], z [T, NV DV],
+  // a, b [T, NV] into out [T, NV DV]. `sequences` is host data; rows outside them are not
+  // written.
+  virtual void gated_delta_net(const attention::GatedDeltaShape& shape, const attention::GatedDeltaParams& params,
+                               const float* u, const float* z, const float* a, const float* b,
+                               std::span<const RecurrentSequence> sequences, float* out) = 0;
+  // x[i] *= sigmoid(gate[i]) (as 1 / (1 + exp(-g))) for i < count (gated attention's output).
+  virtual void sigmoid_mul(float* x, const float* gate, int64_t count) = 0;
   // Copy-on-write of whole KV blocks, src[i] -> dst[i] in order.
   virtual void copy_kv_blocks(const attention::PagedKvLayer& layer, const int32_t* src, const int32_t* dst,
                               int64_t num_copies) = 0;

@@ -68,11 +68,11 @@ Status parse_rope_scaling(const ConfigReader& r, ModelConfig* c) {
   if (scaling.contains("rope_theta")) {
     MOERT_ASSIGN_OR_RETURN(c->rope_theta, s.optional_number("rope_theta", c->rope_theta));
   }
-  // transformers v5 may move partial_rotary_factor here; moert reads it at the top level only.
-  if (s.is_set("partial_rotary_factor") &&
-      (!r.is_set("partial_rotary_factor") || r.raw("partial_rotary_factor") != scaling.at("partial_rotary_factor"))) {
+  // transformers v5 moves partial_rotary_factor into rope_parameters, where the architectures
+  // that rotate part of each head read it (arch.h partial_rotary_factor); never in rope_scaling.
+  if (std::string_view(key) == "rope_scaling" && s.is_set("partial_rotary_factor")) {
     return unsupported(where + " holds 'partial_rotary_factor' = " + scaling.at("partial_rotary_factor").dump() +
-                       ", which moert reads only at the top level of config.json (give it there too)");
+                       ", which belongs at the top level of config.json or in 'rope_parameters'");
   }
   MOERT_ASSIGN_OR_RETURN(const std::string type, rope_scaling_type(scaling, where));
   const std::span<const char* const> reads =
@@ -165,11 +165,17 @@ Result<ModelConfig> parse_model_config(const json& j) {
   if (!j.is_object()) return invalid_argument("config.json is not a JSON object");
   ModelConfig c;
   MOERT_ASSIGN_OR_RETURN(c.arch, architecture_of_config(j));
-  ConfigReader reader(j);
+  const char* text_key = c.arch->text_config;
+  if (text_key != nullptr && (!j.contains(text_key) || !j.at(text_key).is_object())) {
+    return invalid_argument(std::string("config.json lacks the '") + text_key + "' object that " +
+                            c.arch->hf_class + " keeps its text model's keys in");
+  }
+  const json& text = text_key != nullptr ? j.at(text_key) : j;
+  ConfigReader reader(text);
   MOERT_RETURN_IF_ERROR(parse_common(reader, &c));
   MOERT_RETURN_IF_ERROR(c.arch->parse(reader, &c));
-  MOERT_ASSIGN_OR_RETURN(c.bos_token_id, first_token_id(j, "bos_token_id"));
-  MOERT_ASSIGN_OR_RETURN(c.eos_token_id, first_token_id(j, "eos_token_id"));
+  MOERT_ASSIGN_OR_RETURN(c.bos_token_id, first_token_id(text, "bos_token_id"));
+  MOERT_ASSIGN_OR_RETURN(c.eos_token_id, first_token_id(text, "eos_token_id"));
 
   MOERT_RETURN_IF_ERROR(experts::validate_router_config(c.router).with_context("config.json router"));
   MOERT_RETURN_IF_ERROR(check_positive("moe_intermediate_size", c.moe_intermediate_size));
@@ -230,7 +236,16 @@ json model_config_to_json(const ModelConfig& c) {
   if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
   if (c.eos_token_id >= 0) j["eos_token_id"] = c.eos_token_id;
   j["model_type"] = c.arch->model_type;
-  c.arch->to_json(c, j);
+  c.arch->to_json(c, j);  // may name the text model's own model_type
+  if (c.arch->text_config == nullptr) return j;
+  // The text model's keys under text_config; the class and the family's model_type on top.
+  json nested = std::move(j);
+  nested.erase("architectures");
+  j = json::object();
+  j["architectures"] = {architecture_name(c.arch)};
+  j["model_type"] = c.arch->model_type;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j[c.arch->text_config] = std::move(nested);
   return j;
 }
 

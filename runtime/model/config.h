@@ -8,6 +8,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "attention/cpu/gated_delta_net.h"
 #include "attention/rope.h"
 #include "experts/glu_activation.h"
 #include "experts/router.h"
@@ -35,6 +36,25 @@ struct LatentAttentionDims {
   int qk_rope_head_dim = 0;  // dr
   int v_head_dim = 0;        // dv
   bool enabled() const { return kv_lora_rank > 0; }
+};
+
+// Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5-MoE; docs/gated-deltanet.md): all zero
+// for a model without linear-attention layers. The layers that use it are
+// ModelConfig::layer_is_linear_attention; the others keep softmax attention.
+struct LinearAttentionDims {
+  int num_key_heads = 0;    // NK (linear_num_key_heads)
+  int key_head_dim = 0;     // DK
+  int num_value_heads = 0;  // NV, a multiple of NK
+  int value_head_dim = 0;   // DV
+  int conv_width = 0;       // linear_conv_kernel_dim
+  // Qwen3-Next: q/k/v/z and b/a stored fused and grouped by key head (in_proj_qkvz,
+  // in_proj_ba), regrouped at load; Qwen3.5: four separate projections.
+  bool grouped_projections = false;
+  bool enabled() const { return num_key_heads > 0; }
+  int64_t conv_channels() const { return shape().conv_channels(); }  // C = 2 NK DK + NV DV
+  attention::GatedDeltaShape shape() const {
+    return {num_key_heads, key_head_dim, num_value_heads, value_head_dim, conv_width};
+  }
 };
 
 struct ModelConfig {
@@ -69,6 +89,15 @@ struct ModelConfig {
   bool attention_sinks = false;  // self_attn.sinks: one learned softmax-denominator logit per head
   bool qk_norm = false;          // per-head RMSNorm of q and k before RoPE
   bool tie_word_embeddings = false;
+  // Every RMSNorm of the layers, the final norm and qk-norm scales by (1 + w) (Qwen3-Next,
+  // Qwen3.5): the loader stores 1 + w, so the forward's norms are the usual ones. Not the
+  // linear-attention output norm, which uses w.
+  bool norm_weights_offset_by_one = false;
+  // Gated attention (Qwen3-Next, Qwen3.5 `attn_output_gate`): q_proj gives per head [query | gate]
+  // (2 Dh rows per head) and the attention output is multiplied by sigmoid(gate) before o_proj.
+  bool attention_output_gate = false;
+  LinearAttentionDims linear_attention;
+  std::vector<bool> layer_is_linear_attention;  // [num_layers]; empty: none
 
   int dense_intermediate_size = 0;  // width of dense (non-MoE) MLP layers
   int moe_intermediate_size = 0;    // width of each routed expert
@@ -81,6 +110,9 @@ struct ModelConfig {
   // gate/up columns and experts.down_proj [E, I, D], or their MXFP4 _blocks/_scales [E, out, in])
   // instead of one tensor per expert and projection.
   bool stacked_experts = false;
+  // Qwen3.5's fused experts, read when the checkpoint holds them (per-expert tensors otherwise):
+  // experts.gate_up_proj [E, 2I, D] (the I gate rows, then the I up rows) and down_proj [E, D, I].
+  bool fused_gate_up_experts = false;
   SharedExpertKind shared_expert = SharedExpertKind::kNone;
   int shared_intermediate_size = 0;  // width of the shared expert (0 when kNone)
   std::vector<bool> layer_is_moe;    // [num_layers]

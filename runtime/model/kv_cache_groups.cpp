@@ -13,6 +13,9 @@ Result<std::vector<attention::KvCacheSpec>> kv_cache_groups(const ModelConfig& c
   std::vector<attention::KvCacheSpec> groups;
   for (int layer = 0; layer < static_cast<int>(layers.size()); ++layer) {
     const LayerSpec& spec = layers[static_cast<size_t>(layer)];
+    // A linear-attention layer keeps no K/V: its recurrent state has a fixed size per sequence
+    // (runner::RecurrentStateLayout, docs/gated-deltanet.md).
+    if (spec.attention == AttentionKind::kGatedDeltaNet) continue;
     attention::KvCacheSpec wanted;
     wanted.dtype = dtype;
     wanted.num_kv_heads = config.num_kv_heads;
@@ -31,6 +34,7 @@ Result<std::vector<attention::KvCacheSpec>> kv_cache_groups(const ModelConfig& c
         wanted.kind = attention::KvCacheKind::kLatent;
         wanted.latent_width = config.head_dim;
         break;
+      case AttentionKind::kGatedDeltaNet: break;  // skipped above
     }
     attention::KvCacheSpec* group = nullptr;
     for (attention::KvCacheSpec& existing : groups) {

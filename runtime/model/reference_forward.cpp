@@ -30,8 +30,30 @@ void DenseKvCache::attend(backend::Backend& backend, int layer, const attention:
                                c.head_dim, variant, out);
 }
 
+std::vector<backend::Backend::RecurrentSequence> DenseKvCache::recurrent_sequences(backend::Backend& backend, int layer,
+                                                                                   int64_t num_tokens) {
+  const attention::GatedDeltaShape shape = config_.linear_attention.shape();
+  const size_t index = static_cast<size_t>(layer);
+  if (conv_states_.size() <= index) {
+    conv_states_.resize(index + 1);
+    recurrent_states_.resize(index + 1);
+  }
+  Buffer& conv = conv_states_[index];
+  Buffer& state = recurrent_states_[index];
+  if (conv.view().data == nullptr) {  // a fresh sequence: zero states
+    conv = backend.allocate(DType::kF32, {std::max<int64_t>(shape.conv_state_size(), 1)});
+    state = backend.allocate(DType::kF32, {shape.recurrent_state_size()});
+    const std::vector<float> zeros(static_cast<size_t>(std::max(conv.view().numel(), state.view().numel())), 0.0f);
+    backend.copy_bytes(conv.data<float>(), zeros.data(), conv.view().numel() * static_cast<int64_t>(sizeof(float)));
+    backend.copy_bytes(state.data<float>(), zeros.data(), state.view().numel() * static_cast<int64_t>(sizeof(float)));
+  }
+  return {{0, num_tokens, conv.data<float>(), state.data<float>(), nullptr, nullptr}};
+}
+
 void DenseKvCache::truncate(int64_t length) {
   MOERT_CHECK(length >= 0 && length <= length_, "truncate to " << length << " of a cache of " << length_);
+  MOERT_CHECK(length == length_ || !config_.linear_attention.enabled(),
+              "truncate to " << length << " of " << length_ << " positions: a linear-attention state cannot go back");
   const size_t floats = static_cast<size_t>(length * config_.num_kv_heads * config_.head_dim);
   for (std::vector<float>& keys : keys_) keys.resize(std::min(keys.size(), floats));
   for (std::vector<float>& values : values_) values.resize(std::min(values.size(), floats));

@@ -10,22 +10,31 @@
 
 namespace moert {
 
-// K/V of one sequence for every layer; row p holds position p.
+// K/V of one sequence for every layer; row p holds position p. Linear-attention layers keep
+// their recurrent state instead (allocated on the backend at first use, zero at the start).
 class DenseKvCache : public AttentionContext {
  public:
   DenseKvCache(const ModelConfig& config);
   void attend(backend::Backend& backend, int layer, const attention::AttentionVariant& variant, const float* q,
               const float* k, const float* v, int64_t num_tokens, float* out) override;
+  // The step's rows are this one sequence's new positions.
+  std::vector<backend::Backend::RecurrentSequence> recurrent_sequences(backend::Backend& backend, int layer,
+                                                                      int64_t num_tokens) override;
   // Positions already written; advanced by ReferenceForward::forward after all layers ran.
   int64_t length() const { return length_; }
   void advance(int64_t num_tokens) { length_ += num_tokens; }
   // Drops positions >= length of every layer (a speculative rollback); length <= length().
+  // A model with linear-attention layers cannot go back (its state has no positions): only
+  // length == length() is accepted (checked).
   void truncate(int64_t length);
 
  private:
   const ModelConfig& config_;
   std::vector<std::vector<float>> keys_;    // [layers][L * KVH * Dh]
   std::vector<std::vector<float>> values_;  // [layers][L * KVH * Dh]
+  // Per linear-attention layer: conv state [W-1, C] and recurrent state [NV, DK, DV] (empty
+  // Buffers until first used).
+  std::vector<Buffer> conv_states_, recurrent_states_;
   int64_t length_ = 0;
 };
 

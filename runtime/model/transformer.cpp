@@ -15,6 +15,12 @@ void rms_norm_rows(float* x, int64_t num_rows, int64_t dim, const float* weight,
 
 int32_t argmax_lowest_index(const float* values, int64_t count) { return backend::reference_argmax(values, count); }
 
+std::vector<backend::Backend::RecurrentSequence> AttentionContext::recurrent_sequences(backend::Backend& /*backend*/,
+                                                                                   int layer, int64_t /*num_tokens*/) {
+  MOERT_CHECK(false, "layer " << layer << " is linear attention, but this attention context keeps no recurrent state");
+  return {};
+}
+
 TransformerForward::TransformerForward(const ModelConfig& config, const ModelWeights& weights,
                                        backend::Backend& backend)
     : config_(config),
@@ -138,7 +144,11 @@ void TransformerForward::decoder_layer(int layer, const ForwardBatch& batch, Att
   const bool latent = layer < config_.num_layers
                           ? config_.layers[static_cast<size_t>(layer)].attention == AttentionKind::kMla
                           : config_.mla.enabled();
-  if (latent) {
+  const bool linear = layer < config_.num_layers &&
+                      config_.layers[static_cast<size_t>(layer)].attention == AttentionKind::kGatedDeltaNet;
+  if (linear) {
+    linear_attention_block(layer, batch, attention, x);
+  } else if (latent) {
     latent_attention_block(layer, batch, attention, x);
   } else {
     attention_block(layer, batch, attention, x);
@@ -237,11 +247,21 @@ void TransformerForward::attention_block(int layer, const ForwardBatch& batch, A
   const Buffer q = activations(num_tokens * q_width);   // [T, H, Dh]
   const Buffer k = activations(num_tokens * kv_width);  // [T, KVH, Dh]
   const Buffer v = activations(num_tokens * kv_width);  // [T, KVH, Dh]
+  // Gated attention: q_proj gives per head [Dh query | Dh gate], split apart here.
+  const bool gated = c.attention_output_gate;
+  const Buffer query_and_gate = gated ? activations(2 * num_tokens * q_width) : Buffer();  // [T, H, 2 Dh]
+  const Buffer gate = gated ? activations(num_tokens * q_width) : Buffer();               // [T, H, Dh]
   auto bias_or_null = [](const Linear& linear) { return linear.bias.empty() ? nullptr : linear.bias.data(); };
-  const backend::Backend::LinearOfX projections[] = {{&a.q.weight, bias_or_null(a.q), q.data<float>()},
-                                                     {&a.k.weight, bias_or_null(a.k), k.data<float>()},
-                                                     {&a.v.weight, bias_or_null(a.v), v.data<float>()}};
+  const backend::Backend::LinearOfX projections[] = {
+      {&a.q.weight, bias_or_null(a.q), gated ? query_and_gate.data<float>() : q.data<float>()},
+      {&a.k.weight, bias_or_null(a.k), k.data<float>()},
+      {&a.v.weight, bias_or_null(a.v), v.data<float>()}};
   backend_.linears_of(h.data<float>(), num_tokens, projections);
+  if (gated) {
+    const int64_t rows = num_tokens * c.num_heads, head = c.head_dim;
+    backend_.copy_rows(q.data<float>(), head, query_and_gate.data<float>(), 2 * head, rows, head);
+    backend_.copy_rows(gate.data<float>(), head, query_and_gate.data<float>() + head, 2 * head, rows, head);
+  }
   if (c.qk_norm) {
     backend_.rms_norm(q.data<float>(), num_tokens * c.num_heads, c.head_dim, a.q_norm.data(), c.rms_norm_eps);
     backend_.rms_norm(k.data<float>(), num_tokens * c.num_kv_heads, c.head_dim, a.k_norm.data(), c.rms_norm_eps);
@@ -251,6 +271,7 @@ void TransformerForward::attention_block(int layer, const ForwardBatch& batch, A
   const Buffer attn = activations(num_tokens * q_width);  // [T, H, Dh]
   attention.attend(backend_, layer, layer_variants_[static_cast<size_t>(layer)], q.data<float>(), k.data<float>(),
                    v.data<float>(), num_tokens, attn.data<float>());
+  if (gated) backend_.sigmoid_mul(attn.data<float>(), gate.data<float>(), num_tokens * q_width);
   const Buffer projected = activations(num_tokens * dim);
   backend_.linear(a.o.weight, attn.data<float>(), num_tokens, bias_or_null(a.o), projected.data<float>());
   backend_.add(x, projected.data<float>(), num_tokens * dim);
@@ -309,6 +330,39 @@ void TransformerForward::latent_attention_block(int layer, const ForwardBatch& b
                            num_tokens, values.data<float>(), dv);
   const Buffer projected = activations(num_tokens * dim);
   backend_.linear(a.o.weight, values.data<float>(), num_tokens, bias_or_null(a.o), projected.data<float>());
+  backend_.add(x, projected.data<float>(), num_tokens * dim);
+}
+
+// A Gated DeltaNet layer (docs/gated-deltanet.md): the four input projections of the normed
+// input, the token mixer over each sequence's rows with the state the context carries for it,
+// the output projection into the residual stream.
+void TransformerForward::linear_attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention,
+                                                float* x) const {
+  const ModelConfig& c = config_;
+  const LinearAttentionDims& m = c.linear_attention;
+  const LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
+  const LinearAttentionWeights& w = l.linear_attention;
+  const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
+  const int64_t dim = c.hidden_size, nv = m.num_value_heads, width = nv * m.value_head_dim;
+  const Buffer h = activations(num_tokens * dim);  // [T, D]
+  backend_.copy(h.data<float>(), x, num_tokens * dim);
+  backend_.rms_norm(h.data<float>(), num_tokens, dim, l.input_norm.data(), c.rms_norm_eps);
+  const Buffer u = activations(num_tokens * m.conv_channels());  // [T, C]
+  const Buffer z = activations(num_tokens * width);              // [T, NV, DV]
+  const Buffer a = activations(num_tokens * nv), b = activations(num_tokens * nv);
+  const backend::Backend::LinearOfX projections[] = {{&w.qkv.weight, nullptr, u.data<float>()},
+                                                     {&w.z.weight, nullptr, z.data<float>()},
+                                                     {&w.b.weight, nullptr, b.data<float>()},
+                                                     {&w.a.weight, nullptr, a.data<float>()}};
+  backend_.linears_of(h.data<float>(), num_tokens, projections);
+  const attention::GatedDeltaParams params{w.conv.data(), w.a_log.data(), w.dt_bias.data(), w.norm.data(),
+                                           c.rms_norm_eps};
+  const std::vector<backend::Backend::RecurrentSequence> sequences = attention.recurrent_sequences(backend_, layer, num_tokens);
+  const Buffer mixed = activations(num_tokens * width);  // [T, NV, DV]
+  backend_.gated_delta_net(m.shape(), params, u.data<float>(), z.data<float>(), a.data<float>(), b.data<float>(),
+                           sequences, mixed.data<float>());
+  const Buffer projected = activations(num_tokens * dim);
+  backend_.linear(w.out.weight, mixed.data<float>(), num_tokens, nullptr, projected.data<float>());
   backend_.add(x, projected.data<float>(), num_tokens * dim);
 }
 

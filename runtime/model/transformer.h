@@ -35,6 +35,11 @@ class AttentionContext {
   // scale, soft-cap: the model's knowledge of the layer).
   virtual void attend(backend::Backend& backend, int layer, const attention::AttentionVariant& variant,
                       const float* q, const float* k, const float* v, int64_t num_tokens, float* out) = 0;
+  // Linear-attention layers (docs/gated-deltanet.md): each sequence's rows of the step, in row
+  // order and covering every row, with the state of `layer` it carries from step to step
+  // (on the backend's device). A context that keeps no recurrent state refuses (checked).
+  virtual std::vector<backend::Backend::RecurrentSequence> recurrent_sequences(backend::Backend& backend, int layer,
+                                                                      int64_t num_tokens);
 };
 
 // Runs the routed experts of one MoE layer for this rank's tokens:
@@ -146,6 +151,7 @@ class TransformerForward {
   // x: [T, D] residual stream on the backend's device, updated in place.
   void attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
   void latent_attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
+  void linear_attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
   void ffn_block(int layer, int64_t num_tokens, float* x) const;
   // The logits of batch.logit_rows on the backend's device, [logit_rows.size(), V];
   // final_hidden (device [T, D], may be null) receives g (forward_with_hidden).

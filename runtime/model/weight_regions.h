@@ -71,6 +71,9 @@ void walk(Weights& weights, Visit&& visit, SkipRoutedExpert&& skip_routed_expert
     view(a.key_absorb);
     view(a.value_up);
     for (auto* l : {&a.q, &a.k, &a.v, &a.o, &a.q_a, &a.kv_a}) linear(*l);
+    auto& la = layer.linear_attention;
+    for (const std::vector<float>* values : {&la.conv, &la.a_log, &la.dt_bias, &la.norm}) floats(*values);
+    for (auto* l : {&la.qkv, &la.z, &la.b, &la.a, &la.out}) linear(*l);
     if (!layer.is_moe) {
       mlp(layer.dense_mlp);
       continue;

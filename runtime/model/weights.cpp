@@ -43,6 +43,16 @@ class WeightBinder {
     return widen_to_f32(name, view);
   }
 
+  // A norm module's scale: its ".weight" [size] widened to F32, as 1 + w when `plus_one`
+  // (ModelConfig::norm_weights_offset_by_one: the F32 sum the modeling code computes).
+  Result<std::vector<float>> norm(const std::string& module, int64_t size, bool plus_one) const {
+    MOERT_ASSIGN_OR_RETURN(std::vector<float> scale, vector(module + ".weight", size));
+    if (plus_one) {
+      for (float& value : scale) value = 1.0f + value;
+    }
+    return scale;
+  }
+
   // A linear layer's weight in whichever layout the checkpoint holds it (detected from the
   // tensors present): gpt-oss MXFP4 `P_blocks`/`P_scales`; ModelOpt NVFP4 (U8 weight +
   // F8_E4M3 weight_scale + weight_scale_2); DeepSeek FP8 (weight_scale_inv); FP8 with a
@@ -248,6 +258,101 @@ Status bind_stacked_experts(const ModelConfig& c, const io::Checkpoint& checkpoi
   return Status::ok();
 }
 
+// Qwen3.5's fused experts (ModelConfig::fused_gate_up_experts): gate_up_proj [E, 2I, D] (expert
+// e's I gate rows, then its I up rows) and down_proj [E, D, I], dense; each expert's three
+// matrices are views into them (already [out, in]: nothing is copied).
+Status bind_fused_gate_up_experts(const ModelConfig& c, const WeightBinder& w, int layer, MoeWeights& moe) {
+  const int64_t num_experts = c.num_experts(), d = c.hidden_size, width = c.moe_intermediate_size;
+  const TensorNames& n = c.arch->names;
+  const std::string experts = n.experts_prefix(layer);
+  MOERT_ASSIGN_OR_RETURN(const TensorView gate_up, w.dense(experts + n.stacked_experts[0], {num_experts, 2 * width, d}));
+  MOERT_ASSIGN_OR_RETURN(const TensorView down, w.dense(experts + n.stacked_experts[1], {num_experts, d, width}));
+  const int64_t bytes = dtype_bits(gate_up.dtype) / 8;
+  auto rows = [&](const TensorView& stacked, int64_t first_row, int64_t num_rows, int64_t cols) {
+    return TensorView::contiguous(stacked.dtype, {num_rows, cols},
+                                  static_cast<uint8_t*>(stacked.data) + first_row * cols * bytes);
+  };
+  for (int64_t e = 0; e < num_experts; ++e) {
+    GatedMlp mlp;
+    mlp.gate.weight = quant::LinearWeight::from_dense(rows(gate_up, e * 2 * width, width, d));
+    mlp.up.weight = quant::LinearWeight::from_dense(rows(gate_up, e * 2 * width + width, width, d));
+    mlp.down.weight = quant::LinearWeight::from_dense(rows(down, e * d, d, width));
+    moe.experts.push_back(std::move(mlp));
+  }
+  return Status::ok();
+}
+
+// Qwen3-Next's fused input projections regrouped into the conv order (docs/gated-deltanet.md):
+// in_proj_qkvz [2 NK DK + 2 NV DV, D] holds per key head g [q_g | k_g | v of its R value
+// heads | z of its R value heads], in_proj_ba [2 NV, D] per key head [b of its R | a of its R].
+// Rows are copied as bytes (exact) into owned dense matrices. Packed (FP8, FP4) fused
+// projections are refused: their block scales span the groups.
+Status bind_grouped_linear_projections(const ModelConfig& c, const WeightBinder& w, const std::string& p,
+                                       LinearAttentionWeights& l, std::vector<Buffer>& owned) {
+  const LinearAttentionDims& m = c.linear_attention;
+  const TensorNames& n = c.arch->names;
+  const int64_t d = c.hidden_size, nk = m.num_key_heads, dk = m.key_head_dim, dv = m.value_head_dim;
+  const int64_t r = m.num_value_heads / m.num_key_heads, nv = m.num_value_heads;
+  const int64_t group_rows = 2 * dk + 2 * r * dv;
+  const std::string qkvz_name = p + n.in_proj_qkvz + ".weight", ba_name = p + n.in_proj_ba + ".weight";
+  Result<TensorView> qkvz = w.dense(qkvz_name, {nk * group_rows, d});
+  if (!qkvz.is_ok()) return qkvz.status().with_context("Qwen3-Next fused projections are read dense only");
+  MOERT_ASSIGN_OR_RETURN(const TensorView ba, w.dense(ba_name, {2 * nv, d}));
+  const int64_t row_bytes = d * (dtype_bits(qkvz->dtype) / 8);
+  const auto* src = static_cast<const uint8_t*>(qkvz->data);
+  auto owned_matrix = [&](DType dtype, int64_t rows) {
+    return owned.emplace_back(dtype, Shape{rows, d}).view();
+  };
+  const TensorView qkv = owned_matrix(qkvz->dtype, m.conv_channels()), z = owned_matrix(qkvz->dtype, nv * dv);
+  auto copy_rows = [&](const uint8_t* from, const TensorView& to, int64_t to_row, int64_t count) {
+    std::memcpy(static_cast<uint8_t*>(to.data) + to_row * row_bytes, from, static_cast<size_t>(count * row_bytes));
+  };
+  for (int64_t g = 0; g < nk; ++g) {
+    const uint8_t* group = src + g * group_rows * row_bytes;
+    copy_rows(group, qkv, g * dk, dk);                                     // q_g
+    copy_rows(group + dk * row_bytes, qkv, nk * dk + g * dk, dk);          // k_g
+    copy_rows(group + 2 * dk * row_bytes, qkv, 2 * nk * dk + g * r * dv, r * dv);  // its value heads
+    copy_rows(group + (2 * dk + r * dv) * row_bytes, z, g * r * dv, r * dv);
+  }
+  const int64_t ba_row_bytes = d * (dtype_bits(ba.dtype) / 8);
+  const TensorView b = owned.emplace_back(ba.dtype, Shape{nv, d}).view();
+  const TensorView a = owned.emplace_back(ba.dtype, Shape{nv, d}).view();
+  for (int64_t g = 0; g < nk; ++g) {
+    const auto* group = static_cast<const uint8_t*>(ba.data) + g * 2 * r * ba_row_bytes;
+    std::memcpy(static_cast<uint8_t*>(b.data) + g * r * ba_row_bytes, group, static_cast<size_t>(r * ba_row_bytes));
+    std::memcpy(static_cast<uint8_t*>(a.data) + g * r * ba_row_bytes, group + r * ba_row_bytes,
+                static_cast<size_t>(r * ba_row_bytes));
+  }
+  l.qkv.weight = quant::LinearWeight::from_dense(qkv);
+  l.z.weight = quant::LinearWeight::from_dense(z);
+  l.b.weight = quant::LinearWeight::from_dense(b);
+  l.a.weight = quant::LinearWeight::from_dense(a);
+  return Status::ok();
+}
+
+Result<LinearAttentionWeights> bind_linear_attention(const ModelConfig& c, const WeightBinder& w, int layer,
+                                                     std::vector<Buffer>& owned) {
+  const LinearAttentionDims& m = c.linear_attention;
+  const TensorNames& n = c.arch->names;
+  const std::string p = n.linear_attention_prefix(layer);
+  const int64_t d = c.hidden_size, nv = m.num_value_heads, channels = m.conv_channels();
+  LinearAttentionWeights l;
+  if (m.grouped_projections) {
+    MOERT_RETURN_IF_ERROR(bind_grouped_linear_projections(c, w, p, l, owned));
+  } else {
+    MOERT_ASSIGN_OR_RETURN(l.qkv, w.linear(p + n.in_proj_qkv, channels, d, false));
+    MOERT_ASSIGN_OR_RETURN(l.z, w.linear(p + n.in_proj_z, nv * m.value_head_dim, d, false));
+    MOERT_ASSIGN_OR_RETURN(l.b, w.linear(p + n.in_proj_b, nv, d, false));
+    MOERT_ASSIGN_OR_RETURN(l.a, w.linear(p + n.in_proj_a, nv, d, false));
+  }
+  MOERT_ASSIGN_OR_RETURN(l.conv, w.vector_shaped(p + n.conv1d + ".weight", {channels, 1, m.conv_width}));
+  MOERT_ASSIGN_OR_RETURN(l.a_log, w.vector(p + n.a_log, nv));
+  MOERT_ASSIGN_OR_RETURN(l.dt_bias, w.vector(p + n.dt_bias, nv));
+  MOERT_ASSIGN_OR_RETURN(l.norm, w.norm(p + n.linear_norm, m.value_head_dim, /*plus_one=*/false));
+  MOERT_ASSIGN_OR_RETURN(l.out, w.linear(p + n.out_proj, d, nv * m.value_head_dim, false));
+  return l;
+}
+
 // kv_b_proj [H * (dn + dv), dc] (head-major, each head [k_nope rows | v rows]) split into
 // key_absorb [H, dc, dn] (the k_nope rows transposed) and value_up [H, dv, dc], F32.
 Status split_kv_b_proj(const ModelConfig& c, const quant::LinearWeight& kv_b, AttentionWeights& a,
@@ -300,8 +405,10 @@ Result<AttentionWeights> bind_attention(const ModelConfig& c, const WeightBinder
   const std::string p = n.attention_prefix(layer);
   const int64_t q_out = static_cast<int64_t>(c.num_heads) * c.head_dim;
   const int64_t kv_out = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
+  // Gated attention: per head [Dh query rows | Dh gate rows].
+  const int64_t q_rows = c.attention_output_gate ? 2 * q_out : q_out;
   AttentionWeights a;
-  MOERT_ASSIGN_OR_RETURN(a.q, w.linear(p + n.q_proj, q_out, c.hidden_size, c.qkv_bias));
+  MOERT_ASSIGN_OR_RETURN(a.q, w.linear(p + n.q_proj, q_rows, c.hidden_size, c.qkv_bias));
   MOERT_ASSIGN_OR_RETURN(a.k, w.linear(p + n.k_proj, kv_out, c.hidden_size, c.qkv_bias));
   MOERT_ASSIGN_OR_RETURN(a.v, w.linear(p + n.v_proj, kv_out, c.hidden_size, c.qkv_bias));
   MOERT_ASSIGN_OR_RETURN(a.o, w.linear(p + n.o_proj, c.hidden_size, q_out, c.o_bias));
@@ -309,8 +416,8 @@ Result<AttentionWeights> bind_attention(const ModelConfig& c, const WeightBinder
     MOERT_ASSIGN_OR_RETURN(a.sinks, w.vector(p + n.sinks, c.num_heads));
   }
   if (c.qk_norm) {
-    MOERT_ASSIGN_OR_RETURN(a.q_norm, w.vector(p + n.q_norm + ".weight", c.head_dim));
-    MOERT_ASSIGN_OR_RETURN(a.k_norm, w.vector(p + n.k_norm + ".weight", c.head_dim));
+    MOERT_ASSIGN_OR_RETURN(a.q_norm, w.norm(p + n.q_norm, c.head_dim, c.norm_weights_offset_by_one));
+    MOERT_ASSIGN_OR_RETURN(a.k_norm, w.norm(p + n.k_norm, c.head_dim, c.norm_weights_offset_by_one));
   }
   return a;
 }
@@ -329,10 +436,14 @@ Result<MoeWeights> bind_moe(const ModelConfig& c, const io::Checkpoint& checkpoi
     MOERT_ASSIGN_OR_RETURN(moe.correction_bias, w.vector(router + "." + n.router_correction_bias, c.num_experts()));
   }
   moe.expert_activation = c.expert_activation;
+  const bool fused = c.fused_gate_up_experts &&
+                     checkpoint.find(n.experts_prefix(layer) + n.stacked_experts[0]) != nullptr;
   if (c.stacked_experts) {
     MOERT_RETURN_IF_ERROR(bind_stacked_experts(c, checkpoint, w, layer, moe, owned));
+  } else if (fused) {
+    MOERT_RETURN_IF_ERROR(bind_fused_gate_up_experts(c, w, layer, moe));
   }
-  for (int e = 0; !c.stacked_experts && e < c.num_experts(); ++e) {
+  for (int e = 0; !c.stacked_experts && !fused && e < c.num_experts(); ++e) {
     MOERT_ASSIGN_OR_RETURN(GatedMlp expert, w.mlp(n.expert_prefix(layer, e), n.expert_projections, c.hidden_size,
                                                   c.moe_intermediate_size));
     moe.experts.push_back(std::move(expert));
@@ -354,9 +465,14 @@ Result<LayerWeights> bind_layer(const ModelConfig& c, const io::Checkpoint& chec
   LayerWeights l;
   const TensorNames& n = c.arch->names;
   const std::string p = n.layer_prefix(layer);
-  MOERT_ASSIGN_OR_RETURN(l.input_norm, w.vector(p + n.input_norm + ".weight", c.hidden_size));
-  MOERT_ASSIGN_OR_RETURN(l.post_attention_norm, w.vector(p + n.post_attention_norm + ".weight", c.hidden_size));
-  if (c.mla.enabled()) {
+  const bool plus_one = c.norm_weights_offset_by_one;
+  MOERT_ASSIGN_OR_RETURN(l.input_norm, w.norm(p + n.input_norm, c.hidden_size, plus_one));
+  MOERT_ASSIGN_OR_RETURN(l.post_attention_norm, w.norm(p + n.post_attention_norm, c.hidden_size, plus_one));
+  l.is_linear_attention = static_cast<size_t>(layer) < c.layer_is_linear_attention.size() &&
+                          c.layer_is_linear_attention[static_cast<size_t>(layer)];
+  if (l.is_linear_attention) {
+    MOERT_ASSIGN_OR_RETURN(l.linear_attention, bind_linear_attention(c, w, layer, owned));
+  } else if (c.mla.enabled()) {
     MOERT_ASSIGN_OR_RETURN(l.attention, bind_latent_attention(c, w, layer, owned));
   } else {
     MOERT_ASSIGN_OR_RETURN(l.attention, bind_attention(c, w, layer));
@@ -536,7 +652,11 @@ Status check_checkpoint_values(const io::Checkpoint& checkpoint) {
 
 std::string describe_weight_formats(const ModelWeights& m) {
   std::string attention = "?", experts = "none";
-  if (!m.layers.empty()) attention = m.layers.front().attention.o.weight.format_name();
+  for (const LayerWeights& l : m.layers) {
+    if (l.is_linear_attention) continue;  // its projections are read the same way
+    attention = l.attention.o.weight.format_name();
+    break;
+  }
   for (const LayerWeights& l : m.layers) {
     if (l.is_moe && !l.moe.experts.empty()) {
       experts = l.moe.experts.front().down.weight.format_name();
@@ -563,7 +683,7 @@ Result<ModelWeights> bind_model_weights(const ModelConfig& c, const io::Checkpoi
     MOERT_ASSIGN_OR_RETURN(LayerWeights l, bind_layer(c, checkpoint, w, layer, c.layer_is_moe[static_cast<size_t>(layer)], m.owned));
     m.layers.push_back(std::move(l));
   }
-  MOERT_ASSIGN_OR_RETURN(m.final_norm, w.vector(std::string(n.final_norm) + ".weight", c.hidden_size));
+  MOERT_ASSIGN_OR_RETURN(m.final_norm, w.norm(n.final_norm, c.hidden_size, c.norm_weights_offset_by_one));
   if (c.tie_word_embeddings && checkpoint.find(std::string(n.lm_head) + ".weight") == nullptr) {
     m.lm_head = quant::LinearWeight::from_dense(m.embed_tokens);
   } else {
@@ -587,6 +707,8 @@ void for_each_linear_weight(ModelWeights& weights,
     };
     AttentionWeights& a = layer.attention;
     for (Linear* linear : {&a.q, &a.k, &a.v, &a.o, &a.q_a, &a.kv_a}) visit(linear->weight, -1, -1);
+    LinearAttentionWeights& la = layer.linear_attention;
+    for (Linear* linear : {&la.qkv, &la.z, &la.b, &la.a, &la.out}) visit(linear->weight, -1, -1);
     if (layer.is_moe) {
       for (size_t e = 0; e < layer.moe.experts.size(); ++e) mlp(layer.moe.experts[e], static_cast<int>(e));
       if (layer.moe.shared_expert.has_value()) mlp(*layer.moe.shared_expert, -1);

@@ -48,6 +48,18 @@ struct AttentionWeights {
   TensorView key_absorb, value_up;
 };
 
+// A Gated DeltaNet layer's token mixer (docs/gated-deltanet.md; NK/DK/NV/DV/W/C as in
+// LinearAttentionDims). The input projections are in the conv order: qkv [C, D] rows
+// [q of every key head | k of every key head | v of every value head], z [NV DV, D], b and a
+// [NV, D] (Qwen3-Next's fused, grouped tensors are regrouped into these at load).
+struct LinearAttentionWeights {
+  Linear qkv, z, b, a, out;    // out: [D, NV DV]
+  std::vector<float> conv;     // [C, W] (conv1d.weight [C, 1, W])
+  std::vector<float> a_log;    // [NV]
+  std::vector<float> dt_bias;  // [NV]
+  std::vector<float> norm;     // [DV] the output norm's w (used as w, not 1 + w)
+};
+
 struct MoeWeights {
   TensorView router;                     // [E, D]
   std::vector<float> router_bias;        // [E] or empty
@@ -61,7 +73,9 @@ struct MoeWeights {
 struct LayerWeights {
   std::vector<float> input_norm;          // [D]
   std::vector<float> post_attention_norm; // [D]
-  AttentionWeights attention;
+  AttentionWeights attention;  // softmax-attention layers
+  bool is_linear_attention = false;
+  LinearAttentionWeights linear_attention;  // when is_linear_attention
   bool is_moe = false;
   GatedMlp dense_mlp;  // when !is_moe
   MoeWeights moe;      // when is_moe

@@ -139,6 +139,27 @@ void CpuBackend::gated_add(float* x, const float* y, const float* gate_logits, i
   }
 }
 
+// Sequences in parallel (each reads and writes only its own rows and states).
+void CpuBackend::gated_delta_net(const attention::GatedDeltaShape& shape, const attention::GatedDeltaParams& params,
+                                 const float* u, const float* z, const float* a, const float* b,
+                                 std::span<const RecurrentSequence> sequences, float* out) {
+  const int64_t channels = shape.conv_channels(), nv = shape.num_value_heads;
+  const int64_t width = nv * shape.value_head_dim;
+  pool_.parallel_for(static_cast<int64_t>(sequences.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const RecurrentSequence& s = sequences[static_cast<size_t>(i)];
+      const int64_t r = s.first_row;
+      attention::gated_delta_net_sequence(shape, params, u + r * channels, z + r * width, a + r * nv, b + r * nv,
+                                          s.num_rows, s.conv_state, s.recurrent_state, out + r * width,
+                                          s.conv_states_after, s.recurrent_states_after);
+    }
+  });
+}
+
+void CpuBackend::sigmoid_mul(float* x, const float* gate, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) x[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+}
+
 void CpuBackend::copy(float* dst, const float* src, int64_t count) {
   copy_bytes(dst, src, count * static_cast<int64_t>(sizeof(float)));
 }

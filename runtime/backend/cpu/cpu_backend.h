@@ -38,6 +38,10 @@ class CpuBackend : public Backend {
                             const attention::AttentionVariant& variant, float* out) override;
   void copy_kv_blocks(const attention::PagedKvLayer& layer, const int32_t* src, const int32_t* dst,
                       int64_t num_copies) override;
+  void gated_delta_net(const attention::GatedDeltaShape& shape, const attention::GatedDeltaParams& params,
+                       const float* u, const float* z, const float* a, const float* b,
+                       std::span<const RecurrentSequence> sequences, float* out) override;
+  void sigmoid_mul(float* x, const float* gate, int64_t count) override;
   void swiglu_ffn(const float* x, int64_t num_rows, const quant::LinearWeight& gate, const quant::LinearWeight& up,
                   const quant::LinearWeight& down, float* out) override;
   void grouped_expert_ffn(const experts::ExpertDispatchLayout& layout, std::span<const float> x, int hidden_size,

@@ -314,6 +314,48 @@ class CudaBackend : public backend::Backend {
              "contiguous_attention");
   }
 
+  // Linear attention through the host (docs/gated-deltanet.md "CUDA"): the rows and each
+  // sequence's states come to the host, the CPU kernel runs, the results and states go back.
+  // Correct and step-graph-refusing (copy_bytes with a host side); a device kernel is to come.
+  void gated_delta_net(const attention::GatedDeltaShape& shape, const attention::GatedDeltaParams& params,
+                       const float* u, const float* z, const float* a, const float* b,
+                       std::span<const RecurrentSequence> sequences, float* out) override {
+    const int64_t channels = shape.conv_channels(), nv = shape.num_value_heads, width = nv * shape.value_head_dim;
+    const int64_t conv_size = shape.conv_state_size(), state_size = shape.recurrent_state_size();
+    auto download = [&](const float* device, int64_t count) {
+      std::vector<float> host(static_cast<size_t>(count));
+      copy_bytes(host.data(), device, count * static_cast<int64_t>(sizeof(float)));
+      return host;
+    };
+    auto upload = [&](float* device, const std::vector<float>& host) {
+      copy_bytes(device, host.data(), static_cast<int64_t>(host.size() * sizeof(float)));
+    };
+    // The parameters are host weights (register_host_weights): read in place.
+    for (const RecurrentSequence& seq : sequences) {
+      const int64_t r = seq.first_row, n = seq.num_rows;
+      const std::vector<float> host_u = download(u + r * channels, n * channels), host_z = download(z + r * width, n * width);
+      const std::vector<float> host_a = download(a + r * nv, n * nv), host_b = download(b + r * nv, n * nv);
+      std::vector<float> conv = download(seq.conv_state, conv_size), state = download(seq.recurrent_state, state_size);
+      std::vector<float> host_out(static_cast<size_t>(n * width));
+      std::vector<float> conv_after(seq.conv_states_after != nullptr ? static_cast<size_t>(n * conv_size) : 0);
+      std::vector<float> state_after(seq.recurrent_states_after != nullptr ? static_cast<size_t>(n * state_size) : 0);
+      attention::gated_delta_net_sequence(shape, params, host_u.data(), host_z.data(), host_a.data(), host_b.data(), n,
+                                          conv.data(), state.data(), host_out.data(),
+                                          conv_after.empty() ? nullptr : conv_after.data(),
+                                          state_after.empty() ? nullptr : state_after.data());
+      upload(out + r * width, host_out);
+      upload(seq.conv_state, conv);
+      upload(seq.recurrent_state, state);
+      if (!conv_after.empty()) upload(seq.conv_states_after, conv_after);
+      if (!state_after.empty()) upload(seq.recurrent_states_after, state_after);
+    }
+  }
+
+  void sigmoid_mul(float* x, const float* gate, int64_t count) override {
+    Staging s(weights_);
+    s.finish(MOERT_CUDA_NS::sigmoid_mul(s.inout(x, count), s.in(gate, count), count, stream()), "sigmoid_mul");
+  }
+
   void copy_kv_blocks(const attention::PagedKvLayer& layer, const int32_t* src, const int32_t* dst,
                       int64_t num_copies) override {
     if (num_copies == 0) return;

@@ -35,11 +35,18 @@ class ConfigReader {
   const nlohmann::json& j_;
 };
 
+// The fraction of each head that RoPE rotates: config.json `partial_rotary_factor` at the top
+// level or inside `rope_parameters` (transformers v5), `fallback` when neither has it; an error
+// when both do and disagree, or when it is not in (0, 1].
+Result<double> partial_rotary_factor(const ConfigReader& reader, double fallback);
+
 // invalid_argument "config.json 'KEY' = V must be > 0" unless value > 0.
 Status check_positive(const char* key, int value);
 
 // What one decoder layer is made of.
-enum class AttentionKind { kFull, kSlidingWindow, kMla };  // kMla: latent attention (docs/mla.md)
+// kMla: latent attention (docs/mla.md); kGatedDeltaNet: linear attention with a recurrent
+// state per sequence instead of K/V (docs/gated-deltanet.md).
+enum class AttentionKind { kFull, kSlidingWindow, kMla, kGatedDeltaNet };
 enum class MlpKind { kDense, kMoe, kMoeWithShared };
 enum class RouterKind { kSoftmaxTopk, kSigmoidGroupLimited };
 
@@ -69,6 +76,9 @@ struct ArchSpec {
   // Every checkpoint tensor name (tensor_names.h); the file sets the pieces that differ
   // from the Hugging Face defaults. The loader, make-model and the quantizer read only these.
   TensorNames names;
+  // The config.json object that holds the text model's keys (Qwen3.5, Kimi-K2.5: "text_config"),
+  // or nullptr: the top level. `architectures` is always read at the top level.
+  const char* text_config = nullptr;
   // False: make-model cannot write this architecture's checkpoints yet.
   bool has_generator = true;
 };

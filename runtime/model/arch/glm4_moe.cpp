@@ -17,10 +17,7 @@ Status parse(const ConfigReader& r, ModelConfig* c) {
                                            c));
   MOERT_ASSIGN_OR_RETURN(c->qkv_bias, r.optional_bool("attention_bias", false));
   MOERT_ASSIGN_OR_RETURN(c->qk_norm, r.optional_bool("use_qk_norm", false));
-  MOERT_ASSIGN_OR_RETURN(double partial, r.optional_number("partial_rotary_factor", 0.5));
-  if (!(partial > 0.0 && partial <= 1.0)) {
-    return invalid_argument("config.json 'partial_rotary_factor' = " + std::to_string(partial) + " must be in (0, 1]");
-  }
+  MOERT_ASSIGN_OR_RETURN(const double partial, partial_rotary_factor(r, 0.5));
   c->rotary_dim = static_cast<int>(c->head_dim * partial);
   return Status::ok();
 }

@@ -8,7 +8,7 @@
 
 namespace moert {
 namespace arch {
-extern const ArchSpec qwen3_moe, qwen2_moe, mixtral, glm4_moe, gpt_oss, deepseek_v3;
+extern const ArchSpec qwen3_moe, qwen2_moe, mixtral, glm4_moe, gpt_oss, deepseek_v3, qwen3_next, qwen3_5_moe;
 }  // namespace arch
 
 namespace {
@@ -22,6 +22,8 @@ constexpr const ArchSpec* kRegistry[] = {
     &arch::glm4_moe,
     &arch::gpt_oss,
     &arch::deepseek_v3,
+    &arch::qwen3_next,
+    &arch::qwen3_5_moe,
 };
 
 Result<int> as_int(const char* key, const json& value) {
@@ -61,6 +63,30 @@ const json& ConfigReader::raw(const char* key) const { return j_.at(key); }
 Status check_positive(const char* key, int value) {
   if (value <= 0) return invalid_argument(std::string("config.json '") + key + "' = " + std::to_string(value) + " must be > 0");
   return Status::ok();
+}
+
+Result<double> partial_rotary_factor(const ConfigReader& r, double fallback) {
+  constexpr const char* kKey = "partial_rotary_factor";
+  const json* nested = nullptr;
+  if (r.is_set("rope_parameters") && r.raw("rope_parameters").is_object() && r.raw("rope_parameters").contains(kKey) &&
+      !r.raw("rope_parameters").at(kKey).is_null()) {
+    nested = &r.raw("rope_parameters").at(kKey);
+  }
+  if (nested != nullptr && r.is_set(kKey) && *nested != r.raw(kKey)) {
+    return invalid_argument(std::string("config.json '") + kKey + "' = " + r.raw(kKey).dump() +
+                            " and 'rope_parameters' '" + kKey + "' = " + nested->dump() + " disagree");
+  }
+  double factor = fallback;
+  if (r.is_set(kKey)) {
+    MOERT_ASSIGN_OR_RETURN(factor, r.optional_number(kKey, fallback));
+  } else if (nested != nullptr) {
+    if (!nested->is_number()) return invalid_argument(std::string("config.json 'rope_parameters' '") + kKey + "' must be a number");
+    factor = nested->get<double>();
+  }
+  if (!(factor > 0.0 && factor <= 1.0)) {
+    return invalid_argument(std::string("config.json '") + kKey + "' = " + std::to_string(factor) + " must be in (0, 1]");
+  }
+  return factor;
 }
 
 std::span<const ArchSpec* const> registered_architectures() { return kRegistry; }
@@ -119,7 +145,8 @@ std::vector<LayerSpec> build_layer_specs(const ArchSpec& arch, const ModelConfig
     LayerSpec spec;
     const size_t index = layers.size();
     const int window = index < c.sliding_windows.size() ? c.sliding_windows[index] : 0;
-    spec.attention = window > 0 ? AttentionKind::kSlidingWindow : arch.attention;
+    const bool linear = index < c.layer_is_linear_attention.size() && c.layer_is_linear_attention[index];
+    spec.attention = linear ? AttentionKind::kGatedDeltaNet : window > 0 ? AttentionKind::kSlidingWindow : arch.attention;
     spec.sliding_window = window;
     spec.router = arch.router;
     spec.mlp = !moe ? MlpKind::kDense

@@ -15,6 +15,10 @@ std::string TensorNames::layer_prefix(int layer) const {
 
 std::string TensorNames::attention_prefix(int layer) const { return layer_prefix(layer) + attention + "."; }
 
+std::string TensorNames::linear_attention_prefix(int layer) const {
+  return layer_prefix(layer) + linear_attention + ".";
+}
+
 std::string TensorNames::mlp_prefix(int layer) const { return layer_prefix(layer) + mlp + "."; }
 
 std::string TensorNames::moe_prefix(int layer) const { return layer_prefix(layer) + moe_block + "."; }

@@ -45,6 +45,22 @@ struct TensorNames {
   const char* kv_a_proj = "kv_a_proj_with_mqa";
   const char* kv_a_norm = "kv_a_layernorm";
   const char* kv_b_proj = "kv_b_proj";
+  // Gated DeltaNet linear attention (docs/gated-deltanet.md), under `linear_attention`: the
+  // four input projections (Qwen3.5), or the two fused ones grouped by key head (Qwen3-Next),
+  // the depthwise conv (a [C, 1, W] weight, no bias), the gates' parameters (stored without a
+  // suffix), the output norm and projection.
+  const char* linear_attention = "linear_attn";
+  const char* in_proj_qkv = "in_proj_qkv";
+  const char* in_proj_z = "in_proj_z";
+  const char* in_proj_b = "in_proj_b";
+  const char* in_proj_a = "in_proj_a";
+  const char* in_proj_qkvz = "in_proj_qkvz";
+  const char* in_proj_ba = "in_proj_ba";
+  const char* conv1d = "conv1d";
+  const char* dt_bias = "dt_bias";
+  const char* a_log = "A_log";
+  const char* linear_norm = "norm";
+  const char* out_proj = "out_proj";
   // A dense layer's MLP under `mlp`; the shared expert's under the MoE block + `shared_expert`
   // (sigmoid-gated ones also have `shared_expert_gate`). Both take `mlp_projections`.
   const char* mlp = "mlp";
@@ -74,6 +90,7 @@ struct TensorNames {
   std::string layer_prefix(int layer) const;      // "model.layers.1."
   std::string attention_prefix(int layer) const;  // "model.layers.1.self_attn."
   std::string mlp_prefix(int layer) const;        // "model.layers.1.mlp."
+  std::string linear_attention_prefix(int layer) const;  // "model.layers.1.linear_attn."
   std::string moe_prefix(int layer) const;        // "model.layers.1.mlp."
   std::string router_module(int layer) const;     // "model.layers.1.mlp.gate"
   std::string experts_prefix(int layer) const;    // "model.layers.1.mlp.experts."
