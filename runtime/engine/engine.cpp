@@ -37,16 +37,22 @@ Engine::Engine(const TransformerForward& model, const EngineConfig& config)
     : model_(model),
       config_(config),
       kv_(config.num_kv_blocks, config.block_size, config.enable_prefix_caching, runner::kv_group_layouts(model.config())),
+      states_(runner::recurrent_state_layout(model.config()).layers.empty()
+                  ? nullptr
+                  : std::make_unique<attention::RecurrentStatePool>(
+                        config.scheduler.max_seqs * (config.enable_prefix_caching ? 2 : 1), config.enable_prefix_caching)),
       scheduler_(
           [&] {
             SchedulerConfig scheduler = config.scheduler;
             scheduler.wait_for_shared_prefix = scheduler.wait_for_shared_prefix && config.enable_prefix_caching;
+            scheduler.align_chunks_to_blocks = states_ != nullptr && config.enable_prefix_caching;
             return scheduler;
           }(),
-          kv_),
+          kv_, states_.get()),
       depth_(config.spec) {
-  Result<std::unique_ptr<runner::PagedModelRunner>> runner =
-      runner::PagedModelRunner::create(model, {config.num_kv_blocks, config.block_size, config.kv_cache_dtype});
+  Result<std::unique_ptr<runner::PagedModelRunner>> runner = runner::PagedModelRunner::create(
+      model, {config.num_kv_blocks, config.block_size, config.kv_cache_dtype,
+              states_ != nullptr ? states_->num_slots() : 0});
   MOERT_CHECK(runner.is_ok(), "" << runner.status().to_string());
   (*runner)->enable_step_graphs(config.step_graph_max_batch);
   runner_ = std::move(runner).value();
@@ -281,8 +287,17 @@ Result<std::vector<RequestOutput>> Engine::step() {
 }
 
 Status Engine::idle_forward() {
-  return runner_->run(runner::RunnerBatch{.block_copies = kv_.take_pending_copies(), .chunks = {}, .final_hidden = nullptr})
-      .status();
+  runner::RunnerBatch batch;
+  batch.block_copies = kv_.take_pending_copies();
+  take_state_work(batch);
+  return runner_->run(batch).status();
+}
+
+void Engine::take_state_work(runner::RunnerBatch& batch) {
+  if (states_ == nullptr) return;
+  batch.state_rollbacks = std::move(state_rollbacks_);
+  state_rollbacks_.clear();
+  batch.state_ops = states_->take_pending_ops();
 }
 
 // One chunk per sequence; a speculative chunk ends with the drafts and wants logits for its
@@ -290,6 +305,7 @@ Status Engine::idle_forward() {
 runner::RunnerBatch Engine::runner_batch(const StepPlan& plan) {
   runner::RunnerBatch batch;
   batch.block_copies = kv_.take_pending_copies();
+  take_state_work(batch);
   for (const ScheduledChunk& scheduled : plan.chunks) {
     const SequenceState& state = scheduler_.sequence(scheduled.seq);
     runner::SequenceChunk chunk;
@@ -299,6 +315,10 @@ runner::RunnerBatch Engine::runner_batch(const StepPlan& plan) {
     chunk.tokens.insert(chunk.tokens.end(), state.spec_tokens.begin(), state.spec_tokens.end());
     chunk.num_logit_rows = scheduled.samples ? static_cast<int>(1 + scheduled.num_spec_tokens) : 0;
     chunk.block_tables = runner::chunk_block_tables(kv_, scheduled.seq, chunk.start + static_cast<int64_t>(chunk.tokens.size()));
+    if (states_ != nullptr) {
+      chunk.state_slot = states_->slot(scheduled.seq);
+      chunk.keep_state_candidates = scheduled.num_spec_tokens > 0;
+    }
     batch.chunks.push_back(std::move(chunk));
   }
   return batch;
@@ -441,6 +461,10 @@ void Engine::verify_and_append(SeqId seq, const float* logits, std::vector<Reque
       if (++state.samples_finished == params.n) finish_request(owner.request_idx, finished);
       return;
     }
+  }
+  // The slot holds the state after every draft: back to the one after the last accepted row.
+  if (states_ != nullptr && result.num_accepted < num_draft) {
+    state_rollbacks_.push_back({states_->slot(seq), result.num_accepted});
   }
   scheduler_.accept_spec_tokens(seq, result.num_accepted);
 }

@@ -224,12 +224,19 @@ class Engine {
   runner::RunnerBatch runner_batch(const StepPlan& plan);
   // A forward with no tokens (see EngineConfig::forward_when_idle).
   Status idle_forward();
+  // The recurrent-state rollbacks and slot work due before the next step, into `batch`.
+  void take_state_work(runner::RunnerBatch& batch);
 
   const TransformerForward& model_;
   EngineConfig config_;
   attention::KvCacheManager kv_;
+  // The recurrent-state slots of a model with linear-attention layers (null otherwise): one per
+  // running sequence (max_seqs), as many again for prefix-cache snapshots when caching is on.
+  std::unique_ptr<attention::RecurrentStatePool> states_;
   Scheduler scheduler_;
   std::unique_ptr<runner::ModelRunner> runner_;
+  // Verified sequences whose state must go back to their last accepted row (next step).
+  std::vector<runner::StateRollback> state_rollbacks_;
   std::unordered_map<int64_t, RequestState> requests_;
   std::unordered_map<SeqId, SeqOwner> owners_;
   int64_t next_request_idx_ = 0;

@@ -15,7 +15,8 @@ Result<std::vector<float>> paged_logits(const TransformerForward& model, DType d
   const int num_pages = static_cast<int>((length + block_size - 1) / block_size);
   const int num_groups = static_cast<int>(runner::kv_group_layouts(model.config()).size());
   MOERT_ASSIGN_OR_RETURN(std::unique_ptr<runner::PagedModelRunner> runner,
-                         runner::PagedModelRunner::create(model, {num_groups * num_pages + 1, block_size, dtype}));
+                         runner::PagedModelRunner::create(model, {num_groups * num_pages + 1, block_size, dtype, 1}));
+  const bool recurrent = !runner::recurrent_state_layout(model.config()).layers.empty();
   std::vector<std::vector<int32_t>> tables(static_cast<size_t>(num_groups));  // group g: its own blocks
   for (int g = 0; g < num_groups; ++g) {
     for (int i = 0; i < num_pages; ++i) tables[static_cast<size_t>(g)].push_back(g * num_pages + i + 1);
@@ -31,7 +32,13 @@ Result<std::vector<float>> paged_logits(const TransformerForward& model, DType d
     for (const std::vector<int32_t>& table : tables) {
       chunk.block_tables.emplace_back(table.begin(), table.begin() + (start + size + block_size - 1) / block_size);
     }
-    MOERT_ASSIGN_OR_RETURN(std::vector<float> rows, runner->run({{}, {std::move(chunk)}}));
+    runner::RunnerBatch batch{{}, {}};
+    if (recurrent) {  // one slot, zeroed before the first chunk (the state is F32 at every KV dtype)
+      chunk.state_slot = 0;
+      if (start == 0) batch.state_ops.push_back({attention::kNoSlot, 0});
+    }
+    batch.chunks.push_back(std::move(chunk));
+    MOERT_ASSIGN_OR_RETURN(std::vector<float> rows, runner->run(batch));
     logits.insert(logits.end(), rows.begin(), rows.end());
     start += size;
   }

@@ -12,7 +12,9 @@ int64_t StepPlan::num_tokens() const {
   return total;
 }
 
-Scheduler::Scheduler(const SchedulerConfig& config, attention::KvCacheManager& kv) : config_(config), kv_(kv) {
+Scheduler::Scheduler(const SchedulerConfig& config, attention::KvCacheManager& kv,
+                     attention::RecurrentStatePool* states)
+    : config_(config), kv_(kv), states_(states) {
   MOERT_CHECK(config.max_batched_tokens >= 1 && config.max_seqs >= 1, "scheduler limits must be >= 1");
 }
 
@@ -42,6 +44,8 @@ void Scheduler::fork_sequence(SeqId parent, SeqId child) {
   state.pending_forks = 0;
   sequences_.emplace(child, std::move(state));
   kv_.fork(parent, child);
+  // Admission kept a slot for every sample (admit).
+  if (states_ != nullptr) MOERT_CHECK(states_->fork(parent, child), "no recurrent-state slot for sample " << child);
   running_.push_back(child);
 }
 
@@ -86,6 +90,7 @@ void Scheduler::preempt(SeqId seq) {
   SequenceState& state = sequences_.at(seq);
   untrack_pending_prefix(seq);
   kv_.free_sequence(seq);
+  if (states_ != nullptr) states_->free_sequence(seq);  // recomputed from a fresh state
   state.num_computed = 0;
   state.spec_tokens.clear();
   ++state.num_preemptions;
@@ -97,12 +102,26 @@ void Scheduler::preempt(SeqId seq) {
 // Admits the head of the waiting queue if its first chunk fits; all-or-nothing.
 bool Scheduler::admit(SeqId seq, int64_t budget, StepPlan& plan) {
   SequenceState& state = sequences_.at(seq);
+  // A slot for the sequence and each sample it will fork into.
+  if (states_ != nullptr && states_->num_free_slots() < 1 + state.pending_forks) return false;
   state.num_cached_prompt_tokens = kv_.add_sequence(seq, state.tokens);
+  if (states_ != nullptr) {
+    // The hit is cut down to the longest boundary whose state was kept (never a state of
+    // another length).
+    const int64_t hit_blocks = state.num_cached_prompt_tokens / kv_.block_size();
+    const int64_t kept = states_->add_sequence(seq, full_block_hashes(state.tokens), hit_blocks);
+    MOERT_CHECK(kept >= 0, "no recurrent-state slot for sequence " << seq << " though one was free");
+    if (kept < hit_blocks) {
+      state.num_cached_prompt_tokens = kept * kv_.block_size();
+      kv_.truncate(seq, state.num_cached_prompt_tokens);
+    }
+  }
   state.num_computed = state.num_cached_prompt_tokens;
   const int64_t remaining = static_cast<int64_t>(state.tokens.size()) - state.num_computed;
-  const int64_t num_new = std::min(remaining, budget);
+  const int64_t num_new = aligned_chunk(state.num_computed, std::min(remaining, budget));
   if (!kv_.reserve(seq, state.num_computed, state.num_computed + num_new)) {
     kv_.free_sequence(seq);
+    if (states_ != nullptr) states_->free_sequence(seq);
     state.num_computed = 0;
     return false;
   }
@@ -120,7 +139,7 @@ StepPlan Scheduler::schedule() {
     const SeqId seq = running_[i];
     SequenceState& state = sequences_.at(seq);
     const int64_t remaining = static_cast<int64_t>(state.tokens.size()) - state.num_computed;
-    const int64_t num_new = std::min(remaining, budget);
+    const int64_t num_new = aligned_chunk(state.num_computed, std::min(remaining, budget));
     if (num_new == 0) {
       ++i;
       continue;
@@ -184,11 +203,27 @@ void Scheduler::complete_step(const StepPlan& plan) {
     // Drafts are not known tokens: their K/V counts only once accept_spec_tokens says so.
     state.num_computed += chunk.num_tokens - chunk.num_spec_tokens;
     kv_.commit_computed(chunk.seq, state.tokens, state.num_computed);
+    // A verify's slot holds the state after its drafts until the rollback: no snapshot.
+    if (chunk.num_spec_tokens == 0) store_state_snapshot(state);
   }
   for (auto it = pending_prefix_.begin(); it != pending_prefix_.end();) {
     const bool computed = sequences_.at(it->second.first).num_computed >= it->second.second;
     it = computed ? pending_prefix_.erase(it) : std::next(it);
   }
+}
+
+int64_t Scheduler::aligned_chunk(int64_t start, int64_t num_new) const {
+  if (!config_.align_chunks_to_blocks || num_new <= 1) return num_new;
+  const int64_t block = kv_.block_size();
+  const int64_t boundary = (start + num_new) / block * block;  // the last boundary the chunk reaches
+  return boundary > start ? boundary - start : num_new;
+}
+
+void Scheduler::store_state_snapshot(const SequenceState& state) {
+  const int64_t block = kv_.block_size();
+  if (states_ == nullptr || state.num_computed == 0 || state.num_computed % block != 0) return;
+  const std::vector<int32_t> computed(state.tokens.begin(), state.tokens.begin() + state.num_computed);
+  states_->store_snapshot(state.id, full_block_hashes(computed).back());
 }
 
 void Scheduler::append_token(SeqId seq, int32_t token) { sequences_.at(seq).tokens.push_back(token); }
@@ -229,6 +264,7 @@ void Scheduler::finish_sequence(SeqId seq) {
   running_.erase(it);
   untrack_pending_prefix(seq);
   kv_.free_sequence(seq);
+  if (states_ != nullptr) states_->free_sequence(seq);
   sequences_.erase(seq);
 }
 

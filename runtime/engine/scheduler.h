@@ -23,6 +23,7 @@
 
 #include "attention/cache/block_pool.h"
 #include "attention/cache/kv_cache_manager.h"
+#include "attention/cache/recurrent_state_pool.h"
 
 namespace moert::engine {
 
@@ -32,6 +33,11 @@ struct SchedulerConfig {
   int max_batched_tokens = 2048;  // tokens computed per step over all sequences (>= 1)
   int max_seqs = 64;              // running sequences at once (>= 1)
   bool wait_for_shared_prefix = true;  // see step 3 above; meaningful with prefix caching on
+  // Models with linear-attention layers and prefix caching (docs/gated-deltanet.md): a chunk
+  // of several tokens that crosses a block boundary ends on the last one it crosses, so that
+  // the state there can be kept as a snapshot for later prefix hits (the rest follows in the
+  // next step).
+  bool align_chunks_to_blocks = false;
 };
 
 struct SequenceState {
@@ -68,7 +74,11 @@ struct StepPlan {
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerConfig& config, attention::KvCacheManager& kv);
+  // `states` (may be null; must outlive the scheduler): the recurrent-state slots of a model
+  // with linear-attention layers, taken and released with the sequences' blocks; a prefix hit
+  // is cut down to a block boundary whose state was kept (attention/cache/recurrent_state_pool.h).
+  Scheduler(const SchedulerConfig& config, attention::KvCacheManager& kv,
+            attention::RecurrentStatePool* states = nullptr);
 
   // Queues a new sequence (its tokens are the prompt) that will fork into `num_samples`
   // (n >= 1, at most max_seqs). Ids are unique.
@@ -124,8 +134,14 @@ class Scheduler {
   void track_pending_prefix(const SequenceState& state);
   void untrack_pending_prefix(SeqId seq);
 
+  // The chunk size for `num_new` tokens from `start` under align_chunks_to_blocks.
+  int64_t aligned_chunk(int64_t start, int64_t num_new) const;
+  // Keeps the state of a sequence whose computed length just reached a block boundary.
+  void store_state_snapshot(const SequenceState& state);
+
   SchedulerConfig config_;
   attention::KvCacheManager& kv_;
+  attention::RecurrentStatePool* states_;
   std::unordered_map<SeqId, SequenceState> sequences_;
   std::deque<SeqId> waiting_;
   std::vector<SeqId> running_;  // admission order, oldest first

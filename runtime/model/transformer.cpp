@@ -99,6 +99,8 @@ Status TransformerForward::forward_into(const ForwardBatch& batch, AttentionCont
 }
 
 std::string TransformerForward::step_graph_blocker() const {
+  // The state slots' pointers are baked into each step's op arguments (not device inputs).
+  if (config_.linear_attention.enabled()) return "linear-attention layers address their state slots per step";
   if (!routed_experts_->routes_on_device()) return "the routed experts plan each MoE layer's dispatch on the host";
   if (selection_bias_ != nullptr) {
     for (const std::vector<float>& bias : *selection_bias_) {

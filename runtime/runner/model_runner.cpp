@@ -22,11 +22,25 @@ struct GroupStep {
   const int64_t* device_slots = nullptr;
 };
 
+// Linear-attention layers read their sequences' state slots instead (recurrent[layer], empty
+// for the other layers).
 class PagedAttentionContext : public AttentionContext {
  public:
+  using Recurrent = std::vector<std::vector<backend::Backend::RecurrentSequence>>;
   PagedAttentionContext(const std::vector<attention::PagedKvLayer>& layers, const std::vector<int>& layer_group,
-                        const std::vector<GroupStep>& groups, int num_heads)
-      : layers_(layers), layer_group_(layer_group), groups_(groups), num_heads_(num_heads) {}
+                        const std::vector<GroupStep>& groups, int num_heads, const Recurrent* recurrent = nullptr)
+      : layers_(layers), layer_group_(layer_group), groups_(groups), num_heads_(num_heads), recurrent_(recurrent) {}
+
+  std::vector<backend::Backend::RecurrentSequence> recurrent_sequences(backend::Backend& /*backend*/, int layer,
+                                                                      int64_t num_tokens) override {
+    MOERT_CHECK(recurrent_ != nullptr && static_cast<size_t>(layer) < recurrent_->size(),
+                "layer " << layer << " is linear attention but the step has no recurrent state for it");
+    const std::vector<backend::Backend::RecurrentSequence>& sequences = (*recurrent_)[static_cast<size_t>(layer)];
+    int64_t rows = 0;
+    for (const backend::Backend::RecurrentSequence& sequence : sequences) rows += sequence.num_rows;
+    MOERT_CHECK(rows == num_tokens, "recurrent state for " << rows << " rows of a step of " << num_tokens);
+    return sequences;
+  }
 
   void attend(backend::Backend& backend, int layer, const attention::AttentionVariant& variant, const float* q,
               const float* k, const float* v, int64_t num_tokens, float* out) override {
@@ -43,6 +57,7 @@ class PagedAttentionContext : public AttentionContext {
   const std::vector<int>& layer_group_;
   const std::vector<GroupStep>& groups_;
   int num_heads_;
+  const Recurrent* recurrent_;
 };
 
 }  // namespace
@@ -72,6 +87,19 @@ std::vector<attention::KvGroupLayout> kv_group_layouts(const ModelConfig& model)
   return kv_group_layouts(*groups);
 }
 
+RecurrentStateLayout recurrent_state_layout(const ModelConfig& model) {
+  RecurrentStateLayout layout;
+  for (int layer = 0; layer < static_cast<int>(model.layer_is_linear_attention.size()); ++layer) {
+    if (model.layer_is_linear_attention[static_cast<size_t>(layer)]) layout.layers.push_back(layer);
+  }
+  const attention::GatedDeltaShape shape = model.linear_attention.shape();
+  if (!layout.layers.empty()) {
+    layout.conv_values = shape.conv_state_size();
+    layout.recurrent_values = shape.recurrent_state_size();
+  }
+  return layout;
+}
+
 Result<std::unique_ptr<PagedModelRunner>> PagedModelRunner::create(const TransformerForward& model,
                                                                    const KvCacheConfig& kv) {
   if (kv.num_blocks < 2 || kv.block_size < 1) {
@@ -86,6 +114,10 @@ Result<std::unique_ptr<PagedModelRunner>> PagedModelRunner::create(const Transfo
                               std::to_string(group.head_dim) + ")");
     }
   }
+  if (!recurrent_state_layout(model.config()).layers.empty() && kv.num_state_slots < 1) {
+    return invalid_argument("the model has linear-attention layers: the runner needs recurrent-state slots (got " +
+                            std::to_string(kv.num_state_slots) + ")");
+  }
   return std::unique_ptr<PagedModelRunner>(new PagedModelRunner(model, std::move(groups), kv));
 }
 
@@ -95,8 +127,14 @@ PagedModelRunner::PagedModelRunner(const TransformerForward& model, std::vector<
       groups_(std::move(groups)),
       kv_(kv),
       layer_slot_(static_cast<size_t>(model.config().num_layers), -1),
-      layer_group_(static_cast<size_t>(model.config().num_layers), -1) {
+      layer_group_(static_cast<size_t>(model.config().num_layers), -1),
+      state_layout_(recurrent_state_layout(model.config())) {
   backend::Backend& backend = model.backend();
+  for (size_t i = 0; i < state_layout_.layers.size(); ++i) {
+    StateStorage& storage = states_.emplace_back();
+    storage.conv = backend.allocate(DType::kF32, {kv.num_state_slots, std::max<int64_t>(state_layout_.conv_values, 1)});
+    storage.recurrent = backend.allocate(DType::kF32, {kv.num_state_slots, state_layout_.recurrent_values});
+  }
   const bool shared = attention::kv_groups_share_storage(groups_);
   for (size_t g = 0; g < groups_.size(); ++g) {
     const attention::KvCacheSpec& group = groups_[g];
@@ -208,14 +246,103 @@ PagedModelRunner::StepPlan PagedModelRunner::plan_step(const RunnerBatch& batch)
 template <typename T, typename Eager, typename FromDeviceLogits>
 Result<T> PagedModelRunner::run_step(const RunnerBatch& batch, Eager&& eager, FromDeviceLogits&& from_device_logits) {
   apply_block_copies(batch);
+  apply_state_work(batch);
   StepPlan step = plan_step(batch);
   if (step_graph_max_batch_ > 0 && batch.final_hidden == nullptr) {
     MOERT_ASSIGN_OR_RETURN(const float* logits, replay_decode_graph(step));
     if (logits != nullptr) return from_device_logits(logits, static_cast<int64_t>(step.forward.logit_rows.size()));
   }
   const std::vector<attention::PagedKvLayer> views = layer_views();
-  PagedAttentionContext context(views, layer_group_, step.groups, model_.config().num_heads);
+  const PagedAttentionContext::Recurrent recurrent = plan_recurrent(batch);
+  PagedAttentionContext context(views, layer_group_, step.groups, model_.config().num_heads, &recurrent);
   return eager(step.forward, context);
+}
+
+// Rollbacks from the last run's candidates, then the pool's zero fills and copies, over every
+// linear-attention layer. The candidates are valid until the next run plans new ones.
+void PagedModelRunner::apply_state_work(const RunnerBatch& batch) {
+  if (states_.empty()) {
+    MOERT_CHECK(batch.state_rollbacks.empty() && batch.state_ops.empty(), "recurrent-state work for a model without any");
+    return;
+  }
+  backend::Backend& backend = model_.backend();
+  const int64_t conv = state_layout_.conv_values, recurrent = state_layout_.recurrent_values;
+  const int64_t f32 = static_cast<int64_t>(sizeof(float));
+  auto check_slot = [&](int32_t slot) {
+    MOERT_CHECK(slot >= 0 && slot < kv_.num_state_slots, "recurrent-state slot " << slot << " of " << kv_.num_state_slots);
+  };
+  for (const StateRollback& rollback : batch.state_rollbacks) {
+    check_slot(rollback.slot);
+    const auto first = candidate_rows_.find(rollback.slot);
+    MOERT_CHECK(first != candidate_rows_.end(), "rollback of slot " << rollback.slot << " that kept no candidates");
+    const int64_t row = first->second + rollback.row;
+    for (StateStorage& storage : states_) {
+      backend.copy_bytes(storage.conv.data<float>() + rollback.slot * conv, storage.conv_candidates.data<float>() + row * conv,
+                         conv * f32);
+      backend.copy_bytes(storage.recurrent.data<float>() + rollback.slot * recurrent,
+                         storage.recurrent_candidates.data<float>() + row * recurrent, recurrent * f32);
+    }
+  }
+  const std::vector<float> zeros(static_cast<size_t>(std::max(conv, recurrent)), 0.0f);
+  for (const attention::SlotOp& op : batch.state_ops) {
+    check_slot(op.dst);
+    if (op.src != attention::kNoSlot) check_slot(op.src);
+    for (StateStorage& storage : states_) {
+      float* conv_dst = storage.conv.data<float>() + op.dst * conv;
+      float* recurrent_dst = storage.recurrent.data<float>() + op.dst * recurrent;
+      if (op.src == attention::kNoSlot) {
+        backend.copy_bytes(conv_dst, zeros.data(), conv * f32);
+        backend.copy_bytes(recurrent_dst, zeros.data(), recurrent * f32);
+      } else {
+        backend.copy_bytes(conv_dst, storage.conv.data<float>() + op.src * conv, conv * f32);
+        backend.copy_bytes(recurrent_dst, storage.recurrent.data<float>() + op.src * recurrent, recurrent * f32);
+      }
+    }
+  }
+}
+
+PagedAttentionContext::Recurrent PagedModelRunner::plan_recurrent(const RunnerBatch& batch) {
+  PagedAttentionContext::Recurrent recurrent(static_cast<size_t>(model_.config().num_layers));
+  candidate_rows_.clear();
+  if (states_.empty()) return recurrent;
+  int64_t candidates = 0;
+  for (const SequenceChunk& chunk : batch.chunks) {
+    MOERT_CHECK(chunk.state_slot >= 0 && chunk.state_slot < kv_.num_state_slots,
+                "chunk at position " << chunk.start << " has recurrent-state slot " << chunk.state_slot << " of "
+                                     << kv_.num_state_slots);
+    if (chunk.keep_state_candidates) {
+      MOERT_CHECK(candidate_rows_.emplace(chunk.state_slot, candidates).second,
+                  "two chunks keep candidates of slot " << chunk.state_slot);
+      candidates += static_cast<int64_t>(chunk.tokens.size());
+    }
+  }
+  backend::Backend& backend = model_.backend();
+  const int64_t conv = state_layout_.conv_values, values = state_layout_.recurrent_values;
+  for (size_t i = 0; i < states_.size(); ++i) {
+    StateStorage& storage = states_[i];
+    if (candidates > 0) {
+      storage.conv_candidates = backend.allocate(DType::kF32, {std::max<int64_t>(candidates * conv, 1)});
+      storage.recurrent_candidates = backend.allocate(DType::kF32, {candidates * values});
+    }
+    std::vector<backend::Backend::RecurrentSequence>& sequences =
+        recurrent[static_cast<size_t>(state_layout_.layers[i])];
+    int64_t row = 0;
+    for (const SequenceChunk& chunk : batch.chunks) {
+      backend::Backend::RecurrentSequence sequence;
+      sequence.first_row = row;
+      sequence.num_rows = static_cast<int64_t>(chunk.tokens.size());
+      sequence.conv_state = storage.conv.data<float>() + chunk.state_slot * conv;
+      sequence.recurrent_state = storage.recurrent.data<float>() + chunk.state_slot * values;
+      if (chunk.keep_state_candidates) {
+        const int64_t first = candidate_rows_.at(chunk.state_slot);
+        sequence.conv_states_after = storage.conv_candidates.data<float>() + first * conv;
+        sequence.recurrent_states_after = storage.recurrent_candidates.data<float>() + first * values;
+      }
+      sequences.push_back(sequence);
+      row += sequence.num_rows;
+    }
+  }
+  return recurrent;
 }
 
 // ---- Step graphs ---------------------------------------------------------------------------

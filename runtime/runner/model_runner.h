@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attention/cache/kv_cache_manager.h"
+#include "attention/cache/recurrent_state_pool.h"
 #include "attention/kv_cache_spec.h"
 #include "attention/paged_kv.h"
 #include "core/status.h"
@@ -30,6 +31,19 @@ struct SequenceChunk {
   // Logits wanted: the last `num_logit_rows` rows of the chunk (0: none).
   int num_logit_rows = 0;
   std::vector<std::vector<int32_t>> block_tables;  // [group]
+  // Models with linear-attention layers (docs/gated-deltanet.md): the recurrent-state slot the
+  // sequence's rows continue from and update (attention::RecurrentStatePool), -1 otherwise.
+  int32_t state_slot = -1;
+  // Keep the state after each row of this chunk as candidates (a speculative verify): the next
+  // run's RunnerBatch::state_rollbacks may restore one of them into the slot.
+  bool keep_state_candidates = false;
+};
+
+// The slot's state becomes its candidate after row `row` of the previous run's chunk that
+// kept candidates for it (a verify whose drafts after that row were rejected).
+struct StateRollback {
+  int32_t slot = -1;
+  int64_t row = 0;
 };
 
 struct RunnerBatch {
@@ -38,6 +52,10 @@ struct RunnerBatch {
   // When set, run() also writes g, every row's final hidden state (after the final norm),
   // [T, D] in chunk order (TransformerForward::forward_with_hidden; the step runs eagerly).
   std::vector<float>* final_hidden = nullptr;
+  // Recurrent-state slots: rollbacks, then zero fills and copies (attention::SlotOp), in order,
+  // applied after the block copies, before the step computes.
+  std::vector<StateRollback> state_rollbacks;
+  std::vector<attention::SlotOp> state_ops;
 };
 
 // The block tables of `seq` as a SequenceChunk wants them (the first ceil(end / BS) blocks
@@ -54,7 +72,22 @@ struct KvCacheConfig {
   int num_blocks = 0;  // including the null block 0
   int block_size = 16;
   DType dtype = DType::kF32;
+  // Recurrent-state slots (models with linear-attention layers; 0 otherwise): the size of the
+  // attention::RecurrentStatePool whose slot ids the chunks carry.
+  int num_state_slots = 0;
 };
+
+// The recurrent state one slot holds over every linear-attention layer of `model`
+// (docs/gated-deltanet.md): F32 whatever the KV cache dtype, its size fixed per sequence.
+struct RecurrentStateLayout {
+  std::vector<int> layers;      // the linear-attention layers, ascending
+  int64_t conv_values = 0;      // per layer and slot: [W-1, C]
+  int64_t recurrent_values = 0; // per layer and slot: [NV, DK, DV]
+  int64_t bytes_per_slot() const {
+    return static_cast<int64_t>(layers.size()) * (conv_values + recurrent_values) * static_cast<int64_t>(sizeof(float));
+  }
+};
+RecurrentStateLayout recurrent_state_layout(const ModelConfig& model);
 
 // The largest decode batch a step graph is worth recording for: beyond it the CUDA backend
 // plans a MoE layer's layout on the host (kDeviceLayoutMaxTokens), which a graph cannot do.
@@ -126,6 +159,16 @@ class PagedModelRunner final : public ModelRunner {
     Buffer keys, values, key_scales, value_scales;
     attention::PagedKvLayer view;
   };
+  // One linear-attention layer's slots [slots, W-1, C] and [slots, NV, DK, DV], and the
+  // candidates the last run kept ([rows, ...], rows of the chunks that asked, in order).
+  struct StateStorage {
+    Buffer conv, recurrent;
+    Buffer conv_candidates, recurrent_candidates;
+  };
+  void apply_state_work(const RunnerBatch& batch);
+  // Each linear-attention layer's sequences of the step (PagedAttentionContext), candidates
+  // allocated for the chunks that keep them.
+  std::vector<std::vector<backend::Backend::RecurrentSequence>> plan_recurrent(const RunnerBatch& batch);
   PagedModelRunner(const TransformerForward& model, std::vector<attention::KvCacheSpec> groups,
                    const KvCacheConfig& kv);
  public:
@@ -137,6 +180,9 @@ class PagedModelRunner final : public ModelRunner {
   std::vector<attention::KvCacheSpec> groups_;
   KvCacheConfig kv_;
   std::vector<LayerStorage> storage_;    // [slots]
+  RecurrentStateLayout state_layout_;
+  std::vector<StateStorage> states_;     // [state_layout_.layers]
+  std::map<int32_t, int64_t> candidate_rows_;  // slot -> first candidate row of the last run
   std::vector<int> layer_slot_;          // [num_layers] -> storage_ index
   std::vector<int> layer_group_;         // [num_layers] -> group index
   int step_graph_max_batch_ = 0;

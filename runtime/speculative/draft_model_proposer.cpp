@@ -118,7 +118,8 @@ Result<std::vector<Draft>> DraftModelProposer::propose(std::span<const DraftRequ
   }
   // Copies of a call that drafted nothing still land (a later pass reads those blocks).
   if (!copies.empty()) {
-    const runner::RunnerBatch batch{.block_copies = std::move(copies), .chunks = {}, .final_hidden = nullptr};
+    runner::RunnerBatch batch;
+    batch.block_copies = std::move(copies);
     MOERT_RETURN_IF_ERROR(runner_->run(batch).status());
   }
   // Only known tokens enter the draft's prefix cache.
