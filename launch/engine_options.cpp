@@ -305,6 +305,11 @@ std::string engine_summary(const engine::EngineStats& s, const engine::EngineCon
                 static_cast<long long>(kv_bytes.is_ok() ? *kv_bytes : -1),
                 attention::kv_cache_dtype_name(c.kv_cache_dtype));
   std::string summary = text;
+  const runner::RecurrentStateLayout state = runner::recurrent_state_layout(model);
+  if (!state.layers.empty()) {  // docs/gated-deltanet.md: F32 whatever the KV dtype
+    summary += "; " + std::to_string(state.bytes_per_slot()) + " recurrent-state bytes per sequence (" +
+               std::to_string(state.layers.size()) + " linear-attention layers, f32)";
+  }
   if (c.step_graph_max_batch > 0) {
     summary += "\ncuda graphs: " + std::to_string(s.step_graphs.captured) + " captured, " +
                std::to_string(s.step_graphs.replayed) + " decode steps replayed, " +

@@ -100,6 +100,13 @@ SpecSetup::SpecSetup(const SpecOptions& options, const ModelConfig& target, engi
                          std::to_string(draft_->config.vocab_size) + " tokens, the target " +
                          std::to_string(target.vocab_size) + ": a draft must share the target's vocabulary");
     }
+    // The draft's own cache rolls back by truncation, which a recurrent state cannot do
+    // (docs/gated-deltanet.md "Speculative decoding"); the target may have such layers.
+    if (draft_->config.linear_attention.enabled()) {
+      throw CommandError("draft model " + options.draft_model + " has linear-attention layers (" +
+                         architecture_name(draft_->config.arch) +
+                         "), which moert does not run as a draft yet: use a full-attention draft or --spec ngram");
+    }
   }
 }
 

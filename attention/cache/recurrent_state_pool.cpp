@@ -80,14 +80,20 @@ bool RecurrentStatePool::fork(SeqId parent, SeqId child) {
 
 bool RecurrentStatePool::store_snapshot(SeqId seq, BlockHash chain_hash) {
   const SlotId from = slot(seq);
-  if (!enable_snapshots_ || snapshots_.count(chain_hash) != 0) return false;
-  const SlotId to = take_slot();
+  const SlotId to = reserve_snapshot(chain_hash);
   if (to == kNoSlot) return false;
+  pending_.push_back({from, to});
+  return true;
+}
+
+SlotId RecurrentStatePool::reserve_snapshot(BlockHash chain_hash) {
+  if (!enable_snapshots_ || snapshots_.count(chain_hash) != 0) return kNoSlot;
+  const SlotId to = take_slot();
+  if (to == kNoSlot) return kNoSlot;
   owner_[static_cast<size_t>(to)] = kSnapshotOwner;
   lru_.push_back(chain_hash);
   snapshots_[chain_hash] = Snapshot{to, std::prev(lru_.end())};
-  pending_.push_back({from, to});
-  return true;
+  return to;
 }
 
 void RecurrentStatePool::reset(SeqId seq) { pending_.push_back({kNoSlot, slot(seq)}); }

@@ -74,6 +74,12 @@ class RecurrentStatePool {
   // No-op when snapshots are off, the hash has one already, or every slot is a sequence's.
   // Returns whether one was stored.
   bool store_snapshot(SeqId seq, BlockHash chain_hash);
+  // The slot a snapshot under `chain_hash` is to be written into by the step about to run (a
+  // block boundary inside a chunk: the runner copies the state there after that row), taken
+  // as store_snapshot takes one; kNoSlot when none is kept (snapshots off, the hash has one,
+  // no slot). Precondition: no sequence resumes from it before that step ran (reserve after
+  // the step's admissions).
+  SlotId reserve_snapshot(BlockHash chain_hash);
 
   // The sequence's state restarts from zero (preemption by recompute reuses the slot).
   void reset(SeqId seq);

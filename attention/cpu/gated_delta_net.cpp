@@ -126,10 +126,12 @@ void gated_rms_norm(const float* x, const float* z, int64_t num_rows, int dim, c
   }
 }
 
-void gated_delta_net_sequence(const GatedDeltaShape& shape, const GatedDeltaParams& params, const float* u,
-                              const float* z, const float* a, const float* b, int64_t num_tokens, float* conv_state,
-                              float* recurrent_state, float* out, float* conv_states_after,
-                              float* recurrent_states_after) {
+namespace {
+
+// gated_delta_net_sequence without copies.
+void mix_rows(const GatedDeltaShape& shape, const GatedDeltaParams& params, const float* u, const float* z,
+              const float* a, const float* b, int64_t num_tokens, float* conv_state, float* recurrent_state,
+              float* out, float* conv_states_after, float* recurrent_states_after) {
   const int64_t channels = shape.conv_channels(), nv = shape.num_value_heads;
   std::vector<float> conv_rows(static_cast<size_t>(num_tokens * channels));
   if (conv_states_after == nullptr) {
@@ -147,6 +149,31 @@ void gated_delta_net_sequence(const GatedDeltaShape& shape, const GatedDeltaPara
   gated_delta_rule(conv_rows.data(), num_tokens, shape, decay.data(), beta.data(), recurrent_state, out,
                    recurrent_states_after);
   gated_rms_norm(out, z, num_tokens * nv, shape.value_head_dim, params.norm_weight, params.norm_eps, out);
+}
+
+}  // namespace
+
+void gated_delta_net_sequence(const GatedDeltaShape& shape, const GatedDeltaParams& params, const float* u,
+                              const float* z, const float* a, const float* b, int64_t num_tokens, float* conv_state,
+                              float* recurrent_state, float* out, float* conv_states_after,
+                              float* recurrent_states_after, std::span<const StateCopy> copies) {
+  const int64_t channels = shape.conv_channels(), nv = shape.num_value_heads, width = nv * shape.value_head_dim;
+  const int64_t conv_size = shape.conv_state_size(), state_size = shape.recurrent_state_size();
+  int64_t first = 0;  // rows [first, end) of each segment, the last ending at num_tokens
+  for (size_t i = 0; i <= copies.size(); ++i) {
+    const int64_t end = i < copies.size() ? copies[i].row + 1 : num_tokens;
+    if (end > first) {
+      mix_rows(shape, params, u + first * channels, z + first * width, a + first * nv, b + first * nv, end - first,
+               conv_state, recurrent_state, out + first * width,
+               conv_states_after != nullptr ? conv_states_after + first * conv_size : nullptr,
+               recurrent_states_after != nullptr ? recurrent_states_after + first * state_size : nullptr);
+      first = end;
+    }
+    if (i < copies.size()) {
+      std::copy(conv_state, conv_state + conv_size, copies[i].conv);
+      std::copy(recurrent_state, recurrent_state + state_size, copies[i].recurrent);
+    }
+  }
 }
 
 }  // namespace moert::attention

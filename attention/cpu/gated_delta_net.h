@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 namespace moert::attention {
 
@@ -83,16 +84,25 @@ struct GatedDeltaParams {
   float norm_eps = 1e-6f;
 };
 
+// Where a gated_delta_net_sequence call also copies the states after row `row` (a prefix-cache
+// snapshot at a block boundary inside a chunk): conv [W-1, C] and recurrent [NV, DK, DV].
+struct StateCopy {
+  int64_t row = 0;
+  float* conv = nullptr;
+  float* recurrent = nullptr;
+};
+
 // The whole token mixer of one sequence's T rows after the projections (docs/gated-deltanet.md
 // steps 2-6 but the output projection): causal_conv1d_silu of u [T, C] from conv_state,
 // gated_delta_gates of a, b [T, NV], gated_delta_rule from recurrent_state, then gated_rms_norm
 // per value head with z [T, NV DV] into out [T, NV DV]. Both states advance over the T rows.
 // conv_states_after ([T, W-1, C]) and recurrent_states_after ([T, NV, DK, DV]), when not null,
-// receive the states after each row (a speculative verify's candidates); the results are the
-// same bits either way.
+// receive the states after each row (a speculative verify's candidates); `copies` (rows
+// ascending, < T) the states after those rows. The results are the same bits either way (the
+// rows run in segments between copies: the recurrence is chunking-invariant).
 void gated_delta_net_sequence(const GatedDeltaShape& shape, const GatedDeltaParams& params, const float* u,
                               const float* z, const float* a, const float* b, int64_t num_tokens, float* conv_state,
                               float* recurrent_state, float* out, float* conv_states_after = nullptr,
-                              float* recurrent_states_after = nullptr);
+                              float* recurrent_states_after = nullptr, std::span<const StateCopy> copies = {});
 
 }  // namespace moert::attention

@@ -146,13 +146,17 @@ class Backend {
   // Linear attention (docs/gated-deltanet.md). One sequence's rows in a gated_delta_net call and
   // the state it carries across steps, on this device: conv [W-1, C] and recurrent [NV, DK, DV]
   // (F32), updated in place. When the *_after arrays are set they receive the states after
-  // each of the rows ([rows, W-1, C] and [rows, NV, DK, DV]: a speculative verify's candidates).
+  // each of the rows ([rows, W-1, C] and [rows, NV, DK, DV]: a speculative verify's candidates),
+  // and copies_after the states after the rows they name.
   struct RecurrentSequence {
     int64_t first_row = 0, num_rows = 0;
     float* conv_state = nullptr;
     float* recurrent_state = nullptr;
     float* conv_states_after = nullptr;
     float* recurrent_states_after = nullptr;
+    // The states after these rows are also written where each says (snapshots at block
+    // boundaries inside the chunk; rows ascending; host array of device pointers).
+    std::span<const attention::StateCopy> copies_after;
   };
   // The Gated DeltaNet token mixer after the projections, sequence by sequence:
   // attention::gated_delta_net_sequence over each sequence's rows of u [T, C], z [T, NV DV],

@@ -45,7 +45,6 @@ Engine::Engine(const TransformerForward& model, const EngineConfig& config)
           [&] {
             SchedulerConfig scheduler = config.scheduler;
             scheduler.wait_for_shared_prefix = scheduler.wait_for_shared_prefix && config.enable_prefix_caching;
-            scheduler.align_chunks_to_blocks = states_ != nullptr && config.enable_prefix_caching;
             return scheduler;
           }(),
           kv_, states_.get()),
@@ -318,6 +317,7 @@ runner::RunnerBatch Engine::runner_batch(const StepPlan& plan) {
     if (states_ != nullptr) {
       chunk.state_slot = states_->slot(scheduled.seq);
       chunk.keep_state_candidates = scheduled.num_spec_tokens > 0;
+      for (const auto& [row, slot] : scheduled.state_snapshots) chunk.state_snapshots.push_back({row, slot});
     }
     batch.chunks.push_back(std::move(chunk));
   }

@@ -118,7 +118,7 @@ bool Scheduler::admit(SeqId seq, int64_t budget, StepPlan& plan) {
   }
   state.num_computed = state.num_cached_prompt_tokens;
   const int64_t remaining = static_cast<int64_t>(state.tokens.size()) - state.num_computed;
-  const int64_t num_new = aligned_chunk(state.num_computed, std::min(remaining, budget));
+  const int64_t num_new = std::min(remaining, budget);
   if (!kv_.reserve(seq, state.num_computed, state.num_computed + num_new)) {
     kv_.free_sequence(seq);
     if (states_ != nullptr) states_->free_sequence(seq);
@@ -139,7 +139,7 @@ StepPlan Scheduler::schedule() {
     const SeqId seq = running_[i];
     SequenceState& state = sequences_.at(seq);
     const int64_t remaining = static_cast<int64_t>(state.tokens.size()) - state.num_computed;
-    const int64_t num_new = aligned_chunk(state.num_computed, std::min(remaining, budget));
+    const int64_t num_new = std::min(remaining, budget);
     if (num_new == 0) {
       ++i;
       continue;
@@ -192,6 +192,7 @@ StepPlan Scheduler::schedule() {
       budget -= plan.chunks.back().num_tokens;
     }
   }
+  if (states_ != nullptr) reserve_state_snapshots(plan);
   return plan;
 }
 
@@ -212,11 +213,19 @@ void Scheduler::complete_step(const StepPlan& plan) {
   }
 }
 
-int64_t Scheduler::aligned_chunk(int64_t start, int64_t num_new) const {
-  if (!config_.align_chunks_to_blocks || num_new <= 1) return num_new;
+void Scheduler::reserve_state_snapshots(StepPlan& plan) {
   const int64_t block = kv_.block_size();
-  const int64_t boundary = (start + num_new) / block * block;  // the last boundary the chunk reaches
-  return boundary > start ? boundary - start : num_new;
+  for (ScheduledChunk& chunk : plan.chunks) {
+    const int64_t end = chunk.start + chunk.num_tokens;
+    if (chunk.num_spec_tokens > 0 || (end - 1) / block <= chunk.start / block) continue;  // no boundary inside
+    const std::vector<int32_t>& tokens = sequences_.at(chunk.seq).tokens;
+    const std::vector<attention::BlockHash> hashes =
+        full_block_hashes(std::vector<int32_t>(tokens.begin(), tokens.begin() + end));
+    for (int64_t boundary = (chunk.start / block + 1) * block; boundary < end; boundary += block) {
+      const attention::SlotId slot = states_->reserve_snapshot(hashes[static_cast<size_t>(boundary / block - 1)]);
+      if (slot != attention::kNoSlot) chunk.state_snapshots.emplace_back(boundary - chunk.start - 1, slot);
+    }
+  }
 }
 
 void Scheduler::store_state_snapshot(const SequenceState& state) {

@@ -33,11 +33,6 @@ struct SchedulerConfig {
   int max_batched_tokens = 2048;  // tokens computed per step over all sequences (>= 1)
   int max_seqs = 64;              // running sequences at once (>= 1)
   bool wait_for_shared_prefix = true;  // see step 3 above; meaningful with prefix caching on
-  // Models with linear-attention layers and prefix caching (docs/gated-deltanet.md): a chunk
-  // of several tokens that crosses a block boundary ends on the last one it crosses, so that
-  // the state there can be kept as a snapshot for later prefix hits (the rest follows in the
-  // next step).
-  bool align_chunks_to_blocks = false;
 };
 
 struct SequenceState {
@@ -64,6 +59,9 @@ struct ScheduledChunk {
   // (drafts) instead of known tokens; num_tokens = 1 + num_spec_tokens, samples is true and
   // the step verifies the drafts (logits of all 1 + num_spec_tokens rows).
   int64_t num_spec_tokens = 0;
+  // Models with linear-attention layers, prefix caching on: the state after row `first` of
+  // the chunk (a block boundary inside it) goes to snapshot slot `second` during the step.
+  std::vector<std::pair<int64_t, attention::SlotId>> state_snapshots;
 };
 
 struct StepPlan {
@@ -134,10 +132,11 @@ class Scheduler {
   void track_pending_prefix(const SequenceState& state);
   void untrack_pending_prefix(SeqId seq);
 
-  // The chunk size for `num_new` tokens from `start` under align_chunks_to_blocks.
-  int64_t aligned_chunk(int64_t start, int64_t num_new) const;
   // Keeps the state of a sequence whose computed length just reached a block boundary.
   void store_state_snapshot(const SequenceState& state);
+  // Reserves the snapshots of the block boundaries strictly inside the plan's chunks (after
+  // every admission of the step, so nobody resumes from one before it is written).
+  void reserve_state_snapshots(StepPlan& plan);
 
   SchedulerConfig config_;
   attention::KvCacheManager& kv_;

@@ -66,9 +66,37 @@ void add_linear(std::vector<TensorSpec>& specs, const std::string& prefix, int64
   if (bias) add(specs, prefix + ".bias", {out}, TensorSpec::Init::kNormal, 0.1f);
 }
 
-// A norm module: its ".weight".
-void add_norm(std::vector<TensorSpec>& specs, const std::string& module, int64_t dim) {
-  add(specs, module + ".weight", {dim}, TensorSpec::Init::kUniform, 0.8f, 1.2f);
+// A norm module: its ".weight", a scale near 1 as the forward uses it (near 0 when the model
+// stores w for a (1 + w) norm: ModelConfig::norm_weights_offset_by_one).
+void add_norm(std::vector<TensorSpec>& specs, const std::string& module, int64_t dim, bool offset_by_one = false) {
+  const float centre = offset_by_one ? 0.0f : 1.0f;
+  add(specs, module + ".weight", {dim}, TensorSpec::Init::kUniform, centre - 0.2f, centre + 0.2f);
+}
+
+// A Gated DeltaNet layer's tensors (docs/gated-deltanet.md): the four input projections, or
+// Qwen3-Next's two fused ones grouped by key head, the depthwise conv, the gates' A_log and
+// dt_bias (F32, decays of a few percent per token), the output norm (plain w) and projection.
+void add_linear_attention(std::vector<TensorSpec>& specs, const ModelConfig& c, int layer) {
+  using Init = TensorSpec::Init;
+  const TensorNames& n = c.arch->names;
+  const LinearAttentionDims& m = c.linear_attention;
+  const std::string p = n.linear_attention_prefix(layer);
+  const int64_t d = c.hidden_size, nv = m.num_value_heads, value_width = nv * m.value_head_dim;
+  if (m.grouped_projections) {
+    add_linear(specs, p + n.in_proj_qkvz, m.conv_channels() + value_width, d, false);
+    add_linear(specs, p + n.in_proj_ba, 2 * nv, d, false);
+  } else {
+    add_linear(specs, p + n.in_proj_qkv, m.conv_channels(), d, false);
+    add_linear(specs, p + n.in_proj_z, value_width, d, false);
+    add_linear(specs, p + n.in_proj_b, nv, d, false);
+    add_linear(specs, p + n.in_proj_a, nv, d, false);
+  }
+  add(specs, p + n.conv1d + ".weight", {m.conv_channels(), 1, m.conv_width}, Init::kNormal,
+      static_cast<float>(1.0 / std::sqrt(m.conv_width)));
+  add(specs, p + n.a_log, {nv}, Init::kUniform, -3.0f, -1.0f, DType::kF32);
+  add(specs, p + n.dt_bias, {nv}, Init::kUniform, -1.0f, 1.0f, DType::kF32);
+  add_norm(specs, p + n.linear_norm, m.value_head_dim);
+  add_linear(specs, p + n.out_proj, d, value_width, false, TensorSpec::Role::kResidualWrite);
 }
 
 // projections: gate, up, down under `prefix` (TensorNames::Projection order).
@@ -206,22 +234,28 @@ void add_layer(std::vector<TensorSpec>& specs, const ModelConfig& c, int layer, 
   const int64_t d = c.hidden_size;
   const size_t first = specs.size();
   const std::string p = n.layer_prefix(layer), attention = n.attention_prefix(layer);
-  add_norm(specs, p + n.input_norm, d);
-  add_norm(specs, p + n.post_attention_norm, d);
-  if (c.mla.enabled()) {
+  const bool plus_one = c.norm_weights_offset_by_one;
+  add_norm(specs, p + n.input_norm, d, plus_one);
+  add_norm(specs, p + n.post_attention_norm, d, plus_one);
+  const bool linear = static_cast<size_t>(layer) < c.layer_is_linear_attention.size() &&
+                      c.layer_is_linear_attention[static_cast<size_t>(layer)];
+  if (linear) {
+    add_linear_attention(specs, c, layer);
+  } else if (c.mla.enabled()) {
     add_latent_attention(specs, c, layer);
   } else {
     const int64_t q_out = static_cast<int64_t>(c.num_heads) * c.head_dim;
     const int64_t kv_out = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
-    add_linear(specs, attention + n.q_proj, q_out, d, c.qkv_bias);
+    // Gated attention: per head [Dh query rows | Dh gate rows].
+    add_linear(specs, attention + n.q_proj, c.attention_output_gate ? 2 * q_out : q_out, d, c.qkv_bias);
     add_linear(specs, attention + n.k_proj, kv_out, d, c.qkv_bias);
     add_linear(specs, attention + n.v_proj, kv_out, d, c.qkv_bias);
     add_linear(specs, attention + n.o_proj, d, q_out, c.o_bias, Role::kResidualWrite);
   }
   if (c.attention_sinks) add(specs, attention + n.sinks, {c.num_heads}, Init::kNormal, 1.0f);
-  if (c.qk_norm) {
-    add_norm(specs, attention + n.q_norm, c.head_dim);
-    add_norm(specs, attention + n.k_norm, c.head_dim);
+  if (c.qk_norm && !linear) {
+    add_norm(specs, attention + n.q_norm, c.head_dim, plus_one);
+    add_norm(specs, attention + n.k_norm, c.head_dim, plus_one);
   }
   if (!is_moe) {
     add_mlp(specs, n.mlp_prefix(layer), n.mlp_projections, d, c.dense_intermediate_size);
@@ -232,7 +266,14 @@ void add_layer(std::vector<TensorSpec>& specs, const ModelConfig& c, int layer, 
       add(specs, router + "." + n.router_correction_bias, {c.num_experts()}, Init::kUniform, 0.0f, 0.1f, DType::kF32);
     }
     const size_t first_routed = specs.size();
-    if (c.stacked_experts) {  // [E, in, out] with interleaved gate/up outputs (docs/gpt-oss.md)
+    if (c.fused_gate_up_experts) {  // Qwen3.5: [E, 2I, D] (gate rows, then up rows) and [E, D, I]
+      const int64_t e = c.num_experts(), width = c.moe_intermediate_size;
+      add(specs, n.experts_prefix(layer) + n.stacked_experts[0], {e, 2 * width, d}, Init::kNormal,
+          static_cast<float>(1.0 / std::sqrt(d)));
+      add(specs, n.experts_prefix(layer) + n.stacked_experts[1], {e, d, width}, Init::kNormal,
+          static_cast<float>(1.0 / std::sqrt(width)));
+      specs.back().role = Role::kResidualWrite;
+    } else if (c.stacked_experts) {  // [E, in, out] with interleaved gate/up outputs (docs/gpt-oss.md)
       const std::string gate_up = n.experts_prefix(layer) + n.stacked_experts[0];
       const std::string down = n.experts_prefix(layer) + n.stacked_experts[1];
       const int64_t e = c.num_experts(), width = c.moe_intermediate_size;
@@ -242,7 +283,7 @@ void add_layer(std::vector<TensorSpec>& specs, const ModelConfig& c, int layer, 
       specs.back().role = Role::kResidualWrite;
       add(specs, down + "_bias", {e, d}, Init::kNormal, 0.1f);
     }
-    for (int e = 0; !c.stacked_experts && e < c.num_experts(); ++e) {
+    for (int e = 0; !c.stacked_experts && !c.fused_gate_up_experts && e < c.num_experts(); ++e) {
       add_mlp(specs, n.expert_prefix(layer, e), n.expert_projections, d, c.moe_intermediate_size);
     }
     for (size_t s = first_routed; s < specs.size(); ++s) specs[s].routed_expert = true;
@@ -267,7 +308,7 @@ std::vector<TensorSpec> unshaped_tensor_specs(const ModelConfig& c) {
   for (int layer = 0; layer < c.num_layers; ++layer) {
     add_layer(specs, c, layer, c.layer_is_moe[static_cast<size_t>(layer)]);
   }
-  add_norm(specs, n.final_norm, d);
+  add_norm(specs, n.final_norm, d, c.norm_weights_offset_by_one);
   if (!c.tie_word_embeddings) {
     add(specs, lm_head, {c.vocab_size, d}, Init::kNormal, static_cast<float>(2.0 / std::sqrt(d)));
   }

@@ -26,11 +26,16 @@ using nlohmann::json;
 // Kept in full precision (globs over module names, the checkpoint architecture's): the
 // embedding, lm_head (unless `quantize_lm_head`), the routers and the shared-expert gates; the
 // DeepSeek MTP layers' embed_tokens, eh_proj and shared_head.head (BF16 in the FP8 release;
-// docs/mtp.md), their blocks quantised as any layer.
+// docs/mtp.md), their blocks quantised as any layer; the linear-attention gate inputs b and a
+// (BF16 in the Qwen3.5 FP8 releases) and Qwen3-Next's fused, grouped projections (whose blocks
+// would span the groups the loader takes apart; docs/gated-deltanet.md).
 std::vector<std::string> default_excludes(const TensorNames& n, bool quantize_lm_head) {
   std::vector<std::string> excludes = {
       n.embed_tokens, n.every_layer({n.moe_block, n.router}), n.every_layer({n.moe_block, n.shared_expert_gate}),
       n.every_layer({n.mtp_embed_tokens}), n.every_layer({n.mtp_eh_proj}), n.every_layer({n.mtp_head})};
+  for (const char* projection : {n.in_proj_a, n.in_proj_b, n.in_proj_ba, n.in_proj_qkvz}) {
+    excludes.push_back(n.every_layer({n.linear_attention, projection}));
+  }
   if (!quantize_lm_head) excludes.push_back(n.lm_head);
   return excludes;
 }

@@ -253,8 +253,8 @@ Result<T> PagedModelRunner::run_step(const RunnerBatch& batch, Eager&& eager, Fr
     if (logits != nullptr) return from_device_logits(logits, static_cast<int64_t>(step.forward.logit_rows.size()));
   }
   const std::vector<attention::PagedKvLayer> views = layer_views();
-  const PagedAttentionContext::Recurrent recurrent = plan_recurrent(batch);
-  PagedAttentionContext context(views, layer_group_, step.groups, model_.config().num_heads, &recurrent);
+  const StepRecurrent recurrent = plan_recurrent(batch);
+  PagedAttentionContext context(views, layer_group_, step.groups, model_.config().num_heads, &recurrent.layers);
   return eager(step.forward, context);
 }
 
@@ -301,8 +301,9 @@ void PagedModelRunner::apply_state_work(const RunnerBatch& batch) {
   }
 }
 
-PagedAttentionContext::Recurrent PagedModelRunner::plan_recurrent(const RunnerBatch& batch) {
-  PagedAttentionContext::Recurrent recurrent(static_cast<size_t>(model_.config().num_layers));
+PagedModelRunner::StepRecurrent PagedModelRunner::plan_recurrent(const RunnerBatch& batch) {
+  StepRecurrent recurrent;
+  recurrent.layers.resize(static_cast<size_t>(model_.config().num_layers));
   candidate_rows_.clear();
   if (states_.empty()) return recurrent;
   int64_t candidates = 0;
@@ -315,7 +316,16 @@ PagedAttentionContext::Recurrent PagedModelRunner::plan_recurrent(const RunnerBa
                   "two chunks keep candidates of slot " << chunk.state_slot);
       candidates += static_cast<int64_t>(chunk.tokens.size());
     }
+    int64_t previous = -1;
+    for (const SequenceChunk::StateSnapshot& snapshot : chunk.state_snapshots) {
+      MOERT_CHECK(snapshot.row > previous && snapshot.row < static_cast<int64_t>(chunk.tokens.size()) &&
+                      snapshot.slot >= 0 && snapshot.slot < kv_.num_state_slots && snapshot.slot != chunk.state_slot,
+                  "state snapshot of row " << snapshot.row << " into slot " << snapshot.slot << " of a chunk of "
+                                           << chunk.tokens.size() << " rows");
+      previous = snapshot.row;
+    }
   }
+  recurrent.copies.reserve(states_.size() * batch.chunks.size());
   backend::Backend& backend = model_.backend();
   const int64_t conv = state_layout_.conv_values, values = state_layout_.recurrent_values;
   for (size_t i = 0; i < states_.size(); ++i) {
@@ -325,7 +335,7 @@ PagedAttentionContext::Recurrent PagedModelRunner::plan_recurrent(const RunnerBa
       storage.recurrent_candidates = backend.allocate(DType::kF32, {candidates * values});
     }
     std::vector<backend::Backend::RecurrentSequence>& sequences =
-        recurrent[static_cast<size_t>(state_layout_.layers[i])];
+        recurrent.layers[static_cast<size_t>(state_layout_.layers[i])];
     int64_t row = 0;
     for (const SequenceChunk& chunk : batch.chunks) {
       backend::Backend::RecurrentSequence sequence;
@@ -338,6 +348,12 @@ PagedAttentionContext::Recurrent PagedModelRunner::plan_recurrent(const RunnerBa
         sequence.conv_states_after = storage.conv_candidates.data<float>() + first * conv;
         sequence.recurrent_states_after = storage.recurrent_candidates.data<float>() + first * values;
       }
+      std::vector<attention::StateCopy>& copies = recurrent.copies.emplace_back();
+      for (const SequenceChunk::StateSnapshot& snapshot : chunk.state_snapshots) {
+        copies.push_back({snapshot.row, storage.conv.data<float>() + snapshot.slot * conv,
+                          storage.recurrent.data<float>() + snapshot.slot * values});
+      }
+      sequence.copies_after = copies;
       sequences.push_back(sequence);
       row += sequence.num_rows;
     }

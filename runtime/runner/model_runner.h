@@ -37,6 +37,13 @@ struct SequenceChunk {
   // Keep the state after each row of this chunk as candidates (a speculative verify): the next
   // run's RunnerBatch::state_rollbacks may restore one of them into the slot.
   bool keep_state_candidates = false;
+  // Also copy the state after row `row` of the chunk into slot `slot` (prefix-cache snapshots
+  // at block boundaries inside the chunk; rows ascending).
+  struct StateSnapshot {
+    int64_t row = 0;
+    int32_t slot = -1;
+  };
+  std::vector<StateSnapshot> state_snapshots;
 };
 
 // The slot's state becomes its candidate after row `row` of the previous run's chunk that
@@ -167,8 +174,12 @@ class PagedModelRunner final : public ModelRunner {
   };
   void apply_state_work(const RunnerBatch& batch);
   // Each linear-attention layer's sequences of the step (PagedAttentionContext), candidates
-  // allocated for the chunks that keep them.
-  std::vector<std::vector<backend::Backend::RecurrentSequence>> plan_recurrent(const RunnerBatch& batch);
+  // allocated for the chunks that keep them, and the snapshot copies their spans point into.
+  struct StepRecurrent {
+    std::vector<std::vector<backend::Backend::RecurrentSequence>> layers;  // [num_layers]
+    std::vector<std::vector<attention::StateCopy>> copies;                 // [linear layer * chunk]
+  };
+  StepRecurrent plan_recurrent(const RunnerBatch& batch);
   PagedModelRunner(const TransformerForward& model, std::vector<attention::KvCacheSpec> groups,
                    const KvCacheConfig& kv);
  public:

@@ -151,7 +151,7 @@ void CpuBackend::gated_delta_net(const attention::GatedDeltaShape& shape, const 
       const int64_t r = s.first_row;
       attention::gated_delta_net_sequence(shape, params, u + r * channels, z + r * width, a + r * nv, b + r * nv,
                                           s.num_rows, s.conv_state, s.recurrent_state, out + r * width,
-                                          s.conv_states_after, s.recurrent_states_after);
+                                          s.conv_states_after, s.recurrent_states_after, s.copies_after);
     }
   });
 }

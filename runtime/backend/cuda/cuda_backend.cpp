@@ -15,6 +15,7 @@
 #include "experts/router.h"
 #include "quant/formats/fp4.h"
 #include "attention/cuda/attention.h"
+#include "attention/cuda/gated_delta_net.h"
 #include "quant/cuda/block_scaled_gemm.h"
 #include "core/cuda/cuda_api.h"
 #include "runtime/backend/cuda/device_memory.h"
@@ -314,41 +315,36 @@ class CudaBackend : public backend::Backend {
              "contiguous_attention");
   }
 
-  // Linear attention through the host (docs/gated-deltanet.md "CUDA"): the rows and each
-  // sequence's states come to the host, the CPU kernel runs, the results and states go back.
-  // Correct and step-graph-refusing (copy_bytes with a host side); a device kernel is to come.
+  // The sequences' table and snapshot copies go to the device with the call; the states
+  // are device memory the caller allocated here (docs/gated-deltanet.md).
   void gated_delta_net(const attention::GatedDeltaShape& shape, const attention::GatedDeltaParams& params,
                        const float* u, const float* z, const float* a, const float* b,
                        std::span<const RecurrentSequence> sequences, float* out) override {
-    const int64_t channels = shape.conv_channels(), nv = shape.num_value_heads, width = nv * shape.value_head_dim;
-    const int64_t conv_size = shape.conv_state_size(), state_size = shape.recurrent_state_size();
-    auto download = [&](const float* device, int64_t count) {
-      std::vector<float> host(static_cast<size_t>(count));
-      copy_bytes(host.data(), device, count * static_cast<int64_t>(sizeof(float)));
-      return host;
-    };
-    auto upload = [&](float* device, const std::vector<float>& host) {
-      copy_bytes(device, host.data(), static_cast<int64_t>(host.size() * sizeof(float)));
-    };
-    // The parameters are host weights (register_host_weights): read in place.
+    if (sequences.empty()) return;
+    Staging s(weights_);
+    std::vector<GatedDeltaSequence> table;
+    std::vector<attention::StateCopy> copies;
+    int64_t rows = 0;
     for (const RecurrentSequence& seq : sequences) {
-      const int64_t r = seq.first_row, n = seq.num_rows;
-      const std::vector<float> host_u = download(u + r * channels, n * channels), host_z = download(z + r * width, n * width);
-      const std::vector<float> host_a = download(a + r * nv, n * nv), host_b = download(b + r * nv, n * nv);
-      std::vector<float> conv = download(seq.conv_state, conv_size), state = download(seq.recurrent_state, state_size);
-      std::vector<float> host_out(static_cast<size_t>(n * width));
-      std::vector<float> conv_after(seq.conv_states_after != nullptr ? static_cast<size_t>(n * conv_size) : 0);
-      std::vector<float> state_after(seq.recurrent_states_after != nullptr ? static_cast<size_t>(n * state_size) : 0);
-      attention::gated_delta_net_sequence(shape, params, host_u.data(), host_z.data(), host_a.data(), host_b.data(), n,
-                                          conv.data(), state.data(), host_out.data(),
-                                          conv_after.empty() ? nullptr : conv_after.data(),
-                                          state_after.empty() ? nullptr : state_after.data());
-      upload(out + r * width, host_out);
-      upload(seq.conv_state, conv);
-      upload(seq.recurrent_state, state);
-      if (!conv_after.empty()) upload(seq.conv_states_after, conv_after);
-      if (!state_after.empty()) upload(seq.recurrent_states_after, state_after);
+      table.push_back({seq.first_row, seq.num_rows, seq.conv_state, seq.recurrent_state, seq.conv_states_after,
+                       seq.recurrent_states_after, static_cast<int64_t>(copies.size()),
+                       static_cast<int64_t>(seq.copies_after.size())});
+      copies.insert(copies.end(), seq.copies_after.begin(), seq.copies_after.end());
+      rows = std::max(rows, seq.first_row + seq.num_rows);
     }
+    const int64_t channels = shape.conv_channels(), nv = shape.num_value_heads, width = nv * shape.value_head_dim;
+    attention::GatedDeltaParams device = params;
+    device.conv_weight = s.weight(params.conv_weight, channels * shape.conv_width);
+    device.a_log = s.weight(params.a_log, nv);
+    device.dt_bias = s.weight(params.dt_bias, nv);
+    device.norm_weight = s.weight(params.norm_weight, shape.value_head_dim);
+    float* conv_rows = s.temporary_array<float>(std::max<int64_t>(rows * channels, 1));
+    s.finish(MOERT_CUDA_NS::gated_delta_net(shape, device, s.in(u, rows * channels), s.in(z, rows * width),
+                                            s.in(a, rows * nv), s.in(b, rows * nv), s.in(table.data(), static_cast<int64_t>(table.size())),
+                                            static_cast<int64_t>(table.size()),
+                                            s.in(copies.data(), static_cast<int64_t>(copies.size())), rows, conv_rows,
+                                            s.inout(out, rows * width), stream()),
+             "gated_delta_net");
   }
 
   void sigmoid_mul(float* x, const float* gate, int64_t count) override {

@@ -63,6 +63,21 @@ TEST(RecurrentStatePool, AHitResumesOnlyFromTheLongestBoundaryWithASnapshot) {
   EXPECT_EQ(pool.stats().blocks_cut, 1 + 1 + 2);
 }
 
+// A boundary inside a chunk: the slot is reserved before the step (the runner writes it while
+// the step passes that row), so nothing is recorded; a later sequence resumes from it.
+TEST(RecurrentStatePool, AReservedSnapshotIsWrittenByTheStepAndServesLaterHits) {
+  RecurrentStatePool pool(3, true);
+  pool.add_sequence(1, {}, 0);
+  pool.take_pending_ops();
+  EXPECT_EQ(pool.reserve_snapshot(kChain[1]), 1);
+  EXPECT_EQ(pool.reserve_snapshot(kChain[1]), kNoSlot);  // one snapshot per hash
+  EXPECT_TRUE(pool.take_pending_ops().empty());
+  EXPECT_EQ(pool.add_sequence(2, kChain, 3), 2);  // the state after block 1
+  EXPECT_EQ(pool.take_pending_ops(), (Ops{{1, 2}}));
+  RecurrentStatePool off(3, false);
+  EXPECT_EQ(off.reserve_snapshot(kChain[0]), kNoSlot);
+}
+
 TEST(RecurrentStatePool, SnapshotsAreEvictedLeastRecentlyUsedFirstAndNeverSequences) {
   RecurrentStatePool pool(4, true);
   pool.add_sequence(1, {}, 0);                // slot 0

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -145,7 +147,24 @@ TEST(ModelConfig, SharedReferenceConfigsParse) {
   for (const std::string& name : testing::reference_model_names()) {
     Result<ModelConfig> c = load_model_config(testing::shared_dir() + "/reference/" + name + "/hf");
     ASSERT_TRUE(c.is_ok()) << name << ": " << c.status().to_string();
-    EXPECT_EQ(c->hidden_size, 256) << name;
+    const bool hybrid = name == "qwen35moe-tiny" || name == "qwen3next-tiny";  // the 2026 cases are narrower
+    EXPECT_EQ(c->hidden_size, hybrid || name == "glm5dsa-tiny" ? 128 : 256) << name;
+    if (hybrid) {  // docs/gated-deltanet.md; Qwen3.5's keys under text_config
+      EXPECT_EQ(c->layer_is_linear_attention, (std::vector<bool>{true, true, true, false})) << name;
+      const LinearAttentionDims& l = c->linear_attention;
+      EXPECT_EQ(std::vector<int>({l.num_key_heads, l.key_head_dim, l.num_value_heads, l.value_head_dim, l.conv_width}),
+                std::vector<int>({2, 32, 4, 24, 4}))
+          << name;
+      EXPECT_EQ(l.grouped_projections, name == "qwen3next-tiny");
+      EXPECT_EQ(c->fused_gate_up_experts, name == "qwen35moe-tiny");
+      EXPECT_EQ(c->head_dim, 48);
+      EXPECT_EQ(c->rotary_dim, 12);  // partial_rotary_factor 0.25 (in rope_parameters for Qwen3.5)
+      EXPECT_EQ(c->rope_theta, 1e7);
+      EXPECT_TRUE(c->attention_output_gate && c->norm_weights_offset_by_one && c->qk_norm);
+      EXPECT_EQ(c->shared_expert, SharedExpertKind::kSigmoidGated);
+      EXPECT_TRUE(c->router.norm_topk_prob);
+      EXPECT_EQ(c->eos_token_id, 1021);
+    }
     if (name == "glm4moe-tiny") {
       EXPECT_EQ(c->router.score_func, experts::ScoreFunc::kSigmoid);
       EXPECT_EQ(c->router.n_group, 2);
@@ -165,6 +184,40 @@ TEST(ModelConfig, SharedReferenceConfigsParse) {
     }
     if (name == "mixtral-tiny") EXPECT_TRUE(c->router.norm_topk_prob);
   }
+}
+
+// Qwen3.5 / Qwen3-Next configs with a bad key: one message naming it (docs/gated-deltanet.md).
+TEST(ModelConfig, LinearAttentionConfigErrorsNameTheKey) {
+  const json qwen35 = model_config_to_json(preset_model_config(find_architecture("qwen3_5_moe"), "tiny").value());
+  ASSERT_TRUE(qwen35.contains("text_config"));
+  ASSERT_TRUE(parse_model_config(qwen35).is_ok());
+  struct Case {
+    std::function<void(json&)> edit;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {[](json& j) { j.erase("text_config"); }, "lacks the 'text_config' object"},
+      {[](json& j) { j["text_config"]["layer_types"].erase(0); }, "'layer_types' must list one type per layer (4"},
+      {[](json& j) { j["text_config"]["layer_types"][1] = "sliding_attention"; }, "'layer_types'[1] = \"sliding_attention\""},
+      {[](json& j) { j["text_config"]["linear_num_key_heads"] = 3; }, "'linear_num_key_heads' = 3 must divide"},
+      {[](json& j) { j["text_config"].erase("linear_value_head_dim"); }, "lacks 'linear_value_head_dim'"},
+      {[](json& j) { j["text_config"]["linear_conv_kernel_dim"] = 0; }, "'linear_conv_kernel_dim' = 0 must be > 0"},
+      {[](json& j) { j["text_config"].erase("head_dim"); }, "lacks 'head_dim'"},
+      {[](json& j) { j["text_config"]["rope_parameters"] = {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}}; },
+       "and 'rope_parameters' 'partial_rotary_factor' = 0.5 disagree"},
+  };
+  for (const Case& test : cases) {
+    json j = qwen35;
+    test.edit(j);
+    const Result<ModelConfig> c = parse_model_config(j);
+    ASSERT_FALSE(c.is_ok()) << test.expected;
+    EXPECT_NE(c.status().message().find(test.expected), std::string::npos) << c.status().message();
+  }
+  // Without layer_types: every full_attention_interval-th layer is full.
+  json interval = qwen35;
+  interval["text_config"].erase("layer_types");
+  interval["text_config"]["full_attention_interval"] = 2;
+  EXPECT_EQ(parse_model_config(interval).value().layer_is_linear_attention, (std::vector<bool>{true, false, true, false}));
 }
 
 TEST(ModelConfig, JsonRoundTripForEveryArchitecture) {
@@ -205,7 +258,10 @@ TEST(ModelConfig, JsonRoundTripForEveryArchitecture) {
       base.rope_scaling.original_max_positions = 256.0;
       base.rope_scaling.truncate = false;
     }
-    if (arch == find_architecture("deepseek_v3")) base = preset_model_config(arch, "tiny").value();
+    if (arch == find_architecture("deepseek_v3") || arch == find_architecture("qwen3_next") ||
+        arch == find_architecture("qwen3_5_moe")) {
+      base = preset_model_config(arch, "tiny").value();
+    }
     Result<ModelConfig> again = parse_model_config(model_config_to_json(base));
     ASSERT_TRUE(again.is_ok()) << architecture_name(arch) << ": " << again.status().to_string();
     EXPECT_EQ(model_config_to_json(again.value()), model_config_to_json(base)) << architecture_name(arch);
