@@ -62,6 +62,10 @@ class WeightBinder {
     q.rows = out;
     q.cols = in;
     const std::string w_name = prefix + ".weight";
+    if (checkpoint_.find(prefix + ".weight_packed") != nullptr) {  // Kimi-K2.5's INT4 experts (docs/mla.md, Kimi-K2.5)
+      return unsupported("'" + prefix + ".weight_packed': compressed-tensors pack-quantized INT4 weights are not "
+                         "supported yet (BF16, FP8, NVFP4 and MXFP4 are)");
+    }
     if (checkpoint_.find(prefix + "_blocks") != nullptr) {
       q.format = quant::WeightFormat::kMxfp4;
       if (in % 32 != 0) return invalid_argument("'" + prefix + "_blocks': K = " + std::to_string(in) + " is not a multiple of 32");

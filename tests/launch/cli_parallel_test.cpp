@@ -53,7 +53,8 @@ class CliParallelRun : public ::testing::TestWithParam<std::string> {};
 TEST_P(CliParallelRun, OutputsEqualOneRankForEveryRankCountAndReplicas) {
   if (GetParam() == "missing") GTEST_SKIP() << "no shared reference models";
   const std::string model = testing::shared_dir() + "/reference/" + GetParam() + "/hf";
-  const nlohmann::json config = nlohmann::json::parse(testing::read_file(model + "/config.json"));
+  const nlohmann::json file = nlohmann::json::parse(testing::read_file(model + "/config.json"));
+  const nlohmann::json& config = file.contains("text_config") ? file["text_config"] : file;  // Qwen3.5 nests it
   const int vocab = config["vocab_size"];
   const int experts = config.value("num_local_experts", config.value("n_routed_experts", config.value("num_experts", 0)));
   testing::ScratchDir scratch("cli-parallel-" + testing::test_param_name(GetParam()));

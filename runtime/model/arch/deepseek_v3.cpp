@@ -3,7 +3,9 @@
 // interleaved-RoPE key per token, per-head up-projections of the latent), YaRN with the
 // mscale folded into the softmax scale, the noaux_tc router (sigmoid, selection-only
 // correction bias, group-limited top-k, renormalised and scaled weights), ungated shared
-// experts, the first k layers dense.
+// experts, the first k layers dense. Kimi-K2.5 / K2.6 (KimiK25ForConditionalGeneration) is this
+// text model under `text_config`, its tensors under `language_model.` (the vision tower is not
+// read): a second ArchSpec below with the same rules.
 #include <algorithm>
 #include <cmath>
 
@@ -17,6 +19,7 @@ namespace moert::arch {
 namespace {
 
 constexpr const char* kAliases[] = {"deepseek_v3", "deepseekv3", "kimi_k2"};
+constexpr const char* kKimiK25Aliases[] = {"kimi_k25", "kimi_k2_5"};
 
 Status parse(const ConfigReader& r, ModelConfig* c) {
   // Defaults: transformers' DeepseekV3Config.
@@ -98,6 +101,12 @@ void apply_preset(ModelConfig* c) {
   c->rope_scaling.mscale_all_dim = 1.0;
 }
 
+// Kimi-K2.5's text_config names its own model type.
+void kimi_k25_to_json(const ModelConfig& c, nlohmann::json& j) {
+  to_json(c, j);
+  j["model_type"] = "kimi_k2";
+}
+
 }  // namespace
 
 extern const ArchSpec deepseek_v3 = {
@@ -110,6 +119,22 @@ extern const ArchSpec deepseek_v3 = {
     .to_json = to_json,
     .apply_preset = apply_preset,
     .names = {},
+};
+
+extern const ArchSpec kimi_k25 = {
+    .hf_class = "KimiK25ForConditionalGeneration",
+    .model_type = "kimi_k25",
+    .aliases = kKimiK25Aliases,
+    .attention = AttentionKind::kMla,
+    .router = RouterKind::kSigmoidGroupLimited,
+    .parse = parse,
+    .to_json = kimi_k25_to_json,
+    .apply_preset = apply_preset,
+    .names = {.embed_tokens = "language_model.model.embed_tokens",
+              .final_norm = "language_model.model.norm",
+              .lm_head = "language_model.lm_head",
+              .layers = "language_model.model.layers"},
+    .text_config = "text_config",
 };
 
 }  // namespace moert::arch

@@ -8,7 +8,7 @@
 
 namespace moert {
 namespace arch {
-extern const ArchSpec qwen3_moe, qwen2_moe, mixtral, glm4_moe, gpt_oss, deepseek_v3, qwen3_next, qwen3_5_moe;
+extern const ArchSpec qwen3_moe, qwen2_moe, mixtral, glm4_moe, gpt_oss, deepseek_v3, qwen3_next, qwen3_5_moe, kimi_k25;
 }  // namespace arch
 
 namespace {
@@ -24,6 +24,7 @@ constexpr const ArchSpec* kRegistry[] = {
     &arch::deepseek_v3,
     &arch::qwen3_next,
     &arch::qwen3_5_moe,
+    &arch::kimi_k25,
 };
 
 Result<int> as_int(const char* key, const json& value) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/io/checkpoint.h"
 #include "runtime/io/npy.h"
 #include "runtime/model/reference_forward.h"
 #include "tests/support/test_support.h"
@@ -97,6 +98,58 @@ TEST_P(SharedReference, ChunkedPrefillEqualsTokenByTokenBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(AllModels, SharedReference, ::testing::ValuesIn(testing::reference_model_params()),
                          [](const auto& info) { return testing::test_param_name(info.param); });
+
+// Kimi-K2.5 (docs/mla.md): the shared DeepSeek-V3 case rewritten in the release's layout (keys
+// under text_config, tensors under language_model.) computes the same logits bit for bit; its
+// INT4 experts are refused in one line naming the tensor.
+TEST(KimiK25, TheDeepseekV3CaseInKimiLayoutGivesItsLogitsBitForBit) {
+  const std::string dir = testing::shared_dir() + "/reference/deepseekv3-tiny/hf";
+  if (testing::shared_dir().empty() || !std::ifstream(dir + "/config.json")) GTEST_SKIP() << "no shared DeepSeek case";
+  const std::unique_ptr<LoadedModel> original = load_model(dir).value();
+  testing::ScratchDir scratch("kimi-k25");
+  std::vector<io::NamedTensor> renamed;
+  for (const std::string& name : original->checkpoint->tensor_names()) {
+    renamed.push_back({"language_model." + name, original->checkpoint->get(name).value()});
+  }
+  ASSERT_TRUE(io::write_sharded_checkpoint(scratch.path(), renamed, 1 << 30).is_ok());
+  nlohmann::json text = nlohmann::json::parse(testing::read_file(dir + "/config.json"));
+  text.erase("architectures");
+  text["model_type"] = "kimi_k2";
+  const nlohmann::json config = {{"architectures", {"KimiK25ForConditionalGeneration"}},
+                                 {"model_type", "kimi_k25"},
+                                 {"text_config", text},
+                                 {"vision_config", {{"model_type", "moonvit"}}}};
+  std::ofstream(scratch.path() + "/config.json") << config.dump(2);
+  const std::unique_ptr<LoadedModel> kimi = load_model(scratch.path()).value();
+  EXPECT_STREQ(kimi->config.arch->hf_class, "KimiK25ForConditionalGeneration");
+  ThreadPool pool(2);
+  backend::CpuBackend cpu(pool);
+  const std::vector<int32_t> prompt = {84, 464, 280, 117, 397, 107, 275, 114, 374, 110, 271};
+  const GreedyOutput want = greedy_generate(ReferenceForward(original->config, original->weights, cpu), prompt, 4).value();
+  const GreedyOutput got = greedy_generate(ReferenceForward(kimi->config, kimi->weights, cpu), prompt, 4).value();
+  EXPECT_EQ(got.gen_tokens, want.gen_tokens);
+  ASSERT_EQ(got.prompt_logits.size(), want.prompt_logits.size());
+  EXPECT_EQ(0, std::memcmp(got.prompt_logits.data(), want.prompt_logits.data(), want.prompt_logits.size() * 4));
+  // The native release's pack-quantized INT4 experts: refused by name.
+  const std::string expert = "language_model.model.layers.1.mlp.experts.0.gate_proj";
+  std::vector<io::NamedTensor> int4;
+  for (const io::NamedTensor& tensor : renamed) {
+    if (tensor.name == expert + ".weight") continue;
+    int4.push_back(tensor);
+  }
+  const TensorView gate = original->checkpoint->get("model.layers.1.mlp.experts.0.gate_proj.weight").value();
+  std::vector<int32_t> packed(static_cast<size_t>(gate.numel() / 8), 0);
+  int4.push_back({expert + ".weight_packed",
+                  TensorView::contiguous(DType::kI32, {gate.dim(0), gate.dim(1) / 8}, packed.data())});
+  testing::ScratchDir int4_dir("kimi-k25-int4");
+  ASSERT_TRUE(io::write_sharded_checkpoint(int4_dir.path(), int4, 1 << 30).is_ok());
+  std::ofstream(int4_dir.path() + "/config.json") << config.dump(2);
+  const Result<std::unique_ptr<LoadedModel>> refused = load_model(int4_dir.path());
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("'" + expert + ".weight_packed': compressed-tensors pack-quantized INT4"),
+            std::string::npos)
+      << refused.status().message();
+}
 
 // The shared folder is expected in CI; its absence is a failure there, a skip elsewhere.
 TEST(SharedReferenceData, IsPresent) {
