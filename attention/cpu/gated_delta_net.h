@@ -19,24 +19,9 @@
 #include <cstdint>
 #include <span>
 
+#include "attention/gated_delta_shape.h"
+
 namespace moert::attention {
-
-struct GatedDeltaShape {
-  int num_key_heads = 0;    // NK
-  int key_head_dim = 0;     // DK
-  int num_value_heads = 0;  // NV, a multiple of NK
-  int value_head_dim = 0;   // DV
-  int conv_width = 0;       // W >= 1
-
-  int64_t conv_channels() const {  // C
-    return 2 * static_cast<int64_t>(num_key_heads) * key_head_dim +
-           static_cast<int64_t>(num_value_heads) * value_head_dim;
-  }
-  int64_t conv_state_size() const { return static_cast<int64_t>(conv_width - 1) * conv_channels(); }
-  int64_t recurrent_state_size() const {
-    return static_cast<int64_t>(num_value_heads) * key_head_dim * value_head_dim;
-  }
-};
 
 // Causal depthwise convolution then SiLU, over one sequence's rows u [T, C]:
 //   out[t, c] = silu(sum_{j < W} weight[c, j] * x[t - W + 1 + j, c])
@@ -74,23 +59,6 @@ void advance_conv_state(const float* u, int64_t num_tokens, int64_t channels, in
 // x, z, y: [num_rows, dim]; y may alias x.
 void gated_rms_norm(const float* x, const float* z, int64_t num_rows, int dim, const float* weight, float eps,
                     float* y);
-
-// The parameters of one layer's mixer besides its projections (runtime LinearAttentionWeights).
-struct GatedDeltaParams {
-  const float* conv_weight = nullptr;  // [C, W]
-  const float* a_log = nullptr;        // [NV]
-  const float* dt_bias = nullptr;      // [NV]
-  const float* norm_weight = nullptr;  // [DV], used as w
-  float norm_eps = 1e-6f;
-};
-
-// Where a gated_delta_net_sequence call also copies the states after row `row` (a prefix-cache
-// snapshot at a block boundary inside a chunk): conv [W-1, C] and recurrent [NV, DK, DV].
-struct StateCopy {
-  int64_t row = 0;
-  float* conv = nullptr;
-  float* recurrent = nullptr;
-};
 
 // The whole token mixer of one sequence's T rows after the projections (docs/gated-deltanet.md
 // steps 2-6 but the output projection): causal_conv1d_silu of u [T, C] from conv_state,

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "attention/cpu/gated_delta_net.h"
+#include "attention/gated_delta_shape.h"
 #include "core/cuda/namespace.h"
 
 namespace moert::MOERT_CUDA_NS {

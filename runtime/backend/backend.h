@@ -23,7 +23,7 @@
 #include <string>
 
 #include "attention/paged_kv.h"
-#include "attention/cpu/gated_delta_net.h"
+#include "attention/gated_delta_shape.h"
 #include "attention/rope.h"
 #include "core/status.h"
 #include "core/tensor.h"

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "attention/cpu/gated_delta_net.h"
+#include "attention/gated_delta_shape.h"
 #include "attention/rope.h"
 #include "experts/glu_activation.h"
 #include "experts/router.h"

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "attention/cpu/dense_attention.h"
+#include "attention/cpu/gated_delta_net.h"
 #include "attention/cpu/paged_attention.h"
 #include "core/check.h"
 #include "core/cpu/dot.h"
