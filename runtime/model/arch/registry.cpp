@@ -8,7 +8,7 @@
 
 namespace moert {
 namespace arch {
-extern const ArchSpec qwen3_moe, qwen2_moe, mixtral, glm4_moe, gpt_oss, deepseek_v3;
+extern const ArchSpec qwen3_moe, qwen2_moe, mixtral, glm4_moe, gpt_oss, deepseek_v3, glm_moe_dsa, deepseek_v32;
 }  // namespace arch
 
 namespace {
@@ -22,6 +22,8 @@ constexpr const ArchSpec* kRegistry[] = {
     &arch::glm4_moe,
     &arch::gpt_oss,
     &arch::deepseek_v3,
+    &arch::glm_moe_dsa,
+    &arch::deepseek_v32,
 };
 
 Result<int> as_int(const char* key, const json& value) {
