@@ -30,6 +30,10 @@ Result<std::vector<attention::KvCacheSpec>> kv_cache_groups(const ModelConfig& c
       case AttentionKind::kMla:  // one row [c | k_pe] of head_dim values (config.h, docs/mla.md)
         wanted.kind = attention::KvCacheKind::kLatent;
         wanted.latent_width = config.head_dim;
+        // DSA: the indexer key kI rides at the end of the row, [c | k_pe | kI]
+        // (docs/sparse-attention.md), so it pages, copies and rolls back with the latent.
+        if (config.dsa.enabled()) wanted.latent_width += config.dsa.index_head_dim;
+        wanted.head_dim = wanted.latent_width;
         break;
     }
     attention::KvCacheSpec* group = nullptr;

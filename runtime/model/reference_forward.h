@@ -16,6 +16,11 @@ class DenseKvCache : public AttentionContext {
   DenseKvCache(const ModelConfig& config);
   void attend(backend::Backend& backend, int layer, const attention::AttentionVariant& variant, const float* q,
               const float* k, const float* v, int64_t num_tokens, float* out) override;
+  // DSA layers keep their rows [c | k_pe | kI] in `sparse_rows_` and attend through the
+  // backend's sparse ops over a one-position-per-block view of them (docs/sparse-attention.md).
+  void attend_sparse(backend::Backend& backend, int layer, const attention::AttentionVariant& variant, const float* q,
+                     const float* rows, int key_width, const attention::SparseIndexQuery& index, int64_t num_tokens,
+                     float* out) override;
   // Positions already written; advanced by ReferenceForward::forward after all layers ran.
   int64_t length() const { return length_; }
   void advance(int64_t num_tokens) { length_ += num_tokens; }
@@ -26,6 +31,9 @@ class DenseKvCache : public AttentionContext {
   const ModelConfig& config_;
   std::vector<std::vector<float>> keys_;    // [layers][L * KVH * Dh]
   std::vector<std::vector<float>> values_;  // [layers][L * KVH * Dh]
+  // DSA layers: [layers][(1 + L) * W], row 0 a zero pad (block 0 of the view, never read),
+  // position p in row 1 + p; W = the layer's row width. Empty for other layers.
+  std::vector<std::vector<float>> sparse_rows_;
   int64_t length_ = 0;
 };
 

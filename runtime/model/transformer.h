@@ -14,6 +14,7 @@
 #include <functional>
 #include <span>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,14 @@ class AttentionContext {
   // scale, soft-cap: the model's knowledge of the layer).
   virtual void attend(backend::Backend& backend, int layer, const attention::AttentionVariant& variant,
                       const float* q, const float* k, const float* v, int64_t num_tokens, float* out) = 0;
+  // DeepSeek Sparse Attention (docs/sparse-attention.md): stores this step's rows of `layer`
+  // (rows: [T, key_width + DI] = [c | k_pe | kI], RoPE'd), selects for each query row the
+  // positions of highest index score over its sequence's history including the new rows
+  // (Backend::sparse_index_select), and attends over those only (sparse_paged_attention).
+  // q, out: [T, H, key_width]. Contexts without sparse attention fail (the default).
+  virtual void attend_sparse(backend::Backend& backend, int layer, const attention::AttentionVariant& variant,
+                             const float* q, const float* rows, int key_width, const attention::SparseIndexQuery& index,
+                             int64_t num_tokens, float* out);
 };
 
 // Runs the routed experts of one MoE layer for this rank's tokens:
@@ -146,6 +155,8 @@ class TransformerForward {
   // x: [T, D] residual stream on the backend's device, updated in place.
   void attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
   void latent_attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
+  void sparse_attention(int layer, const ForwardBatch& batch, AttentionContext& attention, const float* h,
+                        const float* qr, const float* absorbed, const float* latent, float* out) const;
   void ffn_block(int layer, int64_t num_tokens, float* x) const;
   // The logits of batch.logit_rows on the backend's device, [logit_rows.size(), V];
   // final_hidden (device [T, D], may be null) receives g (forward_with_hidden).
@@ -165,6 +176,9 @@ class TransformerForward {
   const ModelWeights& weights_;
   backend::Backend& backend_;
   attention::RotaryEmbedding rope_;
+  // The lightning indexer's RoPE (DSA only): the MLA frequencies on the first dr channels of
+  // each DI-wide indexer head, with the model's indexer pairing (docs/sparse-attention.md).
+  std::optional<attention::RotaryEmbedding> index_rope_;
   std::vector<attention::AttentionVariant> layer_variants_;  // [num_layers + MTP modules], from the layer specs
   LocalRoutedExperts local_experts_;
   RoutedExperts* routed_experts_ = &local_experts_;

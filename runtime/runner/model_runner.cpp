@@ -38,6 +38,25 @@ class PagedAttentionContext : public AttentionContext {
     backend.paged_attention(q, kv, plan, num_heads_, out);
   }
 
+  // DSA (docs/sparse-attention.md): the rows [c | k_pe | kI] fill the latent layer's slots;
+  // the selection and the attention read them through the step's causal plan.
+  void attend_sparse(backend::Backend& backend, int layer, const attention::AttentionVariant& variant, const float* q,
+                     const float* rows, int key_width, const attention::SparseIndexQuery& index, int64_t num_tokens,
+                     float* out) override {
+    const attention::PagedKvLayer& kv = layers_[static_cast<size_t>(layer)];
+    const GroupStep& group = groups_[static_cast<size_t>(layer_group_[static_cast<size_t>(layer)])];
+    MOERT_CHECK(kv.head_dim == key_width + index.head_dim,
+                "layer " << layer << ": cache rows of " << kv.head_dim << " values, expected " << key_width << " + "
+                         << index.head_dim);
+    backend.write_kv(kv, rows, rows, group.device_slots != nullptr ? group.device_slots : group.slots.data(),
+                     num_tokens);
+    attention::PagedAttentionPlan plan = group.plan;
+    plan.variant = variant;
+    Buffer selected = backend.allocate(DType::kI32, {std::max<int64_t>(1, num_tokens * index.top_k)});
+    backend.sparse_index_select(index, kv, key_width, plan, selected.data<int32_t>());
+    backend.sparse_paged_attention(q, kv, key_width, plan, num_heads_, selected.data<int32_t>(), index.top_k, out);
+  }
+
  private:
   const std::vector<attention::PagedKvLayer>& layers_;
   const std::vector<int>& layer_group_;

@@ -214,6 +214,37 @@ TEST(CliParallelDeepseekV3, MixedBatchGivesTheReferenceTokensOnOneAndTwoRanks) {
   EXPECT_GT(count, 0);
 }
 
+// GLM-5 DSA through `moert run` (docs/sparse-attention.md): prompts 3 to 9 times index_topk
+// (8) long, some chunked (the step holds 48 tokens), one sharing a prefix, on 1 and 2 ranks
+// with an F32 latent cache whose rows carry the indexer key, give the reference forward's
+// tokens; the summary reports layers x (kv_lora_rank + qk_rope_head_dim + index_head_dim) x 4
+// bytes per token.
+TEST(CliParallelGlm5Dsa, LongPromptsGiveTheReferenceTokensOnOneAndTwoRanks) {
+  if (testing::shared_dir().empty() || !std::filesystem::exists(testing::shared_dir() + "/reference/glm5dsa-tiny/hf")) {
+    GTEST_SKIP() << "no shared GLM-5 DSA case";
+  }
+  std::vector<std::vector<int>> prompts;
+  std::vector<int> max_tokens;
+  for (int i = 0; i < 5; ++i) {
+    std::vector<int> prompt;
+    const int length = 24 + 12 * i;  // 24 .. 72
+    for (int j = 0; j < length; ++j) prompt.push_back((i * 173 + j * 41 + 3) % 1000);
+    prompts.push_back(prompt);
+    max_tokens.push_back(6 + 3 * i);
+  }
+  prompts.push_back(prompts[4]);  // a prefix-cache hit on the latent blocks (kI included)
+  prompts.back().resize(66);
+  prompts.back().push_back(11);
+  max_tokens.push_back(10);
+  const int64_t bytes_per_token = 4 * (32 + 16 + 32) * 4;  // 4 layers, kv_lora 32, rope 16, indexer 32, F32
+  const std::vector<std::string> logs =
+      expect_run_matches_score("cli-parallel-glm5dsa", {"glm5dsa-tiny"}, prompts, max_tokens, "");
+  for (const std::string& log : logs) {
+    EXPECT_NE(log.find(std::to_string(bytes_per_token) + " KV cache bytes per token (all layers, f32)"),
+              std::string::npos) << log;
+  }
+}
+
 // Greedy outputs of speculative decoding equal plain decoding on 1, 2 and 4 ranks, with a
 // truncated draft of a draft-friendly target, the target's own NVFP4 copy as its draft
 // (self-speculation), the n-gram proposer, and adaptive depth. Sampled requests finish

@@ -145,7 +145,18 @@ TEST(ModelConfig, SharedReferenceConfigsParse) {
   for (const std::string& name : testing::reference_model_names()) {
     Result<ModelConfig> c = load_model_config(testing::shared_dir() + "/reference/" + name + "/hf");
     ASSERT_TRUE(c.is_ok()) << name << ": " << c.status().to_string();
-    EXPECT_EQ(c->hidden_size, 256) << name;
+    EXPECT_EQ(c->hidden_size, name == "glm5dsa-tiny" ? 128 : 256) << name;
+    if (name == "glm5dsa-tiny") {  // docs/sparse-attention.md
+      EXPECT_EQ(c->dsa.index_topk, 8);
+      EXPECT_EQ(c->dsa.index_n_heads, 8);
+      EXPECT_EQ(c->dsa.index_head_dim, 32);
+      EXPECT_EQ(c->dsa.rope_pairing, attention::RopePairing::kInterleaved);
+      EXPECT_EQ(c->rope_pairing, attention::RopePairing::kInterleaved);
+      EXPECT_FLOAT_EQ(c->mla.norm_eps, 1e-6f);
+      EXPECT_FLOAT_EQ(c->rms_norm_eps, 1e-5f);
+      EXPECT_FLOAT_EQ(c->attention_softmax_scale, 1.0f / std::sqrt(32.0f));
+      EXPECT_EQ(c->rope_scaling.kind, attention::RopeScaling::Kind::kNone);
+    }
     if (name == "glm4moe-tiny") {
       EXPECT_EQ(c->router.score_func, experts::ScoreFunc::kSigmoid);
       EXPECT_EQ(c->router.n_group, 2);
@@ -164,6 +175,45 @@ TEST(ModelConfig, SharedReferenceConfigsParse) {
       EXPECT_TRUE(c->qkv_bias);
     }
     if (name == "mixtral-tiny") EXPECT_TRUE(c->router.norm_topk_prob);
+  }
+}
+
+// DeepSeek Sparse Attention's keys (docs/sparse-attention.md): each bad value is one error
+// naming its key; V3.2's indexer RoPE is rotate-half unless the config says otherwise.
+TEST(ModelConfig, SparseAttentionKeysAreCheckedAndNamed) {
+  for (const char* name : {"glm_moe_dsa", "deepseek_v32"}) {
+    const json good = model_config_to_json(preset_model_config(find_architecture(name), "tiny").value());
+    ASSERT_TRUE(parse_model_config(good).is_ok()) << name;
+    const struct {
+      const char* key;
+      const char* value;
+      const char* expected;
+    } cases[] = {
+        {"index_topk", "0", "'index_topk' = 0 must be > 0"},
+        {"index_n_heads", "-2", "'index_n_heads' = -2 must be > 0"},
+        {"index_head_dim", "8", "'index_head_dim' = 8 must be >= 'qk_rope_head_dim'"},
+        {"index_topk", "null", "lacks 'index_topk'"},
+        {"indexer_rope_interleave", "3", "'indexer_rope_interleave' must be true or false"},
+        {"indexer_types", "[\"full\", \"shared\"]", "'indexer_types' has \"shared\""},
+        {"index_topk_freq", "4", "'index_topk_freq' = 4"},
+        {"q_lora_rank", "null", "'q_lora_rank' must be > 0 with a lightning indexer"},
+    };
+    for (const auto& test : cases) {
+      json j = good;
+      if (std::string(test.value) == "null" && std::string(test.key) == "index_topk") {
+        j.erase(test.key);
+      } else {
+        j[test.key] = json::parse(test.value);
+      }
+      Result<ModelConfig> c = parse_model_config(j);
+      ASSERT_FALSE(c.is_ok()) << name << " " << test.key << " = " << test.value;
+      EXPECT_NE(c.status().message().find(test.expected), std::string::npos) << c.status().message();
+    }
+    json unsaid = good;
+    unsaid.erase("indexer_rope_interleave");
+    EXPECT_EQ(parse_model_config(unsaid)->dsa.rope_pairing, std::string(name) == "glm_moe_dsa"
+                                                                 ? attention::RopePairing::kInterleaved
+                                                                 : attention::RopePairing::kRotateHalf);
   }
 }
 
@@ -205,7 +255,10 @@ TEST(ModelConfig, JsonRoundTripForEveryArchitecture) {
       base.rope_scaling.original_max_positions = 256.0;
       base.rope_scaling.truncate = false;
     }
-    if (arch == find_architecture("deepseek_v3")) base = preset_model_config(arch, "tiny").value();
+    if (arch == find_architecture("deepseek_v3") || arch == find_architecture("glm_moe_dsa") ||
+        arch == find_architecture("deepseek_v32")) {
+      base = preset_model_config(arch, "tiny").value();
+    }
     Result<ModelConfig> again = parse_model_config(model_config_to_json(base));
     ASSERT_TRUE(again.is_ok()) << architecture_name(arch) << ": " << again.status().to_string();
     EXPECT_EQ(model_config_to_json(again.value()), model_config_to_json(base)) << architecture_name(arch);
