@@ -111,7 +111,13 @@ def silu(x):
 class Model:
     def __init__(self, model_dir):
         self.cfg = json.load(open(model_dir + "/config.json"))
-        self.w = read_safetensors(model_dir + "/model.safetensors")
+        try:  # sharded (model.safetensors.index.json) or one file
+            shards = sorted(set(json.load(open(model_dir + "/model.safetensors.index.json"))["weight_map"].values()))
+        except FileNotFoundError:
+            shards = ["model.safetensors"]
+        self.w = {}
+        for shard in shards:
+            self.w.update(read_safetensors(model_dir + "/" + shard))
         c = self.cfg
         self.arch = c["architectures"][0]
         if self.arch not in ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"):
@@ -132,7 +138,9 @@ class Model:
         if rp.get("rope_type", rp.get("type")) == "yarn" and rp.get("mscale_all_dim"):
             scale *= yarn_mscale(float(rp["factor"]), rp["mscale_all_dim"]) ** 2
         self.scale = scale
-        self.margin = float("inf")  # smallest K-th vs (K+1)-th index score gap
+        # Smallest K-th vs (K+1)-th index score gap where they differ, and the rows where they
+        # are equal (exact ties, mostly all-zero scores after the ReLU: the tie rule decides).
+        self.margin, self.exact_ties, self.sparse_rows = float("inf"), 0, 0
 
     def t(self, name):
         return self.w[name]
@@ -166,7 +174,12 @@ class Model:
                 # Highest score first, ties to the lower position (stable sort on -score).
                 order = np.argsort(-index[r, :visible], kind="stable")
                 s = index[r, order]
-                self.margin = min(self.margin, s[self.topk - 1] - s[self.topk])
+                gap = s[self.topk - 1] - s[self.topk]
+                self.sparse_rows += 1
+                if gap > 0:
+                    self.margin = min(self.margin, gap)
+                else:
+                    self.exact_ties += 1
                 chosen = np.sort(order[: self.topk])
             scores = (np.einsum("hd,thd->ht", q_nope[r], k_nope[chosen]) + q_pe[r] @ k_pe[chosen].T) * self.scale
             scores -= scores.max(axis=1, keepdims=True)
@@ -238,9 +251,11 @@ def main():
             logits = model.forward(seq)
     np.save(args.out + ".prompt_logits.npy", prompt_logits.astype(np.float32))
     np.save(args.out + ".gen_logits.npy", np.array(gen_logits).astype(np.float32))
-    json.dump({"prompt_tokens": prompt, "gen_tokens": gen, "dsa_min_topk_margin": model.margin},
+    json.dump({"prompt_tokens": prompt, "gen_tokens": gen, "dsa_min_topk_margin": model.margin,
+               "dsa_exact_tie_rows": model.exact_ties, "dsa_sparse_rows": model.sparse_rows},
               open(args.out + ".json", "w"))
-    print("generated:", " ".join(map(str, gen)), " min top-k margin %.3g" % model.margin)
+    print("generated:", " ".join(map(str, gen)), " min top-k margin %.3g, exact ties in %d of %d sparse selections"
+          % (model.margin, model.exact_ties, model.sparse_rows))
 
 
 if __name__ == "__main__":

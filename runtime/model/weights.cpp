@@ -596,9 +596,9 @@ void for_each_linear_weight(ModelWeights& weights,
       for (Linear* linear : {&m.gate, &m.up, &m.down}) visit(linear->weight, expert < 0 ? -1 : static_cast<int>(l), expert);
     };
     AttentionWeights& a = layer.attention;
-    for (Linear* linear : {&a.q, &a.k, &a.v, &a.o, &a.q_a, &a.kv_a}) visit(linear->weight, -1, -1);
-    for (Linear* linear : {&a.indexer.wq_b, &a.indexer.wk, &a.indexer.weights_proj}) {
-      if (linear->weight.in_features() > 0) visit(linear->weight, -1, -1);
+    for (Linear* linear : {&a.q, &a.k, &a.v, &a.o, &a.q_a, &a.kv_a, &a.indexer.wq_b, &a.indexer.wk,
+                           &a.indexer.weights_proj}) {
+      visit(linear->weight, -1, -1);
     }
     if (layer.is_moe) {
       for (size_t e = 0; e < layer.moe.experts.size(); ++e) mlp(layer.moe.experts[e], static_cast<int>(e));
