@@ -215,7 +215,7 @@ TEST(CliParallelDeepseekV3, MixedBatchGivesTheReferenceTokensOnOneAndTwoRanks) {
 }
 
 // GLM-5 DSA through `moert run` (docs/sparse-attention.md): prompts 3 to 9 times index_topk
-// (8) long, some chunked (the step holds 48 tokens), one sharing a prefix, on 1 and 2 ranks
+// (8) long, some chunked (the step holds 48 tokens), two sharing 66 tokens, on 1 and 2 ranks
 // with an F32 latent cache whose rows carry the indexer key, give the reference forward's
 // tokens; the summary reports layers x (kv_lora_rank + qk_rope_head_dim + index_head_dim) x 4
 // bytes per token.
@@ -232,7 +232,7 @@ TEST(CliParallelGlm5Dsa, LongPromptsGiveTheReferenceTokensOnOneAndTwoRanks) {
     prompts.push_back(prompt);
     max_tokens.push_back(6 + 3 * i);
   }
-  prompts.push_back(prompts[4]);  // a prefix-cache hit on the latent blocks (kI included)
+  prompts.push_back(prompts[4]);  // 66 tokens shared: latent blocks (kI included) may be reused
   prompts.back().resize(66);
   prompts.back().push_back(11);
   max_tokens.push_back(10);
