@@ -141,6 +141,17 @@ class Model:
         # Smallest K-th vs (K+1)-th index score gap where they differ, and the rows where they
         # are equal (exact ties, mostly all-zero scores after the ReLU: the tie rule decides).
         self.margin, self.exact_ties, self.sparse_rows = float("inf"), 0, 0
+        # GLM-5.2 (models-2026.md section 3.3): "shared" layers have no indexer and reuse the
+        # selection of the most recent "full" layer for the same query row.
+        n = c["num_hidden_layers"]
+        if c.get("indexer_types"):
+            self.shared = [t == "shared" for t in c["indexer_types"]]
+        elif c.get("index_topk_freq"):
+            freq, offset = c["index_topk_freq"], c.get("index_skip_topk_offset", 0)
+            self.shared = [max(L - offset + 1, 0) % freq != 0 for L in range(n)]
+        else:
+            self.shared = [False] * n
+        self.last_selection = None
 
     def t(self, name):
         return self.w[name]
@@ -156,6 +167,25 @@ class Model:
         kv = (c @ self.t(p + "kv_b_proj.weight").T).reshape(T, self.nh, self.dn + self.dv)
         k_nope, v = kv[..., : self.dn], kv[..., self.dn :]
         q_nope, q_pe = q[..., : self.dn], rope(q[..., self.dn :], pos, self.inv, self.a, self.mla_interleaved)
+        out = np.zeros((T, self.nh, self.dv))
+        if self.shared[L]:
+            selection = self.last_selection
+        else:
+            selection = self.select(L, x, qr, pos)
+            self.last_selection = selection
+        for r in range(T):
+            chosen = selection[r]
+            scores = (np.einsum("hd,thd->ht", q_nope[r], k_nope[chosen]) + q_pe[r] @ k_pe[chosen].T) * self.scale
+            scores -= scores.max(axis=1, keepdims=True)
+            prob = np.exp(scores)
+            prob /= prob.sum(axis=1, keepdims=True)
+            out[r] = np.einsum("ht,thd->hd", prob, v[chosen])
+        return out.reshape(T, -1) @ self.t(p + "o_proj.weight").T
+
+    def select(self, L, x, qr, pos):
+        """The lightning indexer of layer L: the positions each row attends to, ascending."""
+        p = "model.layers.%d.self_attn." % L
+        T = x.shape[0]
         # Lightning indexer: heads [rope (dr) | rest], rope first.
         i = p + "indexer."
         qi = (qr @ self.t(i + "wq_b.weight").T).reshape(T, self.ni, self.di)
@@ -165,7 +195,7 @@ class Model:
         wi = (x @ self.t(i + "weights_proj.weight").T) * self.ni ** -0.5  # [T, NI]
         dots = np.einsum("ihd,td->iht", qi, ki) * self.di ** -0.5  # [T, NI, T]
         index = np.einsum("ih,iht->it", wi, np.maximum(dots, 0.0))  # [T, T]
-        out = np.zeros((T, self.nh, self.dv))
+        selection = []
         for r in range(T):
             visible = r + 1
             if visible <= self.topk:
@@ -181,12 +211,8 @@ class Model:
                 else:
                     self.exact_ties += 1
                 chosen = np.sort(order[: self.topk])
-            scores = (np.einsum("hd,thd->ht", q_nope[r], k_nope[chosen]) + q_pe[r] @ k_pe[chosen].T) * self.scale
-            scores -= scores.max(axis=1, keepdims=True)
-            prob = np.exp(scores)
-            prob /= prob.sum(axis=1, keepdims=True)
-            out[r] = np.einsum("ht,thd->hd", prob, v[chosen])
-        return out.reshape(T, -1) @ self.t(p + "o_proj.weight").T
+            selection.append(chosen)
+        return selection
 
     def mlp(self, prefix, x):
         g = x @ self.t(prefix + "gate_proj.weight").T

@@ -15,7 +15,8 @@
 
 namespace moert::attention {
 
-// The indexer's query side of one step.
+// The indexer's query side of one step (num_heads 0: a layer without an indexer, which
+// reuses an earlier layer's selection).
 struct SparseIndexQuery {
   const float* queries = nullptr;  // [T, NI, DI], RoPE'd
   const float* weights = nullptr;  // [T, NI] head weights (may be negative), used times weight_scale

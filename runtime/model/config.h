@@ -51,7 +51,16 @@ struct SparseAttentionDims {
   // Pairing of the indexer's RoPE (GLM-5 interleaved, DeepSeek-V3.2 rotate-half).
   attention::RopePairing rope_pairing = attention::RopePairing::kRotateHalf;
   float key_norm_eps = 1e-6f;  // eps of the LayerNorm of kI
+  // GLM-5.2's indexer sharing: [num_layers], true where a layer has no indexer and reuses the
+  // selection of the most recent layer that has one (for the same query rows); empty: every
+  // layer has its indexer. Layer 0 always has one.
+  std::vector<bool> shared_layers;
   bool enabled() const { return index_topk > 0; }
+  // Whether `layer` runs its own indexer (and stores kI in its cache rows).
+  bool has_indexer(int layer) const {
+    return enabled() && (layer < 0 || static_cast<size_t>(layer) >= shared_layers.size() ||
+                         !shared_layers[static_cast<size_t>(layer)]);
+  }
 };
 
 struct ModelConfig {

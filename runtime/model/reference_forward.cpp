@@ -56,9 +56,14 @@ void DenseKvCache::attend_sparse(backend::Backend& backend, int layer, const att
   plan.kv_page_indices = pages.data();
   plan.kv_last_page_len = last_page_len.data();
   plan.variant = variant;
-  std::vector<int32_t> selected(static_cast<size_t>(num_tokens * index.top_k));
-  backend.sparse_index_select(index, view, key_width, plan, selected.data());
-  backend.sparse_paged_attention(q, view, key_width, plan, config_.num_heads, selected.data(), index.top_k, out);
+  // A layer without an indexer (GLM-5.2 "shared") reuses the last indexer's selection of these rows.
+  if (index.num_heads > 0) {
+    selected_.assign(static_cast<size_t>(num_tokens * index.top_k), -1);
+    backend.sparse_index_select(index, view, key_width, plan, selected_.data());
+  }
+  MOERT_CHECK(static_cast<int64_t>(selected_.size()) == num_tokens * index.top_k,
+              "layer " << layer << " shares an indexer selection that no earlier layer of this step made");
+  backend.sparse_paged_attention(q, view, key_width, plan, config_.num_heads, selected_.data(), index.top_k, out);
 }
 
 void DenseKvCache::truncate(int64_t length) {

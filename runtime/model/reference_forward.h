@@ -34,6 +34,7 @@ class DenseKvCache : public AttentionContext {
   // DSA layers: [layers][(1 + L) * W], row 0 a zero pad (block 0 of the view, never read),
   // position p in row 1 + p; W = the layer's row width. Empty for other layers.
   std::vector<std::vector<float>> sparse_rows_;
+  std::vector<int32_t> selected_;  // [T, index_topk]: the last indexer's selection (this step's rows)
   int64_t length_ = 0;
 };
 

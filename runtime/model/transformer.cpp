@@ -332,7 +332,8 @@ void TransformerForward::latent_attention_block(int layer, const ForwardBatch& b
   backend_.add(x, projected.data<float>(), num_tokens * dim);
 }
 
-// DeepSeek Sparse Attention (docs/sparse-attention.md): the lightning indexer of `layer`
+// DeepSeek Sparse Attention (docs/sparse-attention.md): the lightning indexer of `layer` (none
+// on GLM-5.2's shared layers, which take the last indexer's selection)
 // (qI = wq_b qr and kI = LayerNorm(wk h), both [rope (dr) | rest] with the indexer's RoPE;
 // head weights weights_proj h, times NI^-1/2 in the selection), then the absorbed attention
 // over the selected positions. h: [T, D] normed input; qr: [T, q_lora]; absorbed: [T, H, R];
@@ -342,9 +343,17 @@ void TransformerForward::sparse_attention(int layer, const ForwardBatch& batch, 
                                           float* out) const {
   const ModelConfig& c = config_;
   const SparseAttentionDims& s = c.dsa;
-  const IndexerWeights& ix = weights_.layers[static_cast<size_t>(layer)].attention.indexer;
   const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
-  const int64_t ni = s.index_n_heads, di = s.index_head_dim, row = c.head_dim;
+  const int64_t row = c.head_dim;
+  attention::SparseIndexQuery index;
+  index.top_k = s.index_topk;
+  if (!s.has_indexer(layer)) {  // GLM-5.2 shared layer: the last indexer's selection, rows [c | k_pe]
+    attention.attend_sparse(backend_, layer, layer_variants_[static_cast<size_t>(layer)], absorbed, latent,
+                            static_cast<int>(row), index, num_tokens, out);
+    return;
+  }
+  const IndexerWeights& ix = weights_.layers[static_cast<size_t>(layer)].attention.indexer;
+  const int64_t ni = s.index_n_heads, di = s.index_head_dim;
   const Buffer index_q = activations(num_tokens * ni * di);  // [T, NI, DI]
   backend_.linear(ix.wq_b.weight, qr, num_tokens, nullptr, index_q.data<float>());
   const Buffer index_k = activations(num_tokens * di);       // [T, DI]
@@ -359,14 +368,12 @@ void TransformerForward::sparse_attention(int layer, const ForwardBatch& batch, 
   const Buffer rows = activations(num_tokens * (row + di));  // [T, R + DI] = [c | k_pe | kI]
   backend_.copy_rows(rows.data<float>(), row + di, latent, row, num_tokens, row);
   backend_.copy_rows(rows.data<float>() + row, row + di, index_k.data<float>(), di, num_tokens, di);
-  attention::SparseIndexQuery index;
   index.queries = index_q.data<float>();
   index.weights = index_w.data<float>();
   index.num_heads = static_cast<int>(ni);
   index.head_dim = static_cast<int>(di);
   index.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(ni)));
   index.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(di)));
-  index.top_k = s.index_topk;
   attention.attend_sparse(backend_, layer, layer_variants_[static_cast<size_t>(layer)], absorbed,
                           rows.data<float>(), static_cast<int>(row), index, num_tokens, out);
 }

@@ -40,7 +40,10 @@ class AttentionContext {
   // (rows: [T, key_width + DI] = [c | k_pe | kI], RoPE'd), selects for each query row the
   // positions of highest index score over its sequence's history including the new rows
   // (Backend::sparse_index_select), and attends over those only (sparse_paged_attention).
-  // q, out: [T, H, key_width]. Contexts without sparse attention fail (the default).
+  // q, out: [T, H, key_width]. A layer without an indexer (GLM-5.2 "shared"; index.num_heads
+  // and index.head_dim 0, rows [T, key_width]) attends over the selection the context kept
+  // from the last layer of this step that had one. Contexts without sparse attention fail
+  // (the default).
   virtual void attend_sparse(backend::Backend& backend, int layer, const attention::AttentionVariant& variant,
                              const float* q, const float* rows, int key_width, const attention::SparseIndexQuery& index,
                              int64_t num_tokens, float* out);

@@ -292,7 +292,7 @@ Result<AttentionWeights> bind_latent_attention(const ModelConfig& c, const Weigh
                                                m.kv_lora_rank, false));
   MOERT_RETURN_IF_ERROR(split_kv_b_proj(c, kv_b.weight, a, owned));
   MOERT_ASSIGN_OR_RETURN(a.o, w.linear(p + n.o_proj, c.hidden_size, heads * m.v_head_dim, c.o_bias));
-  if (c.dsa.enabled()) {  // the lightning indexer (docs/sparse-attention.md)
+  if (c.dsa.has_indexer(layer)) {  // the lightning indexer (docs/sparse-attention.md; not on GLM-5.2's shared layers)
     const std::string i = p + n.indexer + ".";
     const int64_t ni = c.dsa.index_n_heads, di = c.dsa.index_head_dim;
     IndexerWeights& x = a.indexer;

@@ -52,9 +52,16 @@ class PagedAttentionContext : public AttentionContext {
                      num_tokens);
     attention::PagedAttentionPlan plan = group.plan;
     plan.variant = variant;
-    Buffer selected = backend.allocate(DType::kI32, {std::max<int64_t>(1, num_tokens * index.top_k)});
-    backend.sparse_index_select(index, kv, key_width, plan, selected.data<int32_t>());
-    backend.sparse_paged_attention(q, kv, key_width, plan, num_heads_, selected.data<int32_t>(), index.top_k, out);
+    // The selection is per query row of the step (positions, not slots), so a later layer
+    // without an indexer (GLM-5.2 "shared") reads it through its own group's pages.
+    if (num_tokens == 0) return;  // a rank's empty step (expert parallelism): nothing to select
+    if (index.num_heads > 0) {
+      selected_ = backend.allocate(DType::kI32, {std::max<int64_t>(1, num_tokens * index.top_k)});
+      backend.sparse_index_select(index, kv, key_width, plan, selected_.data<int32_t>());
+    }
+    MOERT_CHECK(selected_.view().data != nullptr && selected_.view().numel() >= num_tokens * index.top_k,
+                "layer " << layer << " shares an indexer selection that no earlier layer of this step made");
+    backend.sparse_paged_attention(q, kv, key_width, plan, num_heads_, selected_.data<int32_t>(), index.top_k, out);
   }
 
  private:
@@ -62,6 +69,7 @@ class PagedAttentionContext : public AttentionContext {
   const std::vector<int>& layer_group_;
   const std::vector<GroupStep>& groups_;
   int num_heads_;
+  Buffer selected_;  // [T, index_topk]: the last indexer's selection of this step (DSA)
 };
 
 }  // namespace

@@ -245,6 +245,47 @@ TEST(CliParallelGlm5Dsa, LongPromptsGiveTheReferenceTokensOnOneAndTwoRanks) {
   }
 }
 
+// GLM-5.2's indexer sharing through `moert run` (docs/sparse-attention.md): make-model's tiny
+// GLM-5 with layers 1 and 3 "shared" (two latent cache groups, with and without kI), prompts of 3
+// to 9 times index_topk with chunked prefill, on 1 and 2 ranks, gives `moert score`'s tokens.
+TEST(CliParallelGlm52, SharedIndexerLayersGiveTheReferenceTokensOnOneAndTwoRanks) {
+  testing::ScratchDir scratch("cli-parallel-glm52");
+  const std::string model = scratch / "model";
+  const testing::CommandResult made = run_command(testing::moert_binary() +
+                                                  " make-model --arch glm_moe_dsa --preset tiny --vocab-size 512 "
+                                                  "--seed 52 --out " + model);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  nlohmann::json config = nlohmann::json::parse(testing::read_file(model + "/config.json"));
+  config["indexer_types"] = {"full", "shared", "full", "shared"};  // layers 1 and 3's indexers go unread
+  testing::write_file(model + "/config.json", config.dump(2));
+  std::string text;
+  std::map<std::string, std::vector<int>> expected;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int> prompt;
+    for (int j = 0; j < 24 + 16 * i; ++j) prompt.push_back((i * 97 + j * 53 + 7) % 509);
+    const std::string id = "g" + std::to_string(i);
+    text += nlohmann::json({{"id", id}, {"prompt_token_ids", prompt}, {"max_tokens", 8}}).dump() + "\n";
+    expected[id] = scored_greedy_tokens(model, prompt, 8);
+  }
+  const std::string input = scratch / "in.jsonl";
+  testing::write_file(input, text);
+  for (const std::string launcher : {std::string(), mpirun_prefix(2)}) {
+    const std::string output = scratch / (launcher.empty() ? "single.jsonl" : "np2.jsonl");
+    const testing::CommandResult result =
+        run_command(launcher + testing::moert_binary() + " run --model " + model + " --input " + input + " --output " +
+                    output + " --threads 1 --max-batched-tokens 32 --block-size 8 --kv-cache-dtype f32");
+    ASSERT_EQ(result.exit_code, 0) << result.err;
+    // Per token: layers 0 and 2 store 64 + 16 + 32 values, layers 1 and 3 64 + 16; f32.
+    EXPECT_NE(result.err.find(std::to_string(4 * (2 * 112 + 2 * 80)) + " KV cache bytes per token"), std::string::npos)
+        << result.err;
+    const std::map<std::string, nlohmann::json> got = outputs_by_id(output);
+    ASSERT_EQ(got.size(), expected.size());
+    for (const auto& [id, tokens] : expected) {
+      EXPECT_EQ(got.at(id)[0]["token_ids"], nlohmann::json(tokens)) << id << " " << launcher;
+    }
+  }
+}
+
 // Greedy outputs of speculative decoding equal plain decoding on 1, 2 and 4 ranks, with a
 // truncated draft of a draft-friendly target, the target's own NVFP4 copy as its draft
 // (self-speculation), the n-gram proposer, and adaptive depth. Sampled requests finish

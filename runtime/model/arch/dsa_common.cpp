@@ -1,5 +1,6 @@
 #include "runtime/model/arch/dsa_common.h"
 
+#include <algorithm>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -30,23 +31,38 @@ Status parse_sparse_attention(const ConfigReader& r, bool default_interleaved, M
   MOERT_ASSIGN_OR_RETURN(bool interleaved, r.optional_bool("indexer_rope_interleave", default_interleaved));
   s.rope_pairing = interleaved ? attention::RopePairing::kInterleaved : attention::RopePairing::kRotateHalf;
   s.key_norm_eps = 1e-6f;
-  // GLM-5.2 runs the indexer only on "full" layers and reuses its selection on "shared" ones
-  // (docs/sparse-attention.md). Not built: refuse instead of running shared layers without one.
+  // GLM-5.2 runs the indexer only on "full" layers; a "shared" one reuses the selection of the
+  // last full layer (docs/sparse-attention.md). `indexer_types` names each layer; without it,
+  // layer L is full iff max(L - offset + 1, 0) % freq == 0 (`index_topk_freq`,
+  // `index_skip_topk_offset`); neither key: every layer full.
+  s.shared_layers.clear();
+  const int layers = c->num_layers;
   if (r.is_set("indexer_types")) {
     const nlohmann::json& types = r.raw("indexer_types");
-    if (!types.is_array()) return invalid_argument("config.json 'indexer_types' must be a list");
-    for (const nlohmann::json& type : types) {
-      if (type != "full") {
-        return unsupported("config.json 'indexer_types' has " + type.dump() +
-                           " layers (GLM-5.2 indexer sharing is not supported; only \"full\")");
-      }
+    if (!types.is_array() || static_cast<int>(types.size()) != layers) {
+      return invalid_argument("config.json 'indexer_types' must be a list of " + std::to_string(layers) +
+                              " entries (one per layer)");
     }
+    for (const nlohmann::json& type : types) {
+      if (type != "full" && type != "shared") {
+        return invalid_argument("config.json 'indexer_types' has " + type.dump() + " (only \"full\" or \"shared\")");
+      }
+      s.shared_layers.push_back(type == "shared");
+    }
+  } else if (r.is_set("index_topk_freq")) {
+    MOERT_ASSIGN_OR_RETURN(int frequency, r.optional_int("index_topk_freq", 1));
+    MOERT_ASSIGN_OR_RETURN(int offset, r.optional_int("index_skip_topk_offset", 0));
+    MOERT_RETURN_IF_ERROR(check_positive("index_topk_freq", frequency));
+    if (offset < 0) {
+      return invalid_argument("config.json 'index_skip_topk_offset' = " + std::to_string(offset) + " must be >= 0");
+    }
+    for (int layer = 0; layer < layers; ++layer) s.shared_layers.push_back(std::max(layer - offset + 1, 0) % frequency != 0);
   }
-  MOERT_ASSIGN_OR_RETURN(int frequency, r.optional_int("index_topk_freq", 1));
-  if (frequency != 1) {
-    return unsupported("config.json 'index_topk_freq' = " + std::to_string(frequency) +
-                       " (GLM-5.2 indexer sharing is not supported; only 1)");
+  if (!s.shared_layers.empty() && s.shared_layers.front()) {
+    return invalid_argument("config.json 'indexer_types' (or 'index_topk_freq' / 'index_skip_topk_offset') makes "
+                            "layer 0 \"shared\": it has no earlier indexer to share");
   }
+  if (std::find(s.shared_layers.begin(), s.shared_layers.end(), true) == s.shared_layers.end()) s.shared_layers.clear();
   return Status::ok();
 }
 
@@ -55,6 +71,11 @@ void sparse_attention_to_json(const ModelConfig& c, nlohmann::json& j) {
   j["index_n_heads"] = c.dsa.index_n_heads;
   j["index_head_dim"] = c.dsa.index_head_dim;
   j["indexer_rope_interleave"] = c.dsa.rope_pairing == attention::RopePairing::kInterleaved;
+  if (!c.dsa.shared_layers.empty()) {
+    nlohmann::json types = nlohmann::json::array();
+    for (bool shared : c.dsa.shared_layers) types.push_back(shared ? "shared" : "full");
+    j["indexer_types"] = types;
+  }
 }
 
 void apply_sparse_attention_preset(ModelConfig* c, bool interleaved) {

@@ -10,8 +10,9 @@ namespace moert::arch {
 
 // index_topk, index_n_heads, index_head_dim (required), the indexer RoPE pairing
 // (`indexer_rope_interleave` when set, else `default_interleaved`), and GLM-5.2's indexer
-// sharing keys (`indexer_types`, `index_topk_freq`), refused while moert runs an indexer in
-// every layer. Needs c->mla parsed first (q LoRA, rope width). Errors name the key.
+// sharing (`indexer_types`, or `index_topk_freq` + `index_skip_topk_offset`) into
+// SparseAttentionDims::shared_layers. Needs c->mla parsed first (q LoRA, rope width) and
+// num_layers. Errors name the key.
 Status parse_sparse_attention(const ConfigReader& r, bool default_interleaved, ModelConfig* c);
 void sparse_attention_to_json(const ModelConfig& c, nlohmann::json& j);
 // make-model: an indexer of 4 heads x (2 * rope width) with index_topk 8 (so that contexts of

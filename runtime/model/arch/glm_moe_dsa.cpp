@@ -2,7 +2,7 @@
 // DeepSeek-V3's MLA, router and layer plan (deepseek_v3.cpp) with DeepSeek Sparse Attention in
 // every layer: a lightning indexer with interleaved RoPE (`indexer_rope_interleave`), no YaRN,
 // v width != nope width, the q_a / kv_a RMSNorms at eps 1e-6 while the layer norms use
-// rms_norm_eps (1e-5). GLM-5.2's indexer sharing (`indexer_types`) is refused (dsa_common.h).
+// rms_norm_eps (1e-5). GLM-5.2: indexers only on "full" layers (`indexer_types`; dsa_common.h).
 #include <nlohmann/json.hpp>
 
 #include "runtime/model/arch/arch.h"

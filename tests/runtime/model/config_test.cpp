@@ -194,8 +194,10 @@ TEST(ModelConfig, SparseAttentionKeysAreCheckedAndNamed) {
         {"index_head_dim", "8", "'index_head_dim' = 8 must be >= 'qk_rope_head_dim'"},
         {"index_topk", "null", "lacks 'index_topk'"},
         {"indexer_rope_interleave", "3", "'indexer_rope_interleave' must be true or false"},
-        {"indexer_types", "[\"full\", \"shared\"]", "'indexer_types' has \"shared\""},
-        {"index_topk_freq", "4", "'index_topk_freq' = 4"},
+        {"indexer_types", "[\"full\", \"shared\"]", "'indexer_types' must be a list of 4 entries"},
+        {"indexer_types", "[\"full\", \"half\", \"full\", \"full\"]", "'indexer_types' has \"half\""},
+        {"indexer_types", "[\"shared\", \"full\", \"full\", \"full\"]", "layer 0 \"shared\""},
+        {"index_topk_freq", "0", "'index_topk_freq' = 0 must be > 0"},
         {"q_lora_rank", "null", "'q_lora_rank' must be > 0 with a lightning indexer"},
     };
     for (const auto& test : cases) {
@@ -209,6 +211,15 @@ TEST(ModelConfig, SparseAttentionKeysAreCheckedAndNamed) {
       ASSERT_FALSE(c.is_ok()) << name << " " << test.key << " = " << test.value;
       EXPECT_NE(c.status().message().find(test.expected), std::string::npos) << c.status().message();
     }
+    // GLM-5.2's schedule (models-2026.md §3.3): full iff max(L - offset + 1, 0) % freq == 0.
+    json glm52 = good;
+    glm52["index_topk_freq"] = 4;
+    glm52["index_skip_topk_offset"] = 3;
+    Result<ModelConfig> scheduled = parse_model_config(glm52);
+    ASSERT_TRUE(scheduled.is_ok()) << scheduled.status().to_string();
+    EXPECT_EQ(scheduled->dsa.shared_layers, (std::vector<bool>{false, false, false, true}));
+    EXPECT_EQ(model_config_to_json(*scheduled)["indexer_types"], json({"full", "full", "full", "shared"}));
+    EXPECT_EQ(parse_model_config(model_config_to_json(*scheduled))->dsa.shared_layers, scheduled->dsa.shared_layers);
     json unsaid = good;
     unsaid.erase("indexer_rope_interleave");
     EXPECT_EQ(parse_model_config(unsaid)->dsa.rope_pairing, std::string(name) == "glm_moe_dsa"
