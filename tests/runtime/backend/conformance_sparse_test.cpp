@@ -33,17 +33,26 @@ std::vector<int32_t> reference_selection(const float* q, const float* w, double 
   return order;
 }
 
-TEST_P(Conformance, SparseIndexSelectionAndSparseAttentionMatchFloat64) {
-  // Three sequences over shuffled blocks; rows [key (12) | kI (8)]; top-4 of up to 14 positions.
+// Three sequences over shuffled blocks of a `dtype` latent cache; rows [key (12) | kI (8)];
+// top-4 of up to 14 positions. The reference reads the rows as the cache stores them (BF16:
+// rounded). Checks the selections exactly and the attention by relative L2 error.
+void check_sparse_ops(Backend& backend, std::mt19937& rng, DType dtype) {
+  std::normal_distribution<float> normal;
+  auto random_floats = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = normal(rng);
+    return v;
+  };
+  auto stored = [&](float x) { return dtype == DType::kBF16 ? quant::bf16_to_f32(quant::f32_to_bf16(x)) : x; };
   const int block_size = 4, num_blocks = 16, key_width = 12, index_dim = 8, width = key_width + index_dim;
   const int heads = 3, index_heads = 2, top_k = 4;
   const std::vector<int> kv_lens{3, 9, 14}, q_lens{3, 2, 14};
   const Shape shape{num_blocks, block_size, 1, width};
-  Buffer cache = backend_->allocate(DType::kF32, shape);
-  attention::PagedKvLayer layer{cache.view().data, cache.view().data, num_blocks, block_size, 1, width, DType::kF32};
+  Buffer cache = backend.allocate(dtype, shape);
+  attention::PagedKvLayer layer{cache.view().data, cache.view().data, num_blocks, block_size, 1, width, dtype};
   std::vector<int32_t> free_blocks(num_blocks - 1);
   std::iota(free_blocks.begin(), free_blocks.end(), 1);
-  std::shuffle(free_blocks.begin(), free_blocks.end(), rng_);
+  std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
   std::vector<int32_t> qo_indptr{0}, page_indptr{0}, pages, last_len;
   std::vector<std::vector<std::vector<float>>> seq_rows;  // [seq][position][width]
   size_t next = 0;
@@ -62,12 +71,13 @@ TEST_P(Conformance, SparseIndexSelectionAndSparseAttentionMatchFloat64) {
       flat.insert(flat.end(), rows.back().begin(), rows.back().end());
       slots.push_back(static_cast<int64_t>(table[static_cast<size_t>(t / block_size)]) * block_size + t % block_size);
     }
-    const Buffer device_rows = backend_->allocate(DType::kF32, {static_cast<int64_t>(flat.size())});
-    backend_->copy_bytes(device_rows.view().data, flat.data(), static_cast<int64_t>(flat.size() * sizeof(float)));
-    const Buffer device_slots = backend_->allocate(DType::kI64, {static_cast<int64_t>(slots.size())});
-    backend_->copy_bytes(device_slots.view().data, slots.data(), static_cast<int64_t>(slots.size() * sizeof(int64_t)));
-    backend_->write_kv(layer, device_rows.data<float>(), device_rows.data<float>(), device_slots.data<int64_t>(),
+    const Buffer device_rows = backend.allocate(DType::kF32, {static_cast<int64_t>(flat.size())});
+    backend.copy_bytes(device_rows.view().data, flat.data(), static_cast<int64_t>(flat.size() * sizeof(float)));
+    const Buffer device_slots = backend.allocate(DType::kI64, {static_cast<int64_t>(slots.size())});
+    backend.copy_bytes(device_slots.view().data, slots.data(), static_cast<int64_t>(slots.size() * sizeof(int64_t)));
+    backend.write_kv(layer, device_rows.data<float>(), device_rows.data<float>(), device_slots.data<int64_t>(),
                        kv_lens[b]);
+    for (std::vector<float>& r : rows) std::transform(r.begin(), r.end(), r.begin(), stored);
     seq_rows.push_back(std::move(rows));
     qo_indptr.push_back(qo_indptr.back() + q_lens[b]);
     pages.insert(pages.end(), table.begin(), table.end());
@@ -88,14 +98,14 @@ TEST_P(Conformance, SparseIndexSelectionAndSparseAttentionMatchFloat64) {
   const std::vector<float> q = random_floats(rows * heads * key_width);
   auto upload = [&](const auto& host) {
     using T = typename std::decay_t<decltype(host)>::value_type;
-    Buffer buffer = backend_->allocate(sizeof(T) == 4 && std::is_floating_point_v<T> ? DType::kF32 : DType::kI32,
+    Buffer buffer = backend.allocate(sizeof(T) == 4 && std::is_floating_point_v<T> ? DType::kF32 : DType::kI32,
                                        {static_cast<int64_t>(host.size())});
-    backend_->copy_bytes(buffer.view().data, host.data(), static_cast<int64_t>(host.size() * sizeof(T)));
+    backend.copy_bytes(buffer.view().data, host.data(), static_cast<int64_t>(host.size() * sizeof(T)));
     return buffer;
   };
   const Buffer d_index_q = upload(index_q), d_index_w = upload(index_w), d_q = upload(q);
-  Buffer d_selected = backend_->allocate(DType::kI32, {rows * top_k});
-  Buffer d_out = backend_->allocate(DType::kF32, {rows * heads * key_width});
+  Buffer d_selected = backend.allocate(DType::kI32, {rows * top_k});
+  Buffer d_out = backend.allocate(DType::kF32, {rows * heads * key_width});
   attention::SparseIndexQuery index;
   index.queries = d_index_q.data<float>();
   index.weights = d_index_w.data<float>();
@@ -104,13 +114,13 @@ TEST_P(Conformance, SparseIndexSelectionAndSparseAttentionMatchFloat64) {
   index.weight_scale = 0.7f;
   index.scale = 0.35f;
   index.top_k = top_k;
-  backend_->sparse_index_select(index, layer, key_width, plan, d_selected.data<int32_t>());
-  backend_->sparse_paged_attention(d_q.data<float>(), layer, key_width, plan, heads, d_selected.data<int32_t>(), top_k,
+  backend.sparse_index_select(index, layer, key_width, plan, d_selected.data<int32_t>());
+  backend.sparse_paged_attention(d_q.data<float>(), layer, key_width, plan, heads, d_selected.data<int32_t>(), top_k,
                                    d_out.data<float>());
   std::vector<int32_t> selected(static_cast<size_t>(rows * top_k));
   std::vector<float> out(static_cast<size_t>(rows * heads * key_width));
-  backend_->copy_bytes(selected.data(), d_selected.view().data, static_cast<int64_t>(selected.size() * sizeof(int32_t)));
-  backend_->copy_bytes(out.data(), d_out.view().data, static_cast<int64_t>(out.size() * sizeof(float)));
+  backend.copy_bytes(selected.data(), d_selected.view().data, static_cast<int64_t>(selected.size() * sizeof(int32_t)));
+  backend.copy_bytes(out.data(), d_out.view().data, static_cast<int64_t>(out.size() * sizeof(float)));
 
   std::vector<double> expected(out.size());
   int sparse_rows = 0;
@@ -148,6 +158,11 @@ TEST_P(Conformance, SparseIndexSelectionAndSparseAttentionMatchFloat64) {
   }
   EXPECT_GE(sparse_rows, 10);  // the selection is exercised, not only "everything visible"
   EXPECT_LT(relative_l2_error(out.data(), expected.data(), static_cast<int64_t>(out.size())), kTolerance);
+}
+
+TEST_P(Conformance, SparseIndexSelectionAndSparseAttentionMatchFloat64) {
+  check_sparse_ops(*backend_, rng_, DType::kF32);
+  check_sparse_ops(*backend_, rng_, DType::kBF16);
 }
 
 TEST_P(Conformance, LayerNormWithBiasMatchesFloat64) {
