@@ -10,22 +10,11 @@
 
 #include <cstdint>
 
-#include "attention/paged_kv.h"
+#include "attention/paged_kv.h"  // PagedKvLayer, PagedAttentionPlan, SparseIndexQuery
 #include "core/thread_pool.h"
 
 namespace moert::attention {
 
-// The indexer's query side of one step (num_heads 0: a layer without an indexer, which
-// reuses an earlier layer's selection).
-struct SparseIndexQuery {
-  const float* queries = nullptr;  // [T, NI, DI], RoPE'd
-  const float* weights = nullptr;  // [T, NI] head weights (may be negative), used times weight_scale
-  float weight_scale = 1.0f;       // NI^-1/2
-  int num_heads = 0;               // NI
-  int head_dim = 0;                // DI
-  float scale = 0.0f;              // applied to each q . kI before the ReLU (DI^-1/2)
-  int top_k = 0;                   // K >= 1
-};
 
 // selected [T, K]: for each query row, the min(K, visible) positions of highest
 // sum_h (weight_scale * weights[h]) * relu(scale * q[h] . kI[t]) (lightning_index_scores), ties to the lower

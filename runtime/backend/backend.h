@@ -22,7 +22,6 @@
 #include <span>
 #include <string>
 
-#include "attention/cpu/sparse_attention.h"
 #include "attention/paged_kv.h"
 #include "attention/rope.h"
 #include "core/status.h"

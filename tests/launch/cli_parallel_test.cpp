@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/launch/cli_parallel_support.h"
 #include "tests/support/test_support.h"
 
 namespace moert {
@@ -18,18 +19,9 @@ namespace {
 using testing::mpirun_prefix;
 using testing::run_command;
 
-// id -> "outputs" of every line (timings differ between runs and are left out).
-std::map<std::string, nlohmann::json> outputs_by_id(const std::string& path) {
-  std::map<std::string, nlohmann::json> by_id;
-  std::istringstream in(testing::read_file(path));
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    const nlohmann::json parsed = nlohmann::json::parse(line);
-    EXPECT_EQ(by_id.count(parsed["id"]), 0u) << "id " << parsed["id"] << " written twice in " << path;
-    by_id[parsed["id"]] = parsed["outputs"];
-  }
-  return by_id;
-}
+using cli_parallel::expect_run_matches_score;
+using cli_parallel::outputs_by_id;
+using cli_parallel::scored_greedy_tokens;
 
 std::string requests_text(int vocab) {
   std::string text;
@@ -104,61 +96,6 @@ TEST_P(CliParallelRun, OutputsEqualOneRankForEveryRankCountAndReplicas) {
 INSTANTIATE_TEST_SUITE_P(Models, CliParallelRun, ::testing::ValuesIn(testing::reference_model_params()),
                          [](const auto& info) { return testing::test_param_name(info.param); });
 
-// `moert score`'s greedy tokens (the reference forward) for `prompt`.
-std::vector<int> scored_greedy_tokens(const std::string& model, const std::vector<int>& prompt, int count) {
-  std::string tokens;
-  for (int t : prompt) tokens += (tokens.empty() ? "" : ",") + std::to_string(t);
-  const testing::CommandResult scored = run_command(testing::moert_binary() + " score --model " + model + " --tokens " +
-                                                    tokens + " -n " + std::to_string(count));
-  EXPECT_EQ(scored.exit_code, 0) << scored.err;
-  const size_t at = scored.out.find("generated: ");
-  EXPECT_NE(at, std::string::npos) << scored.out;
-  std::vector<int> ids;
-  if (at == std::string::npos) return ids;
-  std::istringstream generated(scored.out.substr(at + 11));
-  for (int id; static_cast<int>(ids.size()) < count && generated >> id;) ids.push_back(id);
-  return ids;
-}
-
-// Greedy requests (prompt i, max_tokens[i]) through `moert run` on 1 and 2 ranks with an F32
-// KV cache give the reference forward's tokens for each shared checkpoint of `names`.
-// Returns the stderr of every run.
-std::vector<std::string> expect_run_matches_score(const std::string& scratch_name, const std::vector<std::string>& names,
-                                                  const std::vector<std::vector<int>>& prompts,
-                                                  const std::vector<int>& max_tokens, const std::string& extra) {
-  testing::ScratchDir scratch(scratch_name);
-  const std::string ref = testing::shared_dir() + "/reference/";
-  std::string text;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    text += nlohmann::json({{"id", "g" + std::to_string(i)}, {"prompt_token_ids", prompts[i]},
-                            {"max_tokens", max_tokens[i]}}).dump() + "\n";
-  }
-  const std::string input = scratch / "in.jsonl";
-  testing::write_file(input, text);
-  std::vector<std::string> logs;
-  for (const std::string& name : names) {
-    const std::string model = ref + name + "/hf";
-    std::map<std::string, std::vector<int>> expected;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      expected["g" + std::to_string(i)] = scored_greedy_tokens(model, prompts[i], max_tokens[i]);
-    }
-    for (const std::string launcher : {std::string(), mpirun_prefix(2)}) {
-      const std::string output = scratch / (name + (launcher.empty() ? "-single" : "-np2") + ".jsonl");
-      const testing::CommandResult result =
-          run_command(launcher + testing::moert_binary() + " run --model " + model + " --input " + input + " --output " +
-                      output + " --threads 1 --max-batched-tokens 48 --block-size 8 --kv-cache-dtype f32" + extra);
-      EXPECT_EQ(result.exit_code, 0) << name << ": " << result.err;
-      logs.push_back(result.err);
-      const std::map<std::string, nlohmann::json> got = outputs_by_id(output);
-      EXPECT_EQ(got.size(), expected.size()) << name;
-      for (const auto& [id, tokens] : expected) {
-        EXPECT_EQ(got.count(id), 1u) << name << " " << id;
-        if (got.count(id) == 1) EXPECT_EQ(got.at(id)[0]["token_ids"], nlohmann::json(tokens)) << name << " " << id << " " << launcher;
-      }
-    }
-  }
-  return logs;
-}
 
 // gpt-oss through `moert run`: prompts six or more windows long (W = 16), greedy, on 1 and 2
 // ranks with an F32 KV cache, from the BF16 and the MXFP4 release checkpoints, give the
@@ -212,78 +149,6 @@ TEST(CliParallelDeepseekV3, MixedBatchGivesTheReferenceTokensOnOneAndTwoRanks) {
     EXPECT_EQ(nlohmann::json::parse(line).at("kv_cache_bytes_per_token"), bytes_per_token) << line;
   }
   EXPECT_GT(count, 0);
-}
-
-// GLM-5 DSA through `moert run` (docs/sparse-attention.md): prompts 3 to 9 times index_topk
-// (8) long, some chunked (the step holds 48 tokens), two sharing 66 tokens, on 1 and 2 ranks
-// with an F32 latent cache whose rows carry the indexer key, give the reference forward's
-// tokens; the summary reports layers x (kv_lora_rank + qk_rope_head_dim + index_head_dim) x 4
-// bytes per token.
-TEST(CliParallelGlm5Dsa, LongPromptsGiveTheReferenceTokensOnOneAndTwoRanks) {
-  if (testing::shared_dir().empty() || !std::filesystem::exists(testing::shared_dir() + "/reference/glm5dsa-tiny/hf")) {
-    GTEST_SKIP() << "no shared GLM-5 DSA case";
-  }
-  std::vector<std::vector<int>> prompts;
-  std::vector<int> max_tokens;
-  for (int i = 0; i < 5; ++i) {
-    std::vector<int> prompt;
-    const int length = 24 + 12 * i;  // 24 .. 72
-    for (int j = 0; j < length; ++j) prompt.push_back((i * 173 + j * 41 + 3) % 1000);
-    prompts.push_back(prompt);
-    max_tokens.push_back(6 + 3 * i);
-  }
-  prompts.push_back(prompts[4]);  // 66 tokens shared: latent blocks (kI included) may be reused
-  prompts.back().resize(66);
-  prompts.back().push_back(11);
-  max_tokens.push_back(10);
-  const int64_t bytes_per_token = 4 * (32 + 16 + 32) * 4;  // 4 layers, kv_lora 32, rope 16, indexer 32, F32
-  const std::vector<std::string> logs =
-      expect_run_matches_score("cli-parallel-glm5dsa", {"glm5dsa-tiny"}, prompts, max_tokens, "");
-  for (const std::string& log : logs) {
-    EXPECT_NE(log.find(std::to_string(bytes_per_token) + " KV cache bytes per token (all layers, f32)"),
-              std::string::npos) << log;
-  }
-}
-
-// GLM-5.2's indexer sharing through `moert run` (docs/sparse-attention.md): make-model's tiny
-// GLM-5 with layers 1 and 3 "shared" (two latent cache groups, with and without kI), prompts of 3
-// to 9 times index_topk with chunked prefill, on 1 and 2 ranks, gives `moert score`'s tokens.
-TEST(CliParallelGlm52, SharedIndexerLayersGiveTheReferenceTokensOnOneAndTwoRanks) {
-  testing::ScratchDir scratch("cli-parallel-glm52");
-  const std::string model = scratch / "model";
-  const testing::CommandResult made = run_command(testing::moert_binary() +
-                                                  " make-model --arch glm_moe_dsa --preset tiny --vocab-size 512 "
-                                                  "--seed 52 --out " + model);
-  ASSERT_EQ(made.exit_code, 0) << made.err;
-  nlohmann::json config = nlohmann::json::parse(testing::read_file(model + "/config.json"));
-  config["indexer_types"] = {"full", "shared", "full", "shared"};  // layers 1 and 3's indexers go unread
-  testing::write_file(model + "/config.json", config.dump(2));
-  std::string text;
-  std::map<std::string, std::vector<int>> expected;
-  for (int i = 0; i < 4; ++i) {
-    std::vector<int> prompt;
-    for (int j = 0; j < 24 + 16 * i; ++j) prompt.push_back((i * 97 + j * 53 + 7) % 509);
-    const std::string id = "g" + std::to_string(i);
-    text += nlohmann::json({{"id", id}, {"prompt_token_ids", prompt}, {"max_tokens", 8}}).dump() + "\n";
-    expected[id] = scored_greedy_tokens(model, prompt, 8);
-  }
-  const std::string input = scratch / "in.jsonl";
-  testing::write_file(input, text);
-  for (const std::string launcher : {std::string(), mpirun_prefix(2)}) {
-    const std::string output = scratch / (launcher.empty() ? "single.jsonl" : "np2.jsonl");
-    const testing::CommandResult result =
-        run_command(launcher + testing::moert_binary() + " run --model " + model + " --input " + input + " --output " +
-                    output + " --threads 1 --max-batched-tokens 32 --block-size 8 --kv-cache-dtype f32");
-    ASSERT_EQ(result.exit_code, 0) << result.err;
-    // Per token: layers 0 and 2 store 64 + 16 + 32 values, layers 1 and 3 64 + 16; f32.
-    EXPECT_NE(result.err.find(std::to_string(4 * (2 * 112 + 2 * 80)) + " KV cache bytes per token"), std::string::npos)
-        << result.err;
-    const std::map<std::string, nlohmann::json> got = outputs_by_id(output);
-    ASSERT_EQ(got.size(), expected.size());
-    for (const auto& [id, tokens] : expected) {
-      EXPECT_EQ(got.at(id)[0]["token_ids"], nlohmann::json(tokens)) << id << " " << launcher;
-    }
-  }
 }
 
 // Greedy outputs of speculative decoding equal plain decoding on 1, 2 and 4 ranks, with a
