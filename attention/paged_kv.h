@@ -56,6 +56,19 @@ struct PagedAttentionPlan {
   int64_t num_rows_when_on_device = 0;
 };
 
+// DeepSeek Sparse Attention (docs/sparse-attention.md): the lightning indexer's query side of
+// one step, what the sparse ops take beside a latent layer whose rows carry kI (num_heads 0: a
+// layer without an indexer, which reuses an earlier layer's selection). T rows, NI heads of DI.
+struct SparseIndexQuery {
+  const float* queries = nullptr;  // [T, NI, DI], RoPE'd
+  const float* weights = nullptr;  // [T, NI] head weights (may be negative), used times weight_scale
+  float weight_scale = 1.0f;       // NI^-1/2
+  int num_heads = 0;               // NI
+  int head_dim = 0;                // DI
+  float scale = 0.0f;              // applied to each q . kI before the ReLU (DI^-1/2)
+  int top_k = 0;                   // K >= 1
+};
+
 // Bytes of one K/V element of a cache of `dtype` (F32 4, BF16 2, F8_E4M3 1).
 inline int64_t kv_element_bytes(DType dtype) {
   return dtype == DType::kF32 ? 4 : dtype == DType::kBF16 ? 2 : 1;

@@ -7,9 +7,92 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "attention/cpu/lightning_indexer.h"
+#include "attention/cpu/sparse_attention.h"
+#include "core/thread_pool.h"
 #include "experts/grouped/dispatch_layout.h"
 
 namespace moert::backend {
+
+// ---- The host-side path of the sparse-attention ops (backends without kernels of their own,
+// the CUDA backend today): the operands come to the host through copy_bytes (the whole layer's
+// cache with its scales: correct, not fast), the CPU kernels run on one thread, the result
+// goes back. The plan is host data here (a step graph never records these: the transformer
+// names DSA as a step-graph blocker).
+namespace {
+
+template <typename T>
+std::vector<T> to_host_vector(Backend& backend, const T* src, int64_t count) {
+  std::vector<T> host(static_cast<size_t>(count));
+  if (count > 0) backend.copy_bytes(host.data(), src, count * static_cast<int64_t>(sizeof(T)));
+  return host;
+}
+
+// A host copy of `layer`'s storage (a latent layer: v_cache == k_cache) with the view over it.
+struct HostLayer {
+  std::vector<uint8_t> cache;
+  std::vector<float> scales;
+  attention::PagedKvLayer view;
+};
+HostLayer host_layer(Backend& backend, const attention::PagedKvLayer& layer) {
+  MOERT_CHECK(layer.k_cache == layer.v_cache, "the sparse-attention ops read latent layers only");
+  HostLayer host;
+  const int64_t elements = static_cast<int64_t>(layer.num_blocks) * layer.block_size * layer.num_kv_heads * layer.head_dim;
+  host.cache = to_host_vector(backend, static_cast<const uint8_t*>(layer.k_cache),
+                              elements * attention::kv_element_bytes(layer.dtype));
+  host.view = layer;
+  host.view.k_cache = host.view.v_cache = host.cache.data();
+  if (layer.k_scales != nullptr) {
+    host.scales = to_host_vector(backend, layer.k_scales, static_cast<int64_t>(layer.num_blocks) * layer.num_kv_heads);
+    host.view.k_scales = host.view.v_scales = host.scales.data();
+  }
+  return host;
+}
+
+int64_t plan_rows(const attention::PagedAttentionPlan& plan) {
+  return plan.num_seqs == 0 ? 0 : plan.qo_indptr[plan.num_seqs];
+}
+
+}  // namespace
+
+void Backend::sparse_index_select(const attention::SparseIndexQuery& index, const attention::PagedKvLayer& layer,
+                                  int key_offset, const attention::PagedAttentionPlan& plan, int32_t* selected) {
+  const int64_t rows = plan_rows(plan);
+  if (rows == 0) return;
+  const HostLayer host = host_layer(*this, layer);
+  const std::vector<float> queries = to_host_vector(*this, index.queries, rows * index.num_heads * index.head_dim);
+  const std::vector<float> weights = to_host_vector(*this, index.weights, rows * index.num_heads);
+  std::vector<int32_t> chosen = to_host_vector(*this, selected, rows * index.top_k);
+  attention::SparseIndexQuery on_host = index;
+  on_host.queries = queries.data();
+  on_host.weights = weights.data();
+  ThreadPool pool(1);
+  attention::paged_sparse_index_select(on_host, host.view, key_offset, plan, chosen.data(), pool);
+  copy_bytes(selected, chosen.data(), rows * index.top_k * static_cast<int64_t>(sizeof(int32_t)));
+}
+
+void Backend::sparse_paged_attention(const float* q, const attention::PagedKvLayer& layer, int key_width,
+                                     const attention::PagedAttentionPlan& plan, int num_heads,
+                                     const int32_t* selected, int top_k, float* out) {
+  const int64_t rows = plan_rows(plan);
+  if (rows == 0) return;
+  const HostLayer host = host_layer(*this, layer);
+  const int64_t width = rows * num_heads * key_width;
+  const std::vector<float> queries = to_host_vector(*this, q, width);
+  const std::vector<int32_t> chosen = to_host_vector(*this, selected, rows * top_k);
+  std::vector<float> result = to_host_vector(*this, static_cast<const float*>(out), width);
+  ThreadPool pool(1);
+  attention::paged_sparse_attention(queries.data(), host.view, key_width, plan, num_heads, chosen.data(), top_k,
+                                    result.data(), pool);
+  copy_bytes(out, result.data(), width * static_cast<int64_t>(sizeof(float)));
+}
+
+void Backend::layer_norm(float* x, int64_t num_rows, int64_t dim, const float* weight, const float* bias, float eps) {
+  if (num_rows == 0) return;
+  std::vector<float> rows = to_host_vector(*this, static_cast<const float*>(x), num_rows * dim);
+  attention::layer_norm(rows.data(), num_rows, static_cast<int>(dim), weight, bias, eps, rows.data());
+  copy_bytes(x, rows.data(), num_rows * dim * static_cast<int64_t>(sizeof(float)));
+}
 
 // The layout is planned on the host: the routing comes back first (a plain copy on the CPU).
 void Backend::routed_experts_planned_on_host(const float* h, int64_t num_tokens, int hidden_size,

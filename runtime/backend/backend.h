@@ -167,6 +167,23 @@ class Backend {
                                std::span<const RecurrentSequence> sequences, float* out) = 0;
   // x[i] *= sigmoid(gate[i]) (as 1 / (1 + exp(-g))) for i < count (gated attention's output).
   virtual void sigmoid_mul(float* x, const float* gate, int64_t count) = 0;
+  // ---- DeepSeek Sparse Attention (docs/sparse-attention.md) over a latent layer whose rows
+  // are [key (key_width) | kI (DI)] (attention/cpu/sparse_attention.h has the exact rules) ----
+  // selected [T, K] (this device, int32): per query row of the causal plan, the min(K, visible)
+  // positions of highest index score (ties to the lower position), ascending, then -1. kI is
+  // read at channels [key_offset, key_offset + DI) of each row. index.queries / weights on this device.
+  // The default is the host-side path (sparse_on_host below); the CPU overrides it.
+  virtual void sparse_index_select(const attention::SparseIndexQuery& index, const attention::PagedKvLayer& layer,
+                                   int key_offset, const attention::PagedAttentionPlan& plan, int32_t* selected);
+  // Attention of each query row over its selected positions only (the first key_width channels
+  // of the rows as keys and values). q, out: [T, H, key_width]. Default: the host-side path.
+  virtual void sparse_paged_attention(const float* q, const attention::PagedKvLayer& layer, int key_width,
+                                      const attention::PagedAttentionPlan& plan, int num_heads,
+                                      const int32_t* selected, int top_k, float* out);
+  // x: [R, dim] in place: LayerNorm with bias, (x - mean) / sqrt(biased var + eps) * weight +
+  // bias (weight, bias: [dim] host weights, register_host_weights). Default: the host-side path.
+  virtual void layer_norm(float* x, int64_t num_rows, int64_t dim, const float* weight, const float* bias, float eps);
+
   // Copy-on-write of whole KV blocks, src[i] -> dst[i] in order.
   virtual void copy_kv_blocks(const attention::PagedKvLayer& layer, const int32_t* src, const int32_t* dst,
                               int64_t num_copies) = 0;

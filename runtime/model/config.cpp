@@ -268,6 +268,11 @@ std::string describe_model_config(const ModelConfig& c) {
     out << ", latent attention (q_lora " << c.mla.q_lora_rank << ", kv_lora " << c.mla.kv_lora_rank << ", nope "
         << c.mla.qk_nope_head_dim << ", rope " << c.mla.qk_rope_head_dim << ", v " << c.mla.v_head_dim << ")";
   }
+  if (c.dsa.enabled()) {
+    out << ", sparse attention (indexer " << c.dsa.index_n_heads << " x " << c.dsa.index_head_dim << ", top "
+        << c.dsa.index_topk << ", indexer rope "
+        << (c.dsa.rope_pairing == attention::RopePairing::kInterleaved ? "interleaved" : "rotate-half") << ")";
+  }
   if (c.qkv_bias) out << ", qkv bias";
   if (c.qk_norm) out << ", qk-norm";
   int sliding = 0, window = 0;

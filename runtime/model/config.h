@@ -35,6 +35,9 @@ struct LatentAttentionDims {
   int qk_nope_head_dim = 0;  // dn
   int qk_rope_head_dim = 0;  // dr
   int v_head_dim = 0;        // dv
+  // eps of the q_a / kv_a RMSNorms; 0: rms_norm_eps. GLM-5 builds them with 1e-6 while its
+  // layer norms use 1e-5 (docs/sparse-attention.md).
+  float norm_eps = 0.0f;
   bool enabled() const { return kv_lora_rank > 0; }
 };
 
@@ -57,6 +60,29 @@ struct LinearAttentionDims {
   }
 };
 
+// DeepSeek Sparse Attention over MLA (DeepSeek-V3.2, GLM-5; docs/sparse-attention.md): per
+// layer a lightning indexer (NI heads of DI values, its q from the q LoRA latent, one key kI
+// per token) scores every visible position and each query row attends to the index_topk
+// best. All zero: off. The KV cache row of a DSA layer is [c | k_pe | kI].
+struct SparseAttentionDims {
+  int index_topk = 0;       // positions each query row attends to (all of them while fewer are visible)
+  int index_n_heads = 0;    // NI
+  int index_head_dim = 0;   // DI; its first qk_rope_head_dim channels are the rope part
+  // Pairing of the indexer's RoPE (GLM-5 interleaved, DeepSeek-V3.2 rotate-half).
+  attention::RopePairing rope_pairing = attention::RopePairing::kRotateHalf;
+  float key_norm_eps = 1e-6f;  // eps of the LayerNorm of kI
+  // GLM-5.2's indexer sharing: [num_layers], true where a layer has no indexer and reuses the
+  // selection of the most recent layer that has one (for the same query rows); empty: every
+  // layer has its indexer. Layer 0 always has one.
+  std::vector<bool> shared_layers;
+  bool enabled() const { return index_topk > 0; }
+  // Whether `layer` runs its own indexer (and stores kI in its cache rows).
+  bool has_indexer(int layer) const {
+    return enabled() && (layer < 0 || static_cast<size_t>(layer) >= shared_layers.size() ||
+                         !shared_layers[static_cast<size_t>(layer)]);
+  }
+};
+
 struct ModelConfig {
   const ArchSpec* arch = default_architecture();  // never null
   int vocab_size = 0;
@@ -72,6 +98,7 @@ struct ModelConfig {
   attention::RopePairing rope_pairing = attention::RopePairing::kRotateHalf;
   float attention_softmax_scale = 0.0f;  // scores = q.k * scale; 0: 1 / sqrt(head_dim)
   LatentAttentionDims mla;
+  SparseAttentionDims dsa;  // DeepSeek Sparse Attention (needs mla with q LoRA); zero: off
   double rope_theta = 10000.0;
   attention::RopeScaling rope_scaling;  // config.json rope_scaling (YaRN) or none
   float rms_norm_eps = 1e-6f;

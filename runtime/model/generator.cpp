@@ -125,6 +125,15 @@ void add_latent_attention(std::vector<TensorSpec>& specs, const ModelConfig& c, 
   add_norm(specs, p + n.kv_a_norm, m.kv_lora_rank);
   add_linear(specs, p + n.kv_b_proj, heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, false);
   add_linear(specs, p + n.o_proj, d, heads * m.v_head_dim, c.o_bias, TensorSpec::Role::kResidualWrite);
+  if (c.dsa.has_indexer(layer)) {  // the lightning indexer (docs/sparse-attention.md; not on shared layers)
+    const std::string i = p + n.indexer + ".";
+    const int64_t ni = c.dsa.index_n_heads, di = c.dsa.index_head_dim;
+    add_linear(specs, i + n.indexer_wq_b, ni * di, m.q_lora_rank, false);
+    add_linear(specs, i + n.indexer_wk, di, d, false);
+    add_norm(specs, i + n.indexer_k_norm, di);
+    add(specs, i + n.indexer_k_norm + ".bias", {di}, TensorSpec::Init::kNormal, 0.1f);
+    add_linear(specs, i + n.indexer_weights_proj, ni, d, false);
+  }
 }
 
 Status write_json(const std::string& path, const nlohmann::json& j) {

@@ -33,12 +33,20 @@ Result<std::vector<attention::KvCacheSpec>> kv_cache_groups(const ModelConfig& c
       case AttentionKind::kMla:  // one row [c | k_pe] of head_dim values (config.h, docs/mla.md)
         wanted.kind = attention::KvCacheKind::kLatent;
         wanted.latent_width = config.head_dim;
+        // DSA: the indexer key kI rides at the end of the row, [c | k_pe | kI]
+        // (docs/sparse-attention.md), so it pages, copies and rolls back with the latent.
+        // GLM-5.2's shared layers have no indexer: their rows are [c | k_pe] (another group).
+        if (config.dsa.has_indexer(layer)) wanted.latent_width += config.dsa.index_head_dim;
+        wanted.head_dim = wanted.latent_width;
         break;
       case AttentionKind::kGatedDeltaNet: break;  // skipped above
     }
     attention::KvCacheSpec* group = nullptr;
     for (attention::KvCacheSpec& existing : groups) {
-      if (existing.kind == wanted.kind && existing.sliding_window == wanted.sliding_window) group = &existing;
+      if (existing.kind == wanted.kind && existing.sliding_window == wanted.sliding_window &&
+          existing.latent_width == wanted.latent_width) {
+        group = &existing;
+      }
     }
     if (group == nullptr) group = &groups.emplace_back(wanted);
     group->layers.push_back(layer);

@@ -11,7 +11,7 @@
 
 namespace moert {
 
-// One group per distinct (kind, window) in layer order of first appearance; every layer in
+// One group per distinct (kind, window, latent width) in layer order of first appearance; every layer in
 // exactly one group. `dtype` must be F32, BF16 or F8_E4M3. Unsupported: a layer kind whose
 // cache this runtime cannot store yet (the error names it and the layer).
 Result<std::vector<attention::KvCacheSpec>> kv_cache_groups(const ModelConfig& config, DType dtype);

@@ -32,7 +32,9 @@ using nlohmann::json;
 std::vector<std::string> default_excludes(const TensorNames& n, bool quantize_lm_head) {
   std::vector<std::string> excludes = {
       n.embed_tokens, n.every_layer({n.moe_block, n.router}), n.every_layer({n.moe_block, n.shared_expert_gate}),
-      n.every_layer({n.mtp_embed_tokens}), n.every_layer({n.mtp_eh_proj}), n.every_layer({n.mtp_head})};
+      n.every_layer({n.mtp_embed_tokens}), n.every_layer({n.mtp_eh_proj}), n.every_layer({n.mtp_head}),
+      // The DSA indexer's head weights stay BF16 in every FP8 release (docs/sparse-attention.md).
+      n.every_layer({n.attention, n.indexer, n.indexer_weights_proj})};
   for (const char* projection : {n.in_proj_a, n.in_proj_b, n.in_proj_ba, n.in_proj_qkvz}) {
     excludes.push_back(n.every_layer({n.linear_attention, projection}));
   }

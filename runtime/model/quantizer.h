@@ -9,7 +9,8 @@
 //          "quantization_config" {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}
 // where P is a module name such as model.layers.1.mlp.experts.3.up_proj. Quantized: every
 // 2-D `*.weight` of a linear layer (attention projections, dense MLPs, routed and shared
-// experts). Kept: embeddings, norms, routers and shared-expert gates (named by the checkpoint's
+// experts, the DSA indexer's wq_b / wk). Kept: embeddings, norms, routers, shared-expert gates and
+// the DSA indexer's weights_proj (named by the checkpoint's
 // architecture: ArchSpec::names, runtime/model/arch/tensor_names.h), lm_head (unless asked),
 // modules matching an --exclude pattern, and weights whose K the format cannot block (NVFP4
 // needs K % 16 == 0, MXFP4 K % 32 == 0). The checkpoint's config.json must name an

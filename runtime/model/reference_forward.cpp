@@ -9,7 +9,8 @@ namespace moert {
 DenseKvCache::DenseKvCache(const ModelConfig& config)
     : config_(config),
       keys_(static_cast<size_t>(config.num_layers + config.num_mtp_layers)),
-      values_(keys_.size()) {}
+      values_(keys_.size()),
+      sparse_rows_(keys_.size()) {}
 
 // The new rows sit at positions length_ .. length_ + T - 1 of this one sequence.
 void DenseKvCache::attend(backend::Backend& backend, int layer, const attention::AttentionVariant& variant,
@@ -50,6 +51,41 @@ std::vector<backend::Backend::RecurrentSequence> DenseKvCache::recurrent_sequenc
   return {{0, num_tokens, conv.data<float>(), state.data<float>(), nullptr, nullptr}};
 }
 
+void DenseKvCache::attend_sparse(backend::Backend& backend, int layer, const attention::AttentionVariant& variant,
+                                 const float* q, const float* rows, int key_width,
+                                 const attention::SparseIndexQuery& index, int64_t num_tokens, float* out) {
+  const int64_t width = key_width + index.head_dim;
+  std::vector<float>& stored = sparse_rows_[static_cast<size_t>(layer)];
+  if (stored.empty()) stored.assign(static_cast<size_t>(width), 0.0f);  // the pad row
+  MOERT_CHECK(static_cast<int64_t>(stored.size()) == (1 + length_) * width,
+              "layer " << layer << " holds " << stored.size() / width - 1 << " positions, expected " << length_);
+  const size_t old_size = stored.size();
+  stored.resize(old_size + static_cast<size_t>(num_tokens * width));
+  backend.copy_bytes(stored.data() + old_size, rows, num_tokens * width * static_cast<int64_t>(sizeof(float)));
+  // One position per block: block 1 + p holds position p (block 0 is the pad row).
+  const int64_t kv_len = length_ + num_tokens;
+  attention::PagedKvLayer view{stored.data(), stored.data(), static_cast<int>(kv_len + 1), 1, 1,
+                               static_cast<int>(width), DType::kF32};
+  std::vector<int32_t> qo_indptr{0, static_cast<int32_t>(num_tokens)}, page_indptr{0, static_cast<int32_t>(kv_len)};
+  std::vector<int32_t> pages(static_cast<size_t>(kv_len)), last_page_len{1};
+  for (int64_t p = 0; p < kv_len; ++p) pages[static_cast<size_t>(p)] = static_cast<int32_t>(p + 1);
+  attention::PagedAttentionPlan plan;
+  plan.num_seqs = 1;
+  plan.qo_indptr = qo_indptr.data();
+  plan.kv_page_indptr = page_indptr.data();
+  plan.kv_page_indices = pages.data();
+  plan.kv_last_page_len = last_page_len.data();
+  plan.variant = variant;
+  // A layer without an indexer (GLM-5.2 "shared") reuses the last indexer's selection of these rows.
+  if (index.num_heads > 0) {
+    selected_.assign(static_cast<size_t>(num_tokens * index.top_k), -1);
+    backend.sparse_index_select(index, view, key_width, plan, selected_.data());
+  }
+  MOERT_CHECK(static_cast<int64_t>(selected_.size()) == num_tokens * index.top_k,
+              "layer " << layer << " shares an indexer selection that no earlier layer of this step made");
+  backend.sparse_paged_attention(q, view, key_width, plan, config_.num_heads, selected_.data(), index.top_k, out);
+}
+
 void DenseKvCache::truncate(int64_t length) {
   MOERT_CHECK(length >= 0 && length <= length_, "truncate to " << length << " of a cache of " << length_);
   MOERT_CHECK(length == length_ || !config_.linear_attention.enabled(),
@@ -57,6 +93,11 @@ void DenseKvCache::truncate(int64_t length) {
   const size_t floats = static_cast<size_t>(length * config_.num_kv_heads * config_.head_dim);
   for (std::vector<float>& keys : keys_) keys.resize(std::min(keys.size(), floats));
   for (std::vector<float>& values : values_) values.resize(std::min(values.size(), floats));
+  for (std::vector<float>& rows : sparse_rows_) {
+    if (rows.empty()) continue;
+    const size_t width = rows.size() / static_cast<size_t>(1 + length_);
+    rows.resize(static_cast<size_t>(1 + length) * width);
+  }
   length_ = length;
 }
 

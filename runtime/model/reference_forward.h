@@ -20,6 +20,11 @@ class DenseKvCache : public AttentionContext {
   // The step's rows are this one sequence's new positions.
   std::vector<backend::Backend::RecurrentSequence> recurrent_sequences(backend::Backend& backend, int layer,
                                                                       int64_t num_tokens) override;
+  // DSA layers keep their rows [c | k_pe | kI] in `sparse_rows_` and attend through the
+  // backend's sparse ops over a one-position-per-block view of them (docs/sparse-attention.md).
+  void attend_sparse(backend::Backend& backend, int layer, const attention::AttentionVariant& variant, const float* q,
+                     const float* rows, int key_width, const attention::SparseIndexQuery& index, int64_t num_tokens,
+                     float* out) override;
   // Positions already written; advanced by ReferenceForward::forward after all layers ran.
   int64_t length() const { return length_; }
   void advance(int64_t num_tokens) { length_ += num_tokens; }
@@ -35,6 +40,10 @@ class DenseKvCache : public AttentionContext {
   // Per linear-attention layer: conv state [W-1, C] and recurrent state [NV, DK, DV] (empty
   // Buffers until first used).
   std::vector<Buffer> conv_states_, recurrent_states_;
+  // DSA layers: [layers][(1 + L) * W], row 0 a zero pad (block 0 of the view, never read),
+  // position p in row 1 + p; W = the layer's row width. Empty for other layers.
+  std::vector<std::vector<float>> sparse_rows_;
+  std::vector<int32_t> selected_;  // [T, index_topk]: the last indexer's selection (this step's rows)
   int64_t length_ = 0;
 };
 

@@ -21,6 +21,14 @@ std::vector<backend::Backend::RecurrentSequence> AttentionContext::recurrent_seq
   return {};
 }
 
+void AttentionContext::attend_sparse(backend::Backend& /*backend*/, int layer,
+                                     const attention::AttentionVariant& /*variant*/, const float* /*q*/,
+                                     const float* /*rows*/, int /*key_width*/,
+                                     const attention::SparseIndexQuery& /*index*/, int64_t /*num_tokens*/,
+                                     float* /*out*/) {
+  MOERT_CHECK(false, "layer " << layer << ": this attention context has no sparse attention (DSA)");
+}
+
 TransformerForward::TransformerForward(const ModelConfig& config, const ModelWeights& weights,
                                        backend::Backend& backend)
     : config_(config),
@@ -28,6 +36,10 @@ TransformerForward::TransformerForward(const ModelConfig& config, const ModelWei
       backend_(backend),
       rope_(model_rotary_embedding(config)),
       local_experts_(config) {
+  if (config.dsa.enabled()) {
+    index_rope_.emplace(config.dsa.index_head_dim, config.mla.qk_rope_head_dim, config.rope_theta, config.rope_scaling,
+                        config.dsa.rope_pairing, /*first_channel=*/0);
+  }
   for_each_weight_region(weights, [this](const void* data, int64_t bytes) { backend_.register_host_weights(data, bytes); });
   const std::vector<LayerSpec> specs = build_layer_specs(*config.arch, config);
   for (size_t layer = 0; layer < specs.size(); ++layer) {
@@ -101,6 +113,7 @@ Status TransformerForward::forward_into(const ForwardBatch& batch, AttentionCont
 std::string TransformerForward::step_graph_blocker() const {
   // The state slots' pointers are baked into each step's op arguments (not device inputs).
   if (config_.linear_attention.enabled()) return "linear-attention layers address their state slots per step";
+  if (config_.dsa.enabled()) return "sparse attention (DSA) selects its positions through host-side plans";
   if (!routed_experts_->routes_on_device()) return "the routed experts plan each MoE layer's dispatch on the host";
   if (selection_bias_ != nullptr) {
     for (const std::vector<float>& bias : *selection_bias_) {
@@ -301,12 +314,14 @@ void TransformerForward::latent_attention_block(int layer, const ForwardBatch& b
   const Buffer q = activations(num_tokens * heads * q_head);  // [T, H, dn + dr]
   // latent: [T, R] = [c | k_pe]; the norm applies to c only.
   const Buffer latent = activations(num_tokens * row);
+  const float latent_eps = m.norm_eps > 0.0f ? m.norm_eps : c.rms_norm_eps;
   const backend::Backend::LinearOfX kv_a{&a.kv_a.weight, bias_or_null(a.kv_a), latent.data<float>()};
+  Buffer compressed;  // [T, qr]: the normed q LoRA latent (the indexer reads it too)
   if (m.q_lora_rank > 0) {
-    const Buffer compressed = activations(num_tokens * m.q_lora_rank);  // [T, qr]
+    compressed = activations(num_tokens * m.q_lora_rank);
     const backend::Backend::LinearOfX from_h[] = {{&a.q_a.weight, bias_or_null(a.q_a), compressed.data<float>()}, kv_a};
     backend_.linears_of(h.data<float>(), num_tokens, from_h);
-    backend_.rms_norm(compressed.data<float>(), num_tokens, m.q_lora_rank, a.q_a_norm.data(), c.rms_norm_eps);
+    backend_.rms_norm(compressed.data<float>(), num_tokens, m.q_lora_rank, a.q_a_norm.data(), latent_eps);
     backend_.linear(a.q.weight, compressed.data<float>(), num_tokens, nullptr, q.data<float>());
   } else {
     const backend::Backend::LinearOfX from_h[] = {{&a.q.weight, nullptr, q.data<float>()}, kv_a};
@@ -314,7 +329,7 @@ void TransformerForward::latent_attention_block(int layer, const ForwardBatch& b
   }
   const Buffer compressed_kv = activations(num_tokens * dc);  // [T, dc]
   backend_.copy_rows(compressed_kv.data<float>(), dc, latent.data<float>(), row, num_tokens, dc);
-  backend_.rms_norm(compressed_kv.data<float>(), num_tokens, dc, a.kv_a_norm.data(), c.rms_norm_eps);
+  backend_.rms_norm(compressed_kv.data<float>(), num_tokens, dc, a.kv_a_norm.data(), latent_eps);
   backend_.copy_rows(latent.data<float>(), row, compressed_kv.data<float>(), dc, num_tokens, dc);
   // absorbed: [T, H, R] = [W_UK[h]^T q_nope | q_pe] per head.
   const Buffer absorbed = activations(num_tokens * heads * row);
@@ -325,8 +340,13 @@ void TransformerForward::latent_attention_block(int layer, const ForwardBatch& b
   backend_.rope(rope_, latent.data<float>(), num_tokens, 1, batch.positions_for_ops());
   // The latent row is both the key and the value (only its first dc values matter as a value).
   const Buffer attended = activations(num_tokens * heads * row);  // [T, H, R]
-  attention.attend(backend_, layer, layer_variants_[static_cast<size_t>(layer)], absorbed.data<float>(),
-                   latent.data<float>(), latent.data<float>(), num_tokens, attended.data<float>());
+  if (c.dsa.enabled()) {
+    sparse_attention(layer, batch, attention, h.data<float>(), compressed.data<float>(), absorbed.data<float>(),
+                     latent.data<float>(), attended.data<float>());
+  } else {
+    attention.attend(backend_, layer, layer_variants_[static_cast<size_t>(layer)], absorbed.data<float>(),
+                     latent.data<float>(), latent.data<float>(), num_tokens, attended.data<float>());
+  }
   const Buffer values = activations(num_tokens * heads * dv);  // [T, H, dv]
   backend_.per_head_linear(a.value_up.as<const float>(), static_cast<int>(heads), dv, dc, attended.data<float>(), row,
                            num_tokens, values.data<float>(), dv);
@@ -366,6 +386,52 @@ void TransformerForward::linear_attention_block(int layer, const ForwardBatch& b
   const Buffer projected = activations(num_tokens * dim);
   backend_.linear(w.out.weight, mixed.data<float>(), num_tokens, nullptr, projected.data<float>());
   backend_.add(x, projected.data<float>(), num_tokens * dim);
+}
+
+// DeepSeek Sparse Attention (docs/sparse-attention.md): the lightning indexer of `layer` (none
+// on GLM-5.2's shared layers, which take the last indexer's selection)
+// (qI = wq_b qr and kI = LayerNorm(wk h), both [rope (dr) | rest] with the indexer's RoPE;
+// head weights weights_proj h, times NI^-1/2 in the selection), then the absorbed attention
+// over the selected positions. h: [T, D] normed input; qr: [T, q_lora]; absorbed: [T, H, R];
+// latent: [T, R] (RoPE'd); out: [T, H, R]. The cache row is [latent | kI].
+void TransformerForward::sparse_attention(int layer, const ForwardBatch& batch, AttentionContext& attention,
+                                          const float* h, const float* qr, const float* absorbed, const float* latent,
+                                          float* out) const {
+  const ModelConfig& c = config_;
+  const SparseAttentionDims& s = c.dsa;
+  const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
+  const int64_t row = c.head_dim;
+  attention::SparseIndexQuery index;
+  index.top_k = s.index_topk;
+  if (!s.has_indexer(layer)) {  // GLM-5.2 shared layer: the last indexer's selection, rows [c | k_pe]
+    attention.attend_sparse(backend_, layer, layer_variants_[static_cast<size_t>(layer)], absorbed, latent,
+                            static_cast<int>(row), index, num_tokens, out);
+    return;
+  }
+  const IndexerWeights& ix = weights_.layers[static_cast<size_t>(layer)].attention.indexer;
+  const int64_t ni = s.index_n_heads, di = s.index_head_dim;
+  const Buffer index_q = activations(num_tokens * ni * di);  // [T, NI, DI]
+  backend_.linear(ix.wq_b.weight, qr, num_tokens, nullptr, index_q.data<float>());
+  const Buffer index_k = activations(num_tokens * di);       // [T, DI]
+  const Buffer index_w = activations(num_tokens * ni);       // [T, NI]
+  const backend::Backend::LinearOfX from_h[] = {{&ix.wk.weight, nullptr, index_k.data<float>()},
+                                                {&ix.weights_proj.weight, nullptr, index_w.data<float>()}};
+  backend_.linears_of(h, num_tokens, from_h);
+  backend_.layer_norm(index_k.data<float>(), num_tokens, di, ix.k_norm_weight.data(), ix.k_norm_bias.data(),
+                      s.key_norm_eps);
+  backend_.rope(*index_rope_, index_q.data<float>(), num_tokens, static_cast<int>(ni), batch.positions_for_ops());
+  backend_.rope(*index_rope_, index_k.data<float>(), num_tokens, 1, batch.positions_for_ops());
+  const Buffer rows = activations(num_tokens * (row + di));  // [T, R + DI] = [c | k_pe | kI]
+  backend_.copy_rows(rows.data<float>(), row + di, latent, row, num_tokens, row);
+  backend_.copy_rows(rows.data<float>() + row, row + di, index_k.data<float>(), di, num_tokens, di);
+  index.queries = index_q.data<float>();
+  index.weights = index_w.data<float>();
+  index.num_heads = static_cast<int>(ni);
+  index.head_dim = static_cast<int>(di);
+  index.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(ni)));
+  index.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(di)));
+  attention.attend_sparse(backend_, layer, layer_variants_[static_cast<size_t>(layer)], absorbed,
+                          rows.data<float>(), static_cast<int>(row), index, num_tokens, out);
 }
 
 void TransformerForward::ffn_block(int layer, int64_t num_tokens, float* x) const {

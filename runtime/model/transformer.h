@@ -14,6 +14,7 @@
 #include <functional>
 #include <span>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,17 @@ class AttentionContext {
   // (on the backend's device). A context that keeps no recurrent state refuses (checked).
   virtual std::vector<backend::Backend::RecurrentSequence> recurrent_sequences(backend::Backend& backend, int layer,
                                                                       int64_t num_tokens);
+  // DeepSeek Sparse Attention (docs/sparse-attention.md): stores this step's rows of `layer`
+  // (rows: [T, key_width + DI] = [c | k_pe | kI], RoPE'd), selects for each query row the
+  // positions of highest index score over its sequence's history including the new rows
+  // (Backend::sparse_index_select), and attends over those only (sparse_paged_attention).
+  // q, out: [T, H, key_width]. A layer without an indexer (GLM-5.2 "shared"; index.num_heads
+  // and index.head_dim 0, rows [T, key_width]) attends over the selection the context kept
+  // from the last layer of this step that had one. Contexts without sparse attention fail
+  // (the default).
+  virtual void attend_sparse(backend::Backend& backend, int layer, const attention::AttentionVariant& variant,
+                             const float* q, const float* rows, int key_width, const attention::SparseIndexQuery& index,
+                             int64_t num_tokens, float* out);
 };
 
 // Runs the routed experts of one MoE layer for this rank's tokens:
@@ -152,6 +164,8 @@ class TransformerForward {
   void attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
   void latent_attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
   void linear_attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
+  void sparse_attention(int layer, const ForwardBatch& batch, AttentionContext& attention, const float* h,
+                        const float* qr, const float* absorbed, const float* latent, float* out) const;
   void ffn_block(int layer, int64_t num_tokens, float* x) const;
   // The logits of batch.logit_rows on the backend's device, [logit_rows.size(), V];
   // final_hidden (device [T, D], may be null) receives g (forward_with_hidden).
@@ -171,6 +185,9 @@ class TransformerForward {
   const ModelWeights& weights_;
   backend::Backend& backend_;
   attention::RotaryEmbedding rope_;
+  // The lightning indexer's RoPE (DSA only): the MLA frequencies on the first dr channels of
+  // each DI-wide indexer head, with the model's indexer pairing (docs/sparse-attention.md).
+  std::optional<attention::RotaryEmbedding> index_rope_;
   std::vector<attention::AttentionVariant> layer_variants_;  // [num_layers + MTP modules], from the layer specs
   LocalRoutedExperts local_experts_;
   RoutedExperts* routed_experts_ = &local_experts_;

@@ -67,10 +67,15 @@ void walk(Weights& weights, Visit&& visit, SkipRoutedExpert&& skip_routed_expert
     floats(layer.input_norm);
     floats(layer.post_attention_norm);
     auto& a = layer.attention;
-    for (const std::vector<float>* values : {&a.q_norm, &a.k_norm, &a.sinks, &a.q_a_norm, &a.kv_a_norm}) floats(*values);
+    for (const std::vector<float>* values : {&a.q_norm, &a.k_norm, &a.sinks, &a.q_a_norm, &a.kv_a_norm,
+                                             &a.indexer.k_norm_weight, &a.indexer.k_norm_bias}) {
+      floats(*values);
+    }
     view(a.key_absorb);
     view(a.value_up);
-    for (auto* l : {&a.q, &a.k, &a.v, &a.o, &a.q_a, &a.kv_a}) linear(*l);
+    for (auto* l : {&a.q, &a.k, &a.v, &a.o, &a.q_a, &a.kv_a, &a.indexer.wq_b, &a.indexer.wk, &a.indexer.weights_proj}) {
+      linear(*l);
+    }
     auto& la = layer.linear_attention;
     for (const std::vector<float>* values : {&la.conv, &la.a_log, &la.dt_bias, &la.norm}) floats(*values);
     for (auto* l : {&la.qkv, &la.z, &la.b, &la.a, &la.out}) linear(*l);

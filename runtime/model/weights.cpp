@@ -401,6 +401,16 @@ Result<AttentionWeights> bind_latent_attention(const ModelConfig& c, const Weigh
                                                m.kv_lora_rank, false));
   MOERT_RETURN_IF_ERROR(split_kv_b_proj(c, kv_b.weight, a, owned));
   MOERT_ASSIGN_OR_RETURN(a.o, w.linear(p + n.o_proj, c.hidden_size, heads * m.v_head_dim, c.o_bias));
+  if (c.dsa.has_indexer(layer)) {  // the lightning indexer (docs/sparse-attention.md; not on GLM-5.2's shared layers)
+    const std::string i = p + n.indexer + ".";
+    const int64_t ni = c.dsa.index_n_heads, di = c.dsa.index_head_dim;
+    IndexerWeights& x = a.indexer;
+    MOERT_ASSIGN_OR_RETURN(x.wq_b, w.linear(i + n.indexer_wq_b, ni * di, m.q_lora_rank, false));
+    MOERT_ASSIGN_OR_RETURN(x.wk, w.linear(i + n.indexer_wk, di, c.hidden_size, false));
+    MOERT_ASSIGN_OR_RETURN(x.k_norm_weight, w.vector(i + n.indexer_k_norm + ".weight", di));
+    MOERT_ASSIGN_OR_RETURN(x.k_norm_bias, w.vector(i + n.indexer_k_norm + ".bias", di));
+    MOERT_ASSIGN_OR_RETURN(x.weights_proj, w.linear(i + n.indexer_weights_proj, ni, c.hidden_size, false));
+  }
   return a;
 }
 
@@ -710,7 +720,10 @@ void for_each_linear_weight(ModelWeights& weights,
       for (Linear* linear : {&m.gate, &m.up, &m.down}) visit(linear->weight, expert < 0 ? -1 : static_cast<int>(l), expert);
     };
     AttentionWeights& a = layer.attention;
-    for (Linear* linear : {&a.q, &a.k, &a.v, &a.o, &a.q_a, &a.kv_a}) visit(linear->weight, -1, -1);
+    for (Linear* linear : {&a.q, &a.k, &a.v, &a.o, &a.q_a, &a.kv_a, &a.indexer.wq_b, &a.indexer.wk,
+                           &a.indexer.weights_proj}) {
+      visit(linear->weight, -1, -1);
+    }
     LinearAttentionWeights& la = layer.linear_attention;
     for (Linear* linear : {&la.qkv, &la.z, &la.b, &la.a, &la.out}) visit(linear->weight, -1, -1);
     if (layer.is_moe) {

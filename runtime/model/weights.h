@@ -33,6 +33,15 @@ struct GatedMlp {
   Linear down;  // [D, I]
 };
 
+// DeepSeek Sparse Attention's lightning indexer of one layer (docs/sparse-attention.md; NI
+// heads of DI, qr the q LoRA rank): wq_b [NI * DI, qr] reads the normed q LoRA latent, wk
+// [DI, D] and weights_proj [NI, D] the layer's normed input; kI = LayerNorm(wk x) with
+// k_norm_weight / k_norm_bias [DI]. Empty (no weights) without sparse attention.
+struct IndexerWeights {
+  Linear wq_b, wk, weights_proj;
+  std::vector<float> k_norm_weight, k_norm_bias;
+};
+
 struct AttentionWeights {
   Linear q, k, v, o;
   std::vector<float> q_norm, k_norm;  // [head_dim] each, empty without qk-norm
@@ -46,6 +55,7 @@ struct AttentionWeights {
   Linear q_a, kv_a;
   std::vector<float> q_a_norm, kv_a_norm;
   TensorView key_absorb, value_up;
+  IndexerWeights indexer;  // DeepSeek Sparse Attention only (ModelConfig::dsa)
 };
 
 // A Gated DeltaNet layer's token mixer (docs/gated-deltanet.md; NK/DK/NV/DV/W/C as in

@@ -52,12 +52,39 @@ class PagedAttentionContext : public AttentionContext {
     backend.paged_attention(q, kv, plan, num_heads_, out);
   }
 
+  // DSA (docs/sparse-attention.md): the rows [c | k_pe | kI] fill the latent layer's slots;
+  // the selection and the attention read them through the step's causal plan.
+  void attend_sparse(backend::Backend& backend, int layer, const attention::AttentionVariant& variant, const float* q,
+                     const float* rows, int key_width, const attention::SparseIndexQuery& index, int64_t num_tokens,
+                     float* out) override {
+    const attention::PagedKvLayer& kv = layers_[static_cast<size_t>(layer)];
+    const GroupStep& group = groups_[static_cast<size_t>(layer_group_[static_cast<size_t>(layer)])];
+    MOERT_CHECK(kv.head_dim == key_width + index.head_dim,
+                "layer " << layer << ": cache rows of " << kv.head_dim << " values, expected " << key_width << " + "
+                         << index.head_dim);
+    backend.write_kv(kv, rows, rows, group.device_slots != nullptr ? group.device_slots : group.slots.data(),
+                     num_tokens);
+    attention::PagedAttentionPlan plan = group.plan;
+    plan.variant = variant;
+    // The selection is per query row of the step (positions, not slots), so a later layer
+    // without an indexer (GLM-5.2 "shared") reads it through its own group's pages.
+    if (num_tokens == 0) return;  // a rank's empty step (expert parallelism): nothing to select
+    if (index.num_heads > 0) {
+      selected_ = backend.allocate(DType::kI32, {std::max<int64_t>(1, num_tokens * index.top_k)});
+      backend.sparse_index_select(index, kv, key_width, plan, selected_.data<int32_t>());
+    }
+    MOERT_CHECK(selected_.view().data != nullptr && selected_.view().numel() >= num_tokens * index.top_k,
+                "layer " << layer << " shares an indexer selection that no earlier layer of this step made");
+    backend.sparse_paged_attention(q, kv, key_width, plan, num_heads_, selected_.data<int32_t>(), index.top_k, out);
+  }
+
  private:
   const std::vector<attention::PagedKvLayer>& layers_;
   const std::vector<int>& layer_group_;
   const std::vector<GroupStep>& groups_;
   int num_heads_;
   const Recurrent* recurrent_;
+  Buffer selected_;  // [T, index_topk]: the last indexer's selection of this step (DSA)
 };
 
 }  // namespace
@@ -176,8 +203,8 @@ struct PagedModelRunner::StepPlan {
 PagedModelRunner::~PagedModelRunner() = default;
 
 std::vector<attention::PagedKvLayer> PagedModelRunner::layer_views() const {
-  std::vector<attention::PagedKvLayer> views;  // [num_layers]
-  for (int slot : layer_slot_) views.push_back(storage_[static_cast<size_t>(slot)].view);
+  std::vector<attention::PagedKvLayer> views;  // [num_layers]; empty for layers without K/V (linear attention)
+  for (int slot : layer_slot_) views.push_back(slot >= 0 ? storage_[static_cast<size_t>(slot)].view : attention::PagedKvLayer{});
   return views;
 }
 

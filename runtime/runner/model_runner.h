@@ -194,7 +194,7 @@ class PagedModelRunner final : public ModelRunner {
   RecurrentStateLayout state_layout_;
   std::vector<StateStorage> states_;     // [state_layout_.layers]
   std::map<int32_t, int64_t> candidate_rows_;  // slot -> first candidate row of the last run
-  std::vector<int> layer_slot_;          // [num_layers] -> storage_ index
+  std::vector<int> layer_slot_;          // [num_layers] -> storage_ index, -1 for layers without K/V
   std::vector<int> layer_group_;         // [num_layers] -> group index
   int step_graph_max_batch_ = 0;
   std::map<int, std::unique_ptr<DecodeGraph>> decode_graphs_;  // by batch size

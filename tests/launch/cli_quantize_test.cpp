@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -205,6 +206,47 @@ TEST(CliQuantize, DeepseekFp8IsTheReleaseLayout) {
   std::string first_eight;
   for (int i = 0; i < 8; ++i) first_eight += (i ? " " : "") + std::to_string(expected["gen_tokens"][static_cast<size_t>(i)].get<int>());
   EXPECT_NE(scored.out.find("generated: " + first_eight), std::string::npos) << scored.out;
+}
+
+// A DSA checkpoint in the FP8 release layout (docs/sparse-attention.md): the indexer's wq_b and
+// wk become F8_E4M3 + 128x128 weight_scale_inv, weights_proj and k_norm stay BF16; moert loads
+// it, and `moert run` over the paged cache gives `moert score`'s greedy tokens.
+TEST(CliQuantize, GlmDsaFp8KeepsTheIndexerWeightsProjectionAndServes) {
+  const std::string ref = testing::shared_dir() + "/reference/glm5dsa-tiny";
+  if (testing::shared_dir().empty() || !fs::exists(ref + "/hf")) GTEST_SKIP() << "no shared glm5dsa-tiny case";
+  testing::ScratchDir scratch("cli-quantize-glm5dsa");
+  const std::string out = scratch / "fp8";
+  const testing::CommandResult quantized =
+      run_command(moert() + " quantize --model " + ref + "/hf --format fp8 --out " + out);
+  ASSERT_EQ(quantized.exit_code, 0) << quantized.err;
+  const io::Checkpoint checkpoint = io::Checkpoint::open(out).value();
+  const std::string indexer = "model.layers.2.self_attn.indexer.";
+  for (const char* name : {"wq_b", "wk"}) {
+    EXPECT_EQ(checkpoint.get(indexer + name + ".weight").value().dtype, DType::kF8E4M3) << name;
+    EXPECT_EQ(checkpoint.get(indexer + name + ".weight_scale_inv").value().dtype, DType::kF32) << name;
+  }
+  for (const char* name : {"weights_proj.weight", "k_norm.weight", "k_norm.bias"}) {
+    EXPECT_EQ(checkpoint.get(indexer + name).value().dtype, DType::kBF16) << name;
+  }
+  const nlohmann::json expected = nlohmann::json::parse(testing::read_file(ref + "/ref.json"));
+  std::vector<int> prompt_ids = expected["prompt_tokens"].get<std::vector<int>>();
+  std::string prompt;
+  for (int t : prompt_ids) prompt += (prompt.empty() ? "" : ",") + std::to_string(t);
+  const testing::CommandResult scored = run_command(moert() + " score --model " + out + " --tokens " + prompt + " -n 12");
+  ASSERT_EQ(scored.exit_code, 0) << scored.err;
+  const size_t at = scored.out.find("generated: ");
+  ASSERT_NE(at, std::string::npos) << scored.out;
+  std::vector<int> generated;
+  std::istringstream tokens(scored.out.substr(at + 11));
+  for (int id; generated.size() < 12 && tokens >> id;) generated.push_back(id);
+  const std::string input = scratch / "in.jsonl", output = scratch / "out.jsonl";
+  testing::write_file(input, nlohmann::json({{"id", "a"}, {"prompt_token_ids", prompt_ids}, {"max_tokens", 12}}).dump() + "\n");
+  const testing::CommandResult served = run_command(moert() + " run --model " + out + " --input " + input +
+                                                    " --output " + output +
+                                                    " --threads 1 --max-batched-tokens 16 --block-size 8 --kv-cache-dtype f32");
+  ASSERT_EQ(served.exit_code, 0) << served.err;
+  const nlohmann::json line = nlohmann::json::parse(testing::read_file(output));
+  EXPECT_EQ(line["outputs"][0]["token_ids"], nlohmann::json(generated));
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 
 #include "attention/cpu/dense_attention.h"
 #include "attention/cpu/gated_delta_net.h"
+#include "attention/cpu/lightning_indexer.h"
 #include "attention/cpu/paged_attention.h"
+#include "attention/cpu/sparse_attention.h"
 #include "core/check.h"
 #include "core/cpu/dot.h"
 #include "core/cpu/isa.h"
@@ -71,6 +73,22 @@ void CpuBackend::write_kv(const attention::PagedKvLayer& layer, const float* k, 
 void CpuBackend::paged_attention(const float* q, const attention::PagedKvLayer& layer,
                                  const attention::PagedAttentionPlan& plan, int num_heads, float* out) {
   attention::paged_attention_forward(q, layer, plan, num_heads, out, pool_);
+}
+
+void CpuBackend::sparse_index_select(const attention::SparseIndexQuery& index, const attention::PagedKvLayer& layer,
+                                     int key_offset, const attention::PagedAttentionPlan& plan, int32_t* selected) {
+  attention::paged_sparse_index_select(index, layer, key_offset, plan, selected, pool_);
+}
+
+void CpuBackend::sparse_paged_attention(const float* q, const attention::PagedKvLayer& layer, int key_width,
+                                        const attention::PagedAttentionPlan& plan, int num_heads,
+                                        const int32_t* selected, int top_k, float* out) {
+  attention::paged_sparse_attention(q, layer, key_width, plan, num_heads, selected, top_k, out, pool_);
+}
+
+void CpuBackend::layer_norm(float* x, int64_t num_rows, int64_t dim, const float* weight, const float* bias,
+                            float eps) {
+  attention::layer_norm(x, num_rows, static_cast<int>(dim), weight, bias, eps, x);
 }
 
 void CpuBackend::contiguous_attention(const float* q, int64_t num_tokens, const float* keys, const float* values,

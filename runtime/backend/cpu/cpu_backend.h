@@ -33,6 +33,13 @@ class CpuBackend : public Backend {
                 int64_t num_tokens) override;
   void paged_attention(const float* q, const attention::PagedKvLayer& layer, const attention::PagedAttentionPlan& plan,
                        int num_heads, float* out) override;
+  void sparse_index_select(const attention::SparseIndexQuery& index, const attention::PagedKvLayer& layer,
+                           int key_offset, const attention::PagedAttentionPlan& plan, int32_t* selected) override;
+  void sparse_paged_attention(const float* q, const attention::PagedKvLayer& layer, int key_width,
+                              const attention::PagedAttentionPlan& plan, int num_heads, const int32_t* selected,
+                              int top_k, float* out) override;
+  void layer_norm(float* x, int64_t num_rows, int64_t dim, const float* weight, const float* bias,
+                  float eps) override;
   void contiguous_attention(const float* q, int64_t num_tokens, const float* keys, const float* values,
                             int64_t first_position, int num_heads, int num_kv_heads, int head_dim,
                             const attention::AttentionVariant& variant, float* out) override;

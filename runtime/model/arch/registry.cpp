@@ -8,7 +8,8 @@
 
 namespace moert {
 namespace arch {
-extern const ArchSpec qwen3_moe, qwen2_moe, mixtral, glm4_moe, gpt_oss, deepseek_v3, qwen3_next, qwen3_5_moe, kimi_k25;
+extern const ArchSpec qwen3_moe, qwen2_moe, mixtral, glm4_moe, gpt_oss, deepseek_v3, glm_moe_dsa, deepseek_v32,
+    qwen3_next, qwen3_5_moe, kimi_k25;
 }  // namespace arch
 
 namespace {
@@ -22,6 +23,8 @@ constexpr const ArchSpec* kRegistry[] = {
     &arch::glm4_moe,
     &arch::gpt_oss,
     &arch::deepseek_v3,
+    &arch::glm_moe_dsa,
+    &arch::deepseek_v32,
     &arch::qwen3_next,
     &arch::qwen3_5_moe,
     &arch::kimi_k25,

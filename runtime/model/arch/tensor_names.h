@@ -61,6 +61,14 @@ struct TensorNames {
   const char* a_log = "A_log";
   const char* linear_norm = "norm";
   const char* out_proj = "out_proj";
+  // DeepSeek Sparse Attention's lightning indexer (docs/sparse-attention.md), under
+  // `attention` + `indexer`: its query projection from the q LoRA latent, its key projection,
+  // the key's LayerNorm (weight and bias) and the per-head weights projection.
+  const char* indexer = "indexer";
+  const char* indexer_wq_b = "wq_b";
+  const char* indexer_wk = "wk";
+  const char* indexer_k_norm = "k_norm";
+  const char* indexer_weights_proj = "weights_proj";
   // A dense layer's MLP under `mlp`; the shared expert's under the MoE block + `shared_expert`
   // (sigmoid-gated ones also have `shared_expert_gate`). Both take `mlp_projections`.
   const char* mlp = "mlp";

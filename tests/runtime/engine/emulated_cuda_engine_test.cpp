@@ -272,6 +272,75 @@ TEST(EmulatedCudaSpeculation, DraftOnTheDeviceReplaysItsRoundsAndKeepsTheGreedyT
   EXPECT_EQ(proposer.step_graph_stats().failed, 0);
 }
 
+// DeepSeek Sparse Attention (docs/sparse-attention.md) on the CUDA backend's host-side path:
+// a DeepSeek-V3.2 checkpoint in the FP8 release layout (the indexer's wq_b / wk FP8), prompts
+// of 2.5 to 3 times index_topk through the paged runner (a prefill chunk and a decode step)
+// give the CPU's logits within 1e-5, and the engine the CPU's greedy tokens; step graphs are
+// asked for but never recorded (a DSA model names itself a blocker).
+TEST(EmulatedCudaSparseAttention, ServesTheCpuTokensAndLogitsWithoutStepGraphs) {
+  testing::ScratchDir scratch("emulated-cuda-dsa");
+  ThreadPool pool(2);
+  backend::CpuBackend cpu(pool);
+  const std::string dir = testing::write_generated_model(scratch.path(), "deepseek_v32", "fp8", small_moe_shape(128), 19);
+  Result<std::unique_ptr<LoadedModel>> model = load_model(dir);
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  Result<std::unique_ptr<LoadedModel>> cpu_model = testing::load_laid_out(dir, cpu);
+  ASSERT_TRUE(*cpu_model != nullptr);
+  const ModelConfig& config = (*model)->config;
+  ASSERT_TRUE(config.dsa.enabled());
+  std::unique_ptr<backend::Backend> cuda = cuda_emulated::make_cuda_backend(0).value();
+  const TransformerForward on_cuda(config, (*model)->weights, *cuda);
+  const TransformerForward on_cpu(config, (*cpu_model)->weights, cpu);
+  EXPECT_FALSE(on_cuda.step_graph_blocker().empty());
+  const EngineConfig engine = small_f32_engine();
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 20; ++i) prompt.push_back((37 * i + 11) % config.vocab_size);
+  std::vector<std::vector<float>> logits;
+  for (const TransformerForward* forward : {&on_cuda, &on_cpu}) {
+    std::unique_ptr<runner::PagedModelRunner> runner =
+        runner::PagedModelRunner::create(*forward, {engine.num_kv_blocks, engine.block_size, DType::kF32}).value();
+    runner::SequenceChunk chunk;
+    chunk.tokens = prompt;
+    chunk.num_logit_rows = 3;
+    chunk.block_tables.assign(runner->kv_cache_groups().size(), {1, 2, 3, 4, 5, 6});
+    Result<std::vector<float>> rows = runner->run({{}, {chunk}});
+    ASSERT_TRUE(rows.is_ok()) << rows.status().to_string();
+    runner::SequenceChunk next;
+    next.start = static_cast<int64_t>(prompt.size());
+    next.tokens = {5};
+    next.num_logit_rows = 1;
+    next.block_tables.assign(runner->kv_cache_groups().size(), {1, 2, 3, 4, 5, 6});
+    Result<std::vector<float>> decoded = runner->run({{}, {next}});
+    ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
+    rows->insert(rows->end(), decoded->begin(), decoded->end());
+    logits.push_back(std::move(*rows));
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  std::vector<double> cpu_logits(logits[1].begin(), logits[1].end());
+  EXPECT_LT(testing::relative_l2_error(logits[0].data(), cpu_logits.data(), static_cast<int64_t>(cpu_logits.size())), 1e-5);
+
+  std::vector<Request> requests;
+  for (int r = 0; r < 2; ++r) {
+    Request request;
+    request.id = "r" + std::to_string(r);
+    request.prompt.assign(prompt.begin() + r, prompt.end());
+    request.params.max_tokens = 5;
+    request.params.ignore_eos = true;
+    requests.push_back(std::move(request));
+  }
+  EngineConfig with_graphs = engine;
+  with_graphs.step_graph_max_batch = 4;
+  EngineStats stats;
+  const auto served = testing::serve_all(on_cuda, with_graphs, requests, nullptr, &stats);
+  const auto expected = testing::serve_all(on_cpu, engine, requests);
+  EXPECT_EQ(stats.step_graphs.captured, 0);
+  ASSERT_EQ(served.size(), requests.size());
+  for (const Request& request : requests) {
+    EXPECT_EQ(served.at(request.id).outputs.at(0).token_ids, expected.at(request.id).outputs.at(0).token_ids)
+        << request.id;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Architectures, EmulatedCudaEngine,
                          ::testing::Values(EmulatedCase{"deepseek_v3", "fp8"}, EmulatedCase{"gpt_oss", "mxfp4"},
                                            EmulatedCase{"qwen3_moe", "nvfp4"}),

@@ -165,6 +165,17 @@ TEST(ModelConfig, SharedReferenceConfigsParse) {
       EXPECT_TRUE(c->router.norm_topk_prob);
       EXPECT_EQ(c->eos_token_id, 1021);
     }
+    if (name == "glm5dsa-tiny") {  // docs/sparse-attention.md
+      EXPECT_EQ(c->dsa.index_topk, 8);
+      EXPECT_EQ(c->dsa.index_n_heads, 8);
+      EXPECT_EQ(c->dsa.index_head_dim, 32);
+      EXPECT_EQ(c->dsa.rope_pairing, attention::RopePairing::kInterleaved);
+      EXPECT_EQ(c->rope_pairing, attention::RopePairing::kInterleaved);
+      EXPECT_FLOAT_EQ(c->mla.norm_eps, 1e-6f);
+      EXPECT_FLOAT_EQ(c->rms_norm_eps, 1e-5f);
+      EXPECT_FLOAT_EQ(c->attention_softmax_scale, 1.0f / std::sqrt(32.0f));
+      EXPECT_EQ(c->rope_scaling.kind, attention::RopeScaling::Kind::kNone);
+    }
     if (name == "glm4moe-tiny") {
       EXPECT_EQ(c->router.score_func, experts::ScoreFunc::kSigmoid);
       EXPECT_EQ(c->router.n_group, 2);
@@ -220,6 +231,56 @@ TEST(ModelConfig, LinearAttentionConfigErrorsNameTheKey) {
   EXPECT_EQ(parse_model_config(interval).value().layer_is_linear_attention, (std::vector<bool>{true, false, true, false}));
 }
 
+// DeepSeek Sparse Attention's keys (docs/sparse-attention.md): each bad value is one error
+// naming its key; V3.2's indexer RoPE is rotate-half unless the config says otherwise.
+TEST(ModelConfig, SparseAttentionKeysAreCheckedAndNamed) {
+  for (const char* name : {"glm_moe_dsa", "deepseek_v32"}) {
+    const json good = model_config_to_json(preset_model_config(find_architecture(name), "tiny").value());
+    ASSERT_TRUE(parse_model_config(good).is_ok()) << name;
+    const struct {
+      const char* key;
+      const char* value;
+      const char* expected;
+    } cases[] = {
+        {"index_topk", "0", "'index_topk' = 0 must be > 0"},
+        {"index_n_heads", "-2", "'index_n_heads' = -2 must be > 0"},
+        {"index_head_dim", "8", "'index_head_dim' = 8 must be >= 'qk_rope_head_dim'"},
+        {"index_topk", "null", "lacks 'index_topk'"},
+        {"indexer_rope_interleave", "3", "'indexer_rope_interleave' must be true or false"},
+        {"indexer_types", "[\"full\", \"shared\"]", "'indexer_types' must be a list of 4 entries"},
+        {"indexer_types", "[\"full\", \"half\", \"full\", \"full\"]", "'indexer_types' has \"half\""},
+        {"indexer_types", "[\"shared\", \"full\", \"full\", \"full\"]", "layer 0 \"shared\""},
+        {"index_topk_freq", "0", "'index_topk_freq' = 0 must be > 0"},
+        {"q_lora_rank", "null", "'q_lora_rank' must be > 0 with a lightning indexer"},
+    };
+    for (const auto& test : cases) {
+      json j = good;
+      if (std::string(test.value) == "null" && std::string(test.key) == "index_topk") {
+        j.erase(test.key);
+      } else {
+        j[test.key] = json::parse(test.value);
+      }
+      Result<ModelConfig> c = parse_model_config(j);
+      ASSERT_FALSE(c.is_ok()) << name << " " << test.key << " = " << test.value;
+      EXPECT_NE(c.status().message().find(test.expected), std::string::npos) << c.status().message();
+    }
+    // GLM-5.2's schedule (models-2026.md §3.3): full iff max(L - offset + 1, 0) % freq == 0.
+    json glm52 = good;
+    glm52["index_topk_freq"] = 4;
+    glm52["index_skip_topk_offset"] = 3;
+    Result<ModelConfig> scheduled = parse_model_config(glm52);
+    ASSERT_TRUE(scheduled.is_ok()) << scheduled.status().to_string();
+    EXPECT_EQ(scheduled->dsa.shared_layers, (std::vector<bool>{false, false, false, true}));
+    EXPECT_EQ(model_config_to_json(*scheduled)["indexer_types"], json({"full", "full", "full", "shared"}));
+    EXPECT_EQ(parse_model_config(model_config_to_json(*scheduled))->dsa.shared_layers, scheduled->dsa.shared_layers);
+    json unsaid = good;
+    unsaid.erase("indexer_rope_interleave");
+    EXPECT_EQ(parse_model_config(unsaid)->dsa.rope_pairing, std::string(name) == "glm_moe_dsa"
+                                                                 ? attention::RopePairing::kInterleaved
+                                                                 : attention::RopePairing::kRotateHalf);
+  }
+}
+
 TEST(ModelConfig, JsonRoundTripForEveryArchitecture) {
   for (const ArchSpec* arch : registered_architectures()) {
     json j = qwen3_json();
@@ -258,7 +319,8 @@ TEST(ModelConfig, JsonRoundTripForEveryArchitecture) {
       base.rope_scaling.original_max_positions = 256.0;
       base.rope_scaling.truncate = false;
     }
-    if (arch == find_architecture("deepseek_v3") || arch == find_architecture("qwen3_next") ||
+    if (arch == find_architecture("deepseek_v3") || arch == find_architecture("glm_moe_dsa") ||
+        arch == find_architecture("deepseek_v32") || arch == find_architecture("qwen3_next") ||
         arch == find_architecture("qwen3_5_moe") || arch == find_architecture("kimi_k25")) {
       base = preset_model_config(arch, "tiny").value();
     }
