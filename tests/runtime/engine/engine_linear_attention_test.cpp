@@ -12,6 +12,7 @@
 #include "runtime/model/generator.h"
 #include "runtime/model/kv_cache_groups.h"
 #include "runtime/model/reference_forward.h"
+#include "runtime/speculative/draft_model_proposer.h"
 #include "runtime/speculative/proposer.h"
 #include "tests/runtime/engine/serve_all.h"
 #include "tests/support/test_support.h"
@@ -154,6 +155,35 @@ TEST_P(LinearAttentionEngine, SpeculativeVerifiesRollTheStateBack) {
   EXPECT_GT(stats.acceptance.num_passes(), 0);
   EXPECT_GT(stats.acceptance.num_accepted_tokens(), 0);
   EXPECT_LT(stats.acceptance.num_accepted_tokens(), stats.acceptance.num_draft_tokens()) << "no draft was rejected";
+}
+
+// A full-attention draft model (a generated Qwen3-MoE of the same vocabulary) drafting for the
+// linear-attention target: its drafts are mostly rejected (unrelated weights), each rejection
+// rolls the target's state back, and the outputs are plain greedy decoding's.
+TEST_P(LinearAttentionEngine, DraftModelDraftsForTheTarget) {
+  testing::ScratchDir draft_dir("engine-linear-draft");
+  ModelShapeOverrides shape;
+  shape.vocab_size = 300;
+  shape.hidden_size = 64;
+  shape.num_layers = 2;
+  shape.moe_intermediate_size = 32;
+  const ModelConfig draft_config = preset_model_config(find_architecture("qwen3_moe"), "tiny", shape).value();
+  ASSERT_TRUE(write_random_checkpoint(draft_config, 5, draft_dir.path(), 1 << 30, pool_).is_ok());
+  const std::unique_ptr<LoadedModel> draft = load_model(draft_dir.path()).value();
+  const TransformerForward draft_forward(draft->config, draft->weights, cpu_);
+  spec::DraftModelProposer proposer(draft_forward, {256, 8, true});
+  std::vector<Request> requests;
+  for (int r = 0; r < 4; ++r) requests.push_back(greedy("d" + std::to_string(r), prompt_of(9 + 7 * r, 300, 50 + r), 12));
+  EngineConfig config;
+  config.block_size = 8;
+  config.num_kv_blocks = 512;
+  config.spec.max_num_draft = 3;
+  config.spec.probe_num_draft = 3;
+  EngineStats stats;
+  const auto outputs = testing::serve_all(*forward_, config, requests, &proposer, &stats);
+  expect_reference_outputs(outputs, requests, "draft model");
+  EXPECT_GT(stats.acceptance.num_passes(), 0);
+  EXPECT_LT(stats.acceptance.num_accepted_tokens(), stats.acceptance.num_draft_tokens());
 }
 
 // The paged cache holds the two full-attention layers' K/V only; the recurrent state is its own
