@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <map>
+#include <regex>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -89,6 +90,36 @@ TEST(CliParallelGlm52, SharedIndexerLayersGiveTheReferenceTokensOnOneAndTwoRanks
     for (const auto& [id, tokens] : expected) {
       EXPECT_EQ(got.at(id)[0]["token_ids"], nlohmann::json(tokens)) << id << " " << launcher;
     }
+  }
+}
+
+// Speculative decoding on the 2026 targets through `moert run` on 1 and 2 ranks, drafted by a
+// model (the shared Qwen3-MoE case, same vocabulary, unrelated weights: most drafts rejected). A
+// DSA verify's rejected rows are dropped from the latent cache like any KV (kI included), a Gated
+// DeltaNet verify restores the state after the last accepted row (docs/gated-deltanet.md): the
+// tokens are `moert score`'s. (Prompt lookup on these targets: engine_linear_attention_test.)
+TEST(CliParallelSpec2026, DraftModelSpeculationGivesTheReferenceTokens) {
+  const std::string shared = testing::shared_dir() + "/reference/";
+  for (const char* name : {"glm5dsa-tiny", "qwen35moe-tiny", "qwen3moe-tiny"}) {
+    if (testing::shared_dir().empty() || !std::filesystem::exists(shared + name + "/hf")) {
+      GTEST_SKIP() << "no shared " << name << " case";
+    }
+  }
+  std::vector<std::vector<int>> prompts;
+  std::vector<int> max_tokens;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int> prompt;
+    for (int j = 0; j < 30 + 6 * i; ++j) prompt.push_back((i * 97 + j * 31 + 7) % 1000);
+    prompts.push_back(prompt);
+    max_tokens.push_back(10 + 2 * i);
+  }
+  const std::string extra = " --spec draft --spec-k 3 --draft-model " + shared + "qwen3moe-tiny/hf";
+  const std::vector<std::string> logs =
+      expect_run_matches_score("cli-spec-2026", {"glm5dsa-tiny", "qwen35moe-tiny"}, prompts, max_tokens, extra);
+  for (const std::string& log : logs) {  // the runs verified drafts ("spec: ..., N passes, M drafts, ...")
+    std::smatch passes;
+    ASSERT_TRUE(std::regex_search(log, passes, std::regex(R"(: (\d+) passes, (\d+) drafts)"))) << log;
+    EXPECT_GT(std::stoi(passes[1]), 0) << log;
   }
 }
 
