@@ -19,25 +19,13 @@
 #include "runtime/io/npy.h"
 #include "runtime/model/generator.h"
 #include "runtime/model/reference_forward.h"
+#include "tests/support/reference_logits.h"
 #include "tests/support/test_support.h"
 
 namespace moert {
 namespace {
 
-double max_row_error(const std::vector<float>& actual, const std::string& npy_path, int64_t rows, int64_t vocab) {
-  Result<io::NpyArray> expected = io::read_npy(npy_path);
-  EXPECT_TRUE(expected.is_ok()) << expected.status().to_string();
-  if (!expected.is_ok()) return 1.0;
-  EXPECT_EQ(expected->shape, (Shape{rows, vocab})) << npy_path;
-  if (expected->shape != Shape{rows, vocab} || static_cast<int64_t>(actual.size()) != rows * vocab) return 1.0;
-  double worst = 0.0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const double error = testing::relative_l2_error(actual.data() + r * vocab, expected->values.data() + r * vocab, vocab);
-    EXPECT_LT(error, 1e-4) << npy_path << " row " << r;
-    worst = std::max(worst, error);
-  }
-  return worst;
-}
+using testing::max_row_error;
 
 // make-model's tiny `arch` (vocab 512, `seed`, GLM-5.2 `shared_layers` when not empty) written
 // to a scratch folder, greedy against tests/data/dsa/<data>/ref.*; returns the config.

@@ -13,30 +13,15 @@
 #include "runtime/io/checkpoint.h"
 #include "runtime/io/npy.h"
 #include "runtime/model/reference_forward.h"
+#include "tests/support/reference_logits.h"
 #include "tests/support/test_support.h"
 
 namespace moert {
 namespace {
 
-constexpr double kMaxRelativeError = 1e-4;
-
 class SharedReference : public ::testing::TestWithParam<std::string> {};
 
-// Returns the largest per-row relative error of `actual` [rows, vocab] against the .npy file.
-double max_row_error(const std::vector<float>& actual, const std::string& npy_path, int64_t rows, int64_t vocab) {
-  Result<io::NpyArray> expected = io::read_npy(npy_path);
-  EXPECT_TRUE(expected.is_ok()) << expected.status().to_string();
-  if (!expected.is_ok()) return 1.0;
-  EXPECT_EQ(expected->shape, (Shape{rows, vocab})) << npy_path;
-  if (expected->shape != Shape{rows, vocab} || static_cast<int64_t>(actual.size()) != rows * vocab) return 1.0;
-  double worst = 0.0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const double error = testing::relative_l2_error(actual.data() + r * vocab, expected->values.data() + r * vocab, vocab);
-    EXPECT_LT(error, kMaxRelativeError) << npy_path << " row " << r;
-    worst = std::max(worst, error);
-  }
-  return worst;
-}
+using testing::max_row_error;
 
 TEST_P(SharedReference, LogitsAndGreedyTokensMatchFloat64Reference) {
   if (GetParam() == "missing") GTEST_SKIP() << "no shared reference models";
