@@ -53,7 +53,7 @@ bool Scheduler::can_ever_fit(int64_t num_tokens) const {
   return kv_.max_blocks_held(num_tokens) <= kv_.num_blocks() - 1;  // block 0 is the reserved null block
 }
 
-std::vector<attention::BlockHash> Scheduler::full_block_hashes(const std::vector<int32_t>& tokens) const {
+std::vector<attention::BlockHash> Scheduler::full_block_hashes(std::span<const int32_t> tokens) const {
   std::vector<attention::BlockHash> hashes;
   attention::BlockHash parent = attention::kRootBlockHash;
   const int block_size = kv_.block_size();
@@ -219,8 +219,7 @@ void Scheduler::reserve_state_snapshots(StepPlan& plan) {
     const int64_t end = chunk.start + chunk.num_tokens;
     if (chunk.num_spec_tokens > 0 || (end - 1) / block <= chunk.start / block) continue;  // no boundary inside
     const std::vector<int32_t>& tokens = sequences_.at(chunk.seq).tokens;
-    const std::vector<attention::BlockHash> hashes =
-        full_block_hashes(std::vector<int32_t>(tokens.begin(), tokens.begin() + end));
+    const std::vector<attention::BlockHash> hashes = full_block_hashes(std::span(tokens).first(static_cast<size_t>(end)));
     for (int64_t boundary = (chunk.start / block + 1) * block; boundary < end; boundary += block) {
       const attention::SlotId slot = states_->reserve_snapshot(hashes[static_cast<size_t>(boundary / block - 1)]);
       if (slot != attention::kNoSlot) chunk.state_snapshots.emplace_back(boundary - chunk.start - 1, slot);
@@ -231,7 +230,7 @@ void Scheduler::reserve_state_snapshots(StepPlan& plan) {
 void Scheduler::store_state_snapshot(const SequenceState& state) {
   const int64_t block = kv_.block_size();
   if (states_ == nullptr || state.num_computed == 0 || state.num_computed % block != 0) return;
-  const std::vector<int32_t> computed(state.tokens.begin(), state.tokens.begin() + state.num_computed);
+  const auto computed = std::span(state.tokens).first(static_cast<size_t>(state.num_computed));
   states_->store_snapshot(state.id, full_block_hashes(computed).back());
 }
 

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -126,8 +127,8 @@ class Scheduler {
  private:
   void preempt(SeqId seq);
   bool admit(SeqId seq, int64_t budget, StepPlan& plan);
-  // Chained hashes of the full blocks of tokens[0, num_tokens).
-  std::vector<attention::BlockHash> full_block_hashes(const std::vector<int32_t>& tokens) const;
+  // Chained hashes of the full blocks of `tokens`.
+  std::vector<attention::BlockHash> full_block_hashes(std::span<const int32_t> tokens) const;
   bool waits_for_pending_prefix(const SequenceState& state) const;
   void track_pending_prefix(const SequenceState& state);
   void untrack_pending_prefix(SeqId seq);
