@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "attention/attention_variant.h"
+#include "core/device.h"
 #include "core/dtype.h"
 
 namespace moert::attention {
@@ -37,6 +38,7 @@ struct PagedKvLayer {
   DType dtype = DType::kF32;
   float* k_scales = nullptr;  // [NB, KVH], F8_E4M3 only
   float* v_scales = nullptr;  // [NB, KVH], F8_E4M3 only
+  Device device{};            // where the cache and its scales live (the backend's own)
 };
 
 // The plan for one step, plain data built by the CPU scheduler. The kernel only reads it.
@@ -51,8 +53,10 @@ struct PagedAttentionPlan {
   const int32_t* kv_page_indices = nullptr;  // [kv_page_indptr[B]] block ids, in logical order
   const int32_t* kv_last_page_len = nullptr; // [B] tokens in the last page, in [1, BS]
   AttentionVariant variant;
-  // qo_indptr[B] as host data, for a device backend whose plan arrays are in its memory
-  // (a step graph's); 0 when the arrays are host data (then qo_indptr[B] is read).
+  // Where the four arrays live: host data (the scheduler's), or a step graph's device arrays.
+  Device device{};
+  // qo_indptr[B] as host data, for a plan whose arrays are on a device (then qo_indptr[B]
+  // cannot be read here); unused for a host plan.
   int64_t num_rows_when_on_device = 0;
 };
 
@@ -67,6 +71,7 @@ struct SparseIndexQuery {
   int head_dim = 0;                // DI
   float scale = 0.0f;              // applied to each q . kI before the ReLU (DI^-1/2)
   int top_k = 0;                   // K >= 1
+  Device device{};                 // where queries and weights live
 };
 
 // Bytes of one K/V element of a cache of `dtype` (F32 4, BF16 2, F8_E4M3 1).

@@ -108,3 +108,16 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 }
 
 }  // namespace moert
+
+namespace moert {
+
+const char* device_kind_name(DeviceKind kind) { return kind == DeviceKind::kCpu ? "cpu" : "cuda"; }
+
+void device_mismatch(Device expected, Device actual, const char* what) {
+  check_failed(__FILE__, __LINE__, "device == expected",
+               std::string(what) + " is memory of " + device_kind_name(actual.kind) + ":" +
+                   std::to_string(actual.index) + ", expected " + device_kind_name(expected.kind) + ":" +
+                   std::to_string(expected.index));
+}
+
+}  // namespace moert

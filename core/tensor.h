@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/dtype.h"
 
 namespace moert {
@@ -17,14 +18,6 @@ int64_t shape_numel(const Shape& shape);
 std::string shape_to_string(const Shape& shape);  // "[4, 256]"
 // Row-major strides for `shape`, in elements.
 Shape contiguous_strides(const Shape& shape);
-
-// Where a tensor's bytes live. Host code may dereference only kCpu data.
-enum class DeviceKind : uint8_t { kCpu, kCuda };
-struct Device {
-  DeviceKind kind = DeviceKind::kCpu;
-  int index = 0;  // GPU ordinal for kCuda
-  bool operator==(const Device&) const = default;
-};
 
 struct TensorView {
   DType dtype = DType::kF32;
@@ -69,6 +62,11 @@ class Buffer {
   const TensorView& view() const { return view_; }
   template <typename T>
   T* data() const { return view_.as<T>(); }
+  // The storage as a pointer / span of T on its device (what the backend ops take).
+  template <typename T>
+  DevicePtr<T> ptr() const { return {view_.as<T>(), view_.device}; }
+  template <typename T>
+  DeviceSpan<T> span() const { return {ptr<T>(), static_cast<size_t>(size_bytes_ / sizeof(T))}; }
   uint64_t size_bytes() const { return size_bytes_; }
 
  private:

@@ -14,7 +14,8 @@ DenseKvCache::DenseKvCache(const ModelConfig& config)
 
 // The new rows sit at positions length_ .. length_ + T - 1 of this one sequence.
 void DenseKvCache::attend(backend::Backend& backend, int layer, const attention::AttentionVariant& variant,
-                          const float* q, const float* k, const float* v, int64_t num_tokens, float* out) {
+                          DevicePtr<const float> q, DevicePtr<const float> k, DevicePtr<const float> v,
+                          int64_t num_tokens, DevicePtr<float> out) {
   const ModelConfig& c = config_;
   const int64_t kv_width = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
   std::vector<float>& keys = keys_[static_cast<size_t>(layer)];
@@ -25,9 +26,9 @@ void DenseKvCache::attend(backend::Backend& backend, int layer, const attention:
   const int64_t new_floats = num_tokens * kv_width;
   keys.resize(old_size + static_cast<size_t>(new_floats));
   values.resize(keys.size());
-  backend.copy_bytes(keys.data() + old_size, k, new_floats * static_cast<int64_t>(sizeof(float)));
-  backend.copy_bytes(values.data() + old_size, v, new_floats * static_cast<int64_t>(sizeof(float)));
-  backend.contiguous_attention(q, num_tokens, keys.data(), values.data(), length_, c.num_heads, c.num_kv_heads,
+  backend.copy_bytes(host_ptr(keys.data() + old_size), k, new_floats * static_cast<int64_t>(sizeof(float)));
+  backend.copy_bytes(host_ptr(values.data() + old_size), v, new_floats * static_cast<int64_t>(sizeof(float)));
+  backend.contiguous_attention(q, num_tokens, keys, values, length_, c.num_heads, c.num_kv_heads,
                                c.head_dim, variant, out);
 }
 
@@ -45,15 +46,15 @@ std::vector<backend::Backend::RecurrentSequence> DenseKvCache::recurrent_sequenc
     conv = backend.allocate(DType::kF32, {std::max<int64_t>(shape.conv_state_size(), 1)});
     state = backend.allocate(DType::kF32, {shape.recurrent_state_size()});
     const std::vector<float> zeros(static_cast<size_t>(std::max(conv.view().numel(), state.view().numel())), 0.0f);
-    backend.copy_bytes(conv.data<float>(), zeros.data(), conv.view().numel() * static_cast<int64_t>(sizeof(float)));
-    backend.copy_bytes(state.data<float>(), zeros.data(), state.view().numel() * static_cast<int64_t>(sizeof(float)));
+    backend.copy_bytes(conv.ptr<void>(), zeros, conv.view().numel() * static_cast<int64_t>(sizeof(float)));
+    backend.copy_bytes(state.ptr<void>(), zeros, state.view().numel() * static_cast<int64_t>(sizeof(float)));
   }
-  return {{0, num_tokens, conv.data<float>(), state.data<float>(), nullptr, nullptr}};
+  return {{0, num_tokens, conv.ptr<float>(), state.ptr<float>(), nullptr, nullptr, {}}};
 }
 
 void DenseKvCache::attend_sparse(backend::Backend& backend, int layer, const attention::AttentionVariant& variant,
-                                 const float* q, const float* rows, int key_width,
-                                 const attention::SparseIndexQuery& index, int64_t num_tokens, float* out) {
+                                 DevicePtr<const float> q, DevicePtr<const float> rows, int key_width,
+                                 const attention::SparseIndexQuery& index, int64_t num_tokens, DevicePtr<float> out) {
   const int64_t width = key_width + index.head_dim;
   std::vector<float>& stored = sparse_rows_[static_cast<size_t>(layer)];
   if (stored.empty()) stored.assign(static_cast<size_t>(width), 0.0f);  // the pad row
@@ -61,7 +62,7 @@ void DenseKvCache::attend_sparse(backend::Backend& backend, int layer, const att
               "layer " << layer << " holds " << stored.size() / width - 1 << " positions, expected " << length_);
   const size_t old_size = stored.size();
   stored.resize(old_size + static_cast<size_t>(num_tokens * width));
-  backend.copy_bytes(stored.data() + old_size, rows, num_tokens * width * static_cast<int64_t>(sizeof(float)));
+  backend.copy_bytes(host_ptr(stored.data() + old_size), rows, num_tokens * width * static_cast<int64_t>(sizeof(float)));
   // One position per block: block 1 + p holds position p (block 0 is the pad row).
   const int64_t kv_len = length_ + num_tokens;
   attention::PagedKvLayer view{stored.data(), stored.data(), static_cast<int>(kv_len + 1), 1, 1,
@@ -79,11 +80,11 @@ void DenseKvCache::attend_sparse(backend::Backend& backend, int layer, const att
   // A layer without an indexer (GLM-5.2 "shared") reuses the last indexer's selection of these rows.
   if (index.num_heads > 0) {
     selected_.assign(static_cast<size_t>(num_tokens * index.top_k), -1);
-    backend.sparse_index_select(index, view, key_width, plan, selected_.data());
+    backend.sparse_index_select(index, view, key_width, plan, selected_);
   }
   MOERT_CHECK(static_cast<int64_t>(selected_.size()) == num_tokens * index.top_k,
               "layer " << layer << " shares an indexer selection that no earlier layer of this step made");
-  backend.sparse_paged_attention(q, view, key_width, plan, config_.num_heads, selected_.data(), index.top_k, out);
+  backend.sparse_paged_attention(q, view, key_width, plan, config_.num_heads, selected_, index.top_k, out);
 }
 
 void DenseKvCache::truncate(int64_t length) {
@@ -157,7 +158,7 @@ Result<std::vector<float>> mtp_teacher_forced_logits(const ReferenceForward& mod
     rows.logit_rows.push_back(i);
   }
   DenseKvCache mtp_cache = model.new_cache();
-  return forward.mtp_forward(0, rows, hidden.data(), mtp_cache, nullptr);
+  return forward.mtp_forward(0, rows, hidden, mtp_cache, nullptr);
 }
 
 }  // namespace moert

@@ -15,16 +15,17 @@ namespace moert {
 class DenseKvCache : public AttentionContext {
  public:
   DenseKvCache(const ModelConfig& config);
-  void attend(backend::Backend& backend, int layer, const attention::AttentionVariant& variant, const float* q,
-              const float* k, const float* v, int64_t num_tokens, float* out) override;
+  void attend(backend::Backend& backend, int layer, const attention::AttentionVariant& variant,
+              DevicePtr<const float> q, DevicePtr<const float> k, DevicePtr<const float> v, int64_t num_tokens,
+              DevicePtr<float> out) override;
   // The step's rows are this one sequence's new positions.
   std::vector<backend::Backend::RecurrentSequence> recurrent_sequences(backend::Backend& backend, int layer,
                                                                       int64_t num_tokens) override;
   // DSA layers keep their rows [c | k_pe | kI] in `sparse_rows_` and attend through the
   // backend's sparse ops over a one-position-per-block view of them (docs/sparse-attention.md).
-  void attend_sparse(backend::Backend& backend, int layer, const attention::AttentionVariant& variant, const float* q,
-                     const float* rows, int key_width, const attention::SparseIndexQuery& index, int64_t num_tokens,
-                     float* out) override;
+  void attend_sparse(backend::Backend& backend, int layer, const attention::AttentionVariant& variant,
+                     DevicePtr<const float> q, DevicePtr<const float> rows, int key_width,
+                     const attention::SparseIndexQuery& index, int64_t num_tokens, DevicePtr<float> out) override;
   // Positions already written; advanced by ReferenceForward::forward after all layers ran.
   int64_t length() const { return length_; }
   void advance(int64_t num_tokens) { length_ += num_tokens; }

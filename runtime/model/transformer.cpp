@@ -22,10 +22,10 @@ std::vector<backend::Backend::RecurrentSequence> AttentionContext::recurrent_seq
 }
 
 void AttentionContext::attend_sparse(backend::Backend& /*backend*/, int layer,
-                                     const attention::AttentionVariant& /*variant*/, const float* /*q*/,
-                                     const float* /*rows*/, int /*key_width*/,
+                                     const attention::AttentionVariant& /*variant*/, DevicePtr<const float> /*q*/,
+                                     DevicePtr<const float> /*rows*/, int /*key_width*/,
                                      const attention::SparseIndexQuery& /*index*/, int64_t /*num_tokens*/,
-                                     float* /*out*/) {
+                                     DevicePtr<float> /*out*/) {
   MOERT_CHECK(false, "layer " << layer << ": this attention context has no sparse attention (DSA)");
 }
 
@@ -40,7 +40,6 @@ TransformerForward::TransformerForward(const ModelConfig& config, const ModelWei
     index_rope_.emplace(config.dsa.index_head_dim, config.mla.qk_rope_head_dim, config.rope_theta, config.rope_scaling,
                         config.dsa.rope_pairing, /*first_channel=*/0);
   }
-  for_each_weight_region(weights, [this](const void* data, int64_t bytes) { backend_.register_host_weights(data, bytes); });
   const std::vector<LayerSpec> specs = build_layer_specs(*config.arch, config);
   for (size_t layer = 0; layer < specs.size(); ++layer) {
     attention::AttentionVariant variant;
@@ -61,7 +60,7 @@ TransformerForward::TransformerForward(const ModelConfig& config, const ModelWei
 Result<std::vector<float>> TransformerForward::forward(const ForwardBatch& batch, AttentionContext& attention) const {
   MOERT_ASSIGN_OR_RETURN(Buffer logits_on_device, device_logits(batch, attention));
   std::vector<float> logits(static_cast<size_t>(logits_on_device.view().numel()));
-  backend_.to_host(logits_on_device.data<float>(), logits_on_device.view().numel(), logits.data());
+  backend_.to_host(logits_on_device.ptr<float>(), logits_on_device.view().numel(), logits.data());
   return logits;
 }
 
@@ -73,7 +72,7 @@ Result<std::vector<int32_t>> TransformerForward::forward_and_sample(
   }
   MOERT_ASSIGN_OR_RETURN(Buffer logits_on_device, device_logits(batch, attention));
   std::vector<int32_t> tokens(rows.size());
-  backend_.sample_rows(logits_on_device.data<float>(), config_.vocab_size, rows, tokens.data());
+  backend_.sample_rows(logits_on_device.ptr<float>(), config_.vocab_size, rows, tokens.data());
   return tokens;
 }
 
@@ -104,9 +103,10 @@ Status TransformerForward::validate(const ForwardBatch& batch) const {
   return {};
 }
 
-Status TransformerForward::forward_into(const ForwardBatch& batch, AttentionContext& attention, float* logits) const {
+Status TransformerForward::forward_into(const ForwardBatch& batch, AttentionContext& attention,
+                                        DevicePtr<float> logits) const {
   MOERT_ASSIGN_OR_RETURN(Buffer logits_on_device, device_logits(batch, attention));
-  backend_.copy(logits, logits_on_device.data<float>(), logits_on_device.view().numel());
+  backend_.copy(logits, logits_on_device.ptr<float>(), logits_on_device.view().numel());
   return {};
 }
 
@@ -128,7 +128,7 @@ void TransformerForward::prepare_step_graphs() const {
 }
 
 Result<Buffer> TransformerForward::device_logits(const ForwardBatch& batch, AttentionContext& attention,
-                                                 float* final_hidden) const {
+                                                 DevicePtr<float> final_hidden) const {
   const ModelConfig& c = config_;
   const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
   const int64_t dim = c.hidden_size;
@@ -136,25 +136,25 @@ Result<Buffer> TransformerForward::device_logits(const ForwardBatch& batch, Atte
   // x: [T, D] residual stream, embedded.
   const Buffer x = activations(num_tokens * dim);
   // The embedding's dtype was checked when the weights were bound; the ids just above.
-  backend_.embedding_gather(weights_.embed_tokens, batch.tokens_for_ops(), num_tokens, x.data<float>());
-  for (int layer = 0; layer < c.num_layers; ++layer) decoder_layer(layer, batch, attention, x.data<float>());
+  backend_.embedding_gather(weights_.embed_tokens, batch.tokens_for_ops(), num_tokens, x.ptr<float>());
+  for (int layer = 0; layer < c.num_layers; ++layer) decoder_layer(layer, batch, attention, x.ptr<float>());
   if (final_hidden != nullptr) {
     // g for every row; the logit rows are taken from it (RMSNorm is row-invariant, so the
     // logits are the same bits as without final_hidden).
-    backend_.copy(final_hidden, x.data<float>(), num_tokens * dim);
+    backend_.copy(final_hidden, x.ptr<float>(), num_tokens * dim);
     backend_.rms_norm(final_hidden, num_tokens, dim, weights_.final_norm.data(), c.rms_norm_eps);
     const int64_t num_rows = static_cast<int64_t>(batch.logit_rows.size());
     const Buffer rows = activations(num_rows * dim);
-    backend_.gather_rows(final_hidden, dim, batch.logit_rows.data(), num_rows, rows.data<float>());
+    backend_.gather_rows(final_hidden, dim, batch.logit_rows.data(), num_rows, rows.ptr<float>());
     Buffer logits = activations(num_rows * c.vocab_size);
-    backend_.linear(weights_.lm_head, rows.data<float>(), num_rows, nullptr, logits.data<float>());
+    backend_.linear(weights_.lm_head, rows.ptr<float>(), num_rows, nullptr, logits.ptr<float>());
     return logits;
   }
-  return head_logits(batch, x.data<float>(), weights_.final_norm, weights_.lm_head);
+  return head_logits(batch, x.ptr<float>(), weights_.final_norm, weights_.lm_head);
 }
 
 void TransformerForward::decoder_layer(int layer, const ForwardBatch& batch, AttentionContext& attention,
-                                       float* x) const {
+                                       DevicePtr<float> x) const {
   // The MTP blocks (layer >= num_layers) have no LayerSpec; their attention is the model's.
   const bool latent = layer < config_.num_layers
                           ? config_.layers[static_cast<size_t>(layer)].attention == AttentionKind::kMla
@@ -171,7 +171,7 @@ void TransformerForward::decoder_layer(int layer, const ForwardBatch& batch, Att
   ffn_block(layer, static_cast<int64_t>(batch.tokens.size()), x);
 }
 
-Buffer TransformerForward::head_logits(const ForwardBatch& batch, float* x, const std::vector<float>& norm,
+Buffer TransformerForward::head_logits(const ForwardBatch& batch, DevicePtr<float> x, const std::vector<float>& norm,
                                        const quant::LinearWeight& head) const {
   const ModelConfig& c = config_;
   const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
@@ -184,12 +184,12 @@ Buffer TransformerForward::head_logits(const ForwardBatch& batch, float* x, cons
   Buffer selected;
   if (!every_row) {
     selected = activations(num_rows * dim);
-    backend_.gather_rows(x, dim, batch.logit_rows.data(), num_rows, selected.data<float>());
+    backend_.gather_rows(x, dim, batch.logit_rows.data(), num_rows, selected.ptr<float>());
   }
-  float* rows = every_row ? x : selected.data<float>();
+  const DevicePtr<float> rows = every_row ? x : selected.ptr<float>();
   backend_.rms_norm(rows, num_rows, dim, norm.data(), c.rms_norm_eps);
   Buffer logits = activations(num_rows * c.vocab_size);
-  backend_.linear(head, rows, num_rows, nullptr, logits.data<float>());
+  backend_.linear(head, rows, num_rows, nullptr, logits.ptr<float>());
   return logits;
 }
 
@@ -198,17 +198,18 @@ Result<std::vector<float>> TransformerForward::forward_with_hidden(const Forward
                                                                    std::vector<float>* final_hidden) const {
   const int64_t count = static_cast<int64_t>(batch.tokens.size()) * config_.hidden_size;
   const Buffer hidden = activations(count);
-  MOERT_ASSIGN_OR_RETURN(Buffer logits_on_device, device_logits(batch, attention, hidden.data<float>()));
+  MOERT_ASSIGN_OR_RETURN(Buffer logits_on_device, device_logits(batch, attention, hidden.ptr<float>()));
   final_hidden->resize(static_cast<size_t>(count));
-  backend_.to_host(hidden.data<float>(), count, final_hidden->data());
+  backend_.to_host(hidden.ptr<float>(), count, final_hidden->data());
   std::vector<float> logits(static_cast<size_t>(logits_on_device.view().numel()));
-  backend_.to_host(logits_on_device.data<float>(), logits_on_device.view().numel(), logits.data());
+  backend_.to_host(logits_on_device.ptr<float>(), logits_on_device.view().numel(), logits.data());
   return logits;
 }
 
 // x = eh_proj([enorm(embed(t)) | hnorm(h)]) (embedding half first, docs/mtp.md), one decoder
 // layer, then shared_head.norm and the module's head.
-Result<std::vector<float>> TransformerForward::mtp_forward(int module, const ForwardBatch& batch, const float* hidden,
+Result<std::vector<float>> TransformerForward::mtp_forward(int module, const ForwardBatch& batch,
+                                                           DevicePtr<const float> hidden,
                                                            AttentionContext& attention,
                                                            std::vector<float>* block_out) const {
   const ModelConfig& c = config_;
@@ -222,32 +223,32 @@ Result<std::vector<float>> TransformerForward::mtp_forward(int module, const For
   const int64_t dim = c.hidden_size;
   const Buffer embedded = activations(num_tokens * dim);  // [T, D]
   backend_.embedding_gather(m.embed_tokens.data != nullptr ? m.embed_tokens : weights_.embed_tokens,
-                            batch.tokens_for_ops(), num_tokens, embedded.data<float>());
-  backend_.rms_norm(embedded.data<float>(), num_tokens, dim, m.enorm.data(), c.rms_norm_eps);
+                            batch.tokens_for_ops(), num_tokens, embedded.ptr<float>());
+  backend_.rms_norm(embedded.ptr<float>(), num_tokens, dim, m.enorm.data(), c.rms_norm_eps);
   const Buffer h = activations(num_tokens * dim);  // [T, D]
-  backend_.copy_bytes(h.data<float>(), hidden, num_tokens * dim * static_cast<int64_t>(sizeof(float)));
-  backend_.rms_norm(h.data<float>(), num_tokens, dim, m.hnorm.data(), c.rms_norm_eps);
+  backend_.copy_bytes(h.ptr<float>(), hidden, num_tokens * dim * static_cast<int64_t>(sizeof(float)));
+  backend_.rms_norm(h.ptr<float>(), num_tokens, dim, m.hnorm.data(), c.rms_norm_eps);
   const Buffer joined = activations(num_tokens * 2 * dim);  // [T, 2D] = [e | h]
-  backend_.copy_rows(joined.data<float>(), 2 * dim, embedded.data<float>(), dim, num_tokens, dim);
-  backend_.copy_rows(joined.data<float>() + dim, 2 * dim, h.data<float>(), dim, num_tokens, dim);
+  backend_.copy_rows(joined.ptr<float>(), 2 * dim, embedded.ptr<float>(), dim, num_tokens, dim);
+  backend_.copy_rows(joined.ptr<float>() + dim, 2 * dim, h.ptr<float>(), dim, num_tokens, dim);
   const Buffer x = activations(num_tokens * dim);  // [T, D] the block's residual stream
-  backend_.linear(m.eh_proj.weight, joined.data<float>(), num_tokens,
-                  m.eh_proj.bias.empty() ? nullptr : m.eh_proj.bias.data(), x.data<float>());
-  decoder_layer(c.num_layers + module, batch, attention, x.data<float>());
+  backend_.linear(m.eh_proj.weight, joined.ptr<float>(), num_tokens,
+                  m.eh_proj.bias.empty() ? nullptr : m.eh_proj.bias.data(), x.ptr<float>());
+  decoder_layer(c.num_layers + module, batch, attention, x.ptr<float>());
   if (block_out != nullptr) {
     block_out->resize(static_cast<size_t>(num_tokens * dim));
-    backend_.to_host(x.data<float>(), num_tokens * dim, block_out->data());
+    backend_.to_host(x.ptr<float>(), num_tokens * dim, block_out->data());
   }
-  const Buffer logits = head_logits(batch, x.data<float>(), m.head_norm, m.head.has_value() ? *m.head : weights_.lm_head);
+  const Buffer logits = head_logits(batch, x.ptr<float>(), m.head_norm, m.head.has_value() ? *m.head : weights_.lm_head);
   std::vector<float> out(static_cast<size_t>(logits.view().numel()));
-  backend_.to_host(logits.data<float>(), logits.view().numel(), out.data());
+  backend_.to_host(logits.ptr<float>(), logits.view().numel(), out.data());
   return out;
 }
 
 Buffer TransformerForward::activations(int64_t count) const { return backend_.allocate(DType::kF32, {count}); }
 
 void TransformerForward::attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention,
-                                         float* x) const {
+                                         DevicePtr<float> x) const {
   const ModelConfig& c = config_;
   const LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
   const AttentionWeights& a = l.attention;
@@ -257,8 +258,8 @@ void TransformerForward::attention_block(int layer, const ForwardBatch& batch, A
   const int64_t kv_width = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
 
   const Buffer h = activations(num_tokens * dim);  // [T, D]
-  backend_.copy(h.data<float>(), x, num_tokens * dim);
-  backend_.rms_norm(h.data<float>(), num_tokens, dim, l.input_norm.data(), c.rms_norm_eps);
+  backend_.copy(h.ptr<float>(), x, num_tokens * dim);
+  backend_.rms_norm(h.ptr<float>(), num_tokens, dim, l.input_norm.data(), c.rms_norm_eps);
   const Buffer q = activations(num_tokens * q_width);   // [T, H, Dh]
   const Buffer k = activations(num_tokens * kv_width);  // [T, KVH, Dh]
   const Buffer v = activations(num_tokens * kv_width);  // [T, KVH, Dh]
@@ -268,28 +269,28 @@ void TransformerForward::attention_block(int layer, const ForwardBatch& batch, A
   const Buffer gate = gated ? activations(num_tokens * q_width) : Buffer();               // [T, H, Dh]
   auto bias_or_null = [](const Linear& linear) { return linear.bias.empty() ? nullptr : linear.bias.data(); };
   const backend::Backend::LinearOfX projections[] = {
-      {&a.q.weight, bias_or_null(a.q), gated ? query_and_gate.data<float>() : q.data<float>()},
-      {&a.k.weight, bias_or_null(a.k), k.data<float>()},
-      {&a.v.weight, bias_or_null(a.v), v.data<float>()}};
-  backend_.linears_of(h.data<float>(), num_tokens, projections);
+      {&a.q.weight, bias_or_null(a.q), gated ? query_and_gate.ptr<float>() : q.ptr<float>()},
+      {&a.k.weight, bias_or_null(a.k), k.ptr<float>()},
+      {&a.v.weight, bias_or_null(a.v), v.ptr<float>()}};
+  backend_.linears_of(h.ptr<float>(), num_tokens, projections);
   if (gated) {
     const int64_t rows = num_tokens * c.num_heads, head = c.head_dim;
-    backend_.copy_rows(q.data<float>(), head, query_and_gate.data<float>(), 2 * head, rows, head);
-    backend_.copy_rows(gate.data<float>(), head, query_and_gate.data<float>() + head, 2 * head, rows, head);
+    backend_.copy_rows(q.ptr<float>(), head, query_and_gate.ptr<float>(), 2 * head, rows, head);
+    backend_.copy_rows(gate.ptr<float>(), head, query_and_gate.ptr<float>() + head, 2 * head, rows, head);
   }
   if (c.qk_norm) {
-    backend_.rms_norm(q.data<float>(), num_tokens * c.num_heads, c.head_dim, a.q_norm.data(), c.rms_norm_eps);
-    backend_.rms_norm(k.data<float>(), num_tokens * c.num_kv_heads, c.head_dim, a.k_norm.data(), c.rms_norm_eps);
+    backend_.rms_norm(q.ptr<float>(), num_tokens * c.num_heads, c.head_dim, a.q_norm.data(), c.rms_norm_eps);
+    backend_.rms_norm(k.ptr<float>(), num_tokens * c.num_kv_heads, c.head_dim, a.k_norm.data(), c.rms_norm_eps);
   }
-  backend_.rope(rope_, q.data<float>(), num_tokens, c.num_heads, batch.positions_for_ops());
-  backend_.rope(rope_, k.data<float>(), num_tokens, c.num_kv_heads, batch.positions_for_ops());
+  backend_.rope(rope_, q.ptr<float>(), num_tokens, c.num_heads, batch.positions_for_ops());
+  backend_.rope(rope_, k.ptr<float>(), num_tokens, c.num_kv_heads, batch.positions_for_ops());
   const Buffer attn = activations(num_tokens * q_width);  // [T, H, Dh]
-  attention.attend(backend_, layer, layer_variants_[static_cast<size_t>(layer)], q.data<float>(), k.data<float>(),
-                   v.data<float>(), num_tokens, attn.data<float>());
-  if (gated) backend_.sigmoid_mul(attn.data<float>(), gate.data<float>(), num_tokens * q_width);
+  attention.attend(backend_, layer, layer_variants_[static_cast<size_t>(layer)], q.ptr<float>(), k.ptr<float>(),
+                   v.ptr<float>(), num_tokens, attn.ptr<float>());
+  if (gated) backend_.sigmoid_mul(attn.ptr<float>(), gate.ptr<float>(), num_tokens * q_width);
   const Buffer projected = activations(num_tokens * dim);
-  backend_.linear(a.o.weight, attn.data<float>(), num_tokens, bias_or_null(a.o), projected.data<float>());
-  backend_.add(x, projected.data<float>(), num_tokens * dim);
+  backend_.linear(a.o.weight, attn.ptr<float>(), num_tokens, bias_or_null(a.o), projected.ptr<float>());
+  backend_.add(x, projected.ptr<float>(), num_tokens * dim);
 }
 
 // Multi-head latent attention in the absorbed form (docs/mla.md). Every head attends over
@@ -297,7 +298,7 @@ void TransformerForward::attention_block(int layer, const ForwardBatch& batch, A
 // the query's nope part is absorbed through W_UK (q_lat = W_UK^T q_nope), the attention
 // output over the latents is expanded per head through W_UV.
 void TransformerForward::latent_attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention,
-                                                float* x) const {
+                                                DevicePtr<float> x) const {
   const ModelConfig& c = config_;
   const LatentAttentionDims& m = c.mla;
   const LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
@@ -309,57 +310,57 @@ void TransformerForward::latent_attention_block(int layer, const ForwardBatch& b
   auto bias_or_null = [](const Linear& linear) { return linear.bias.empty() ? nullptr : linear.bias.data(); };
 
   const Buffer h = activations(num_tokens * dim);  // [T, D]
-  backend_.copy(h.data<float>(), x, num_tokens * dim);
-  backend_.rms_norm(h.data<float>(), num_tokens, dim, l.input_norm.data(), c.rms_norm_eps);
+  backend_.copy(h.ptr<float>(), x, num_tokens * dim);
+  backend_.rms_norm(h.ptr<float>(), num_tokens, dim, l.input_norm.data(), c.rms_norm_eps);
   const Buffer q = activations(num_tokens * heads * q_head);  // [T, H, dn + dr]
   // latent: [T, R] = [c | k_pe]; the norm applies to c only.
   const Buffer latent = activations(num_tokens * row);
   const float latent_eps = m.norm_eps > 0.0f ? m.norm_eps : c.rms_norm_eps;
-  const backend::Backend::LinearOfX kv_a{&a.kv_a.weight, bias_or_null(a.kv_a), latent.data<float>()};
+  const backend::Backend::LinearOfX kv_a{&a.kv_a.weight, bias_or_null(a.kv_a), latent.ptr<float>()};
   Buffer compressed;  // [T, qr]: the normed q LoRA latent (the indexer reads it too)
   if (m.q_lora_rank > 0) {
     compressed = activations(num_tokens * m.q_lora_rank);
-    const backend::Backend::LinearOfX from_h[] = {{&a.q_a.weight, bias_or_null(a.q_a), compressed.data<float>()}, kv_a};
-    backend_.linears_of(h.data<float>(), num_tokens, from_h);
-    backend_.rms_norm(compressed.data<float>(), num_tokens, m.q_lora_rank, a.q_a_norm.data(), latent_eps);
-    backend_.linear(a.q.weight, compressed.data<float>(), num_tokens, nullptr, q.data<float>());
+    const backend::Backend::LinearOfX from_h[] = {{&a.q_a.weight, bias_or_null(a.q_a), compressed.ptr<float>()}, kv_a};
+    backend_.linears_of(h.ptr<float>(), num_tokens, from_h);
+    backend_.rms_norm(compressed.ptr<float>(), num_tokens, m.q_lora_rank, a.q_a_norm.data(), latent_eps);
+    backend_.linear(a.q.weight, compressed.ptr<float>(), num_tokens, nullptr, q.ptr<float>());
   } else {
-    const backend::Backend::LinearOfX from_h[] = {{&a.q.weight, nullptr, q.data<float>()}, kv_a};
-    backend_.linears_of(h.data<float>(), num_tokens, from_h);
+    const backend::Backend::LinearOfX from_h[] = {{&a.q.weight, nullptr, q.ptr<float>()}, kv_a};
+    backend_.linears_of(h.ptr<float>(), num_tokens, from_h);
   }
   const Buffer compressed_kv = activations(num_tokens * dc);  // [T, dc]
-  backend_.copy_rows(compressed_kv.data<float>(), dc, latent.data<float>(), row, num_tokens, dc);
-  backend_.rms_norm(compressed_kv.data<float>(), num_tokens, dc, a.kv_a_norm.data(), latent_eps);
-  backend_.copy_rows(latent.data<float>(), row, compressed_kv.data<float>(), dc, num_tokens, dc);
+  backend_.copy_rows(compressed_kv.ptr<float>(), dc, latent.ptr<float>(), row, num_tokens, dc);
+  backend_.rms_norm(compressed_kv.ptr<float>(), num_tokens, dc, a.kv_a_norm.data(), latent_eps);
+  backend_.copy_rows(latent.ptr<float>(), row, compressed_kv.ptr<float>(), dc, num_tokens, dc);
   // absorbed: [T, H, R] = [W_UK[h]^T q_nope | q_pe] per head.
   const Buffer absorbed = activations(num_tokens * heads * row);
-  backend_.per_head_linear(a.key_absorb.as<const float>(), static_cast<int>(heads), dc, dn, q.data<float>(), q_head,
-                           num_tokens, absorbed.data<float>(), row);
-  backend_.copy_rows(absorbed.data<float>() + dc, row, q.data<float>() + dn, q_head, num_tokens * heads, dr);
-  backend_.rope(rope_, absorbed.data<float>(), num_tokens, static_cast<int>(heads), batch.positions_for_ops());
-  backend_.rope(rope_, latent.data<float>(), num_tokens, 1, batch.positions_for_ops());
+  backend_.per_head_linear(a.key_absorb.as<const float>(), static_cast<int>(heads), dc, dn, q.ptr<float>(), q_head,
+                           num_tokens, absorbed.ptr<float>(), row);
+  backend_.copy_rows(absorbed.ptr<float>() + dc, row, q.ptr<float>() + dn, q_head, num_tokens * heads, dr);
+  backend_.rope(rope_, absorbed.ptr<float>(), num_tokens, static_cast<int>(heads), batch.positions_for_ops());
+  backend_.rope(rope_, latent.ptr<float>(), num_tokens, 1, batch.positions_for_ops());
   // The latent row is both the key and the value (only its first dc values matter as a value).
   const Buffer attended = activations(num_tokens * heads * row);  // [T, H, R]
   if (c.dsa.enabled()) {
-    sparse_attention(layer, batch, attention, h.data<float>(), compressed.data<float>(), absorbed.data<float>(),
-                     latent.data<float>(), attended.data<float>());
+    sparse_attention(layer, batch, attention, h.ptr<float>(), compressed.ptr<float>(), absorbed.ptr<float>(),
+                     latent.ptr<float>(), attended.ptr<float>());
   } else {
-    attention.attend(backend_, layer, layer_variants_[static_cast<size_t>(layer)], absorbed.data<float>(),
-                     latent.data<float>(), latent.data<float>(), num_tokens, attended.data<float>());
+    attention.attend(backend_, layer, layer_variants_[static_cast<size_t>(layer)], absorbed.ptr<float>(),
+                     latent.ptr<float>(), latent.ptr<float>(), num_tokens, attended.ptr<float>());
   }
   const Buffer values = activations(num_tokens * heads * dv);  // [T, H, dv]
-  backend_.per_head_linear(a.value_up.as<const float>(), static_cast<int>(heads), dv, dc, attended.data<float>(), row,
-                           num_tokens, values.data<float>(), dv);
+  backend_.per_head_linear(a.value_up.as<const float>(), static_cast<int>(heads), dv, dc, attended.ptr<float>(), row,
+                           num_tokens, values.ptr<float>(), dv);
   const Buffer projected = activations(num_tokens * dim);
-  backend_.linear(a.o.weight, values.data<float>(), num_tokens, bias_or_null(a.o), projected.data<float>());
-  backend_.add(x, projected.data<float>(), num_tokens * dim);
+  backend_.linear(a.o.weight, values.ptr<float>(), num_tokens, bias_or_null(a.o), projected.ptr<float>());
+  backend_.add(x, projected.ptr<float>(), num_tokens * dim);
 }
 
 // A Gated DeltaNet layer (docs/gated-deltanet.md): the four input projections of the normed
 // input, the token mixer over each sequence's rows with the state the context carries for it,
 // the output projection into the residual stream.
 void TransformerForward::linear_attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention,
-                                                float* x) const {
+                                                DevicePtr<float> x) const {
   const ModelConfig& c = config_;
   const LinearAttentionDims& m = c.linear_attention;
   const LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
@@ -367,25 +368,25 @@ void TransformerForward::linear_attention_block(int layer, const ForwardBatch& b
   const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
   const int64_t dim = c.hidden_size, nv = m.num_value_heads, width = nv * m.value_head_dim;
   const Buffer h = activations(num_tokens * dim);  // [T, D]
-  backend_.copy(h.data<float>(), x, num_tokens * dim);
-  backend_.rms_norm(h.data<float>(), num_tokens, dim, l.input_norm.data(), c.rms_norm_eps);
+  backend_.copy(h.ptr<float>(), x, num_tokens * dim);
+  backend_.rms_norm(h.ptr<float>(), num_tokens, dim, l.input_norm.data(), c.rms_norm_eps);
   const Buffer u = activations(num_tokens * m.conv_channels());  // [T, C]
   const Buffer z = activations(num_tokens * width);              // [T, NV, DV]
   const Buffer a = activations(num_tokens * nv), b = activations(num_tokens * nv);
-  const backend::Backend::LinearOfX projections[] = {{&w.qkv.weight, nullptr, u.data<float>()},
-                                                     {&w.z.weight, nullptr, z.data<float>()},
-                                                     {&w.b.weight, nullptr, b.data<float>()},
-                                                     {&w.a.weight, nullptr, a.data<float>()}};
-  backend_.linears_of(h.data<float>(), num_tokens, projections);
+  const backend::Backend::LinearOfX projections[] = {{&w.qkv.weight, nullptr, u.ptr<float>()},
+                                                     {&w.z.weight, nullptr, z.ptr<float>()},
+                                                     {&w.b.weight, nullptr, b.ptr<float>()},
+                                                     {&w.a.weight, nullptr, a.ptr<float>()}};
+  backend_.linears_of(h.ptr<float>(), num_tokens, projections);
   const attention::GatedDeltaParams params{w.conv.data(), w.a_log.data(), w.dt_bias.data(), w.norm.data(),
                                            c.rms_norm_eps};
   const std::vector<backend::Backend::RecurrentSequence> sequences = attention.recurrent_sequences(backend_, layer, num_tokens);
   const Buffer mixed = activations(num_tokens * width);  // [T, NV, DV]
-  backend_.gated_delta_net(m.shape(), params, u.data<float>(), z.data<float>(), a.data<float>(), b.data<float>(),
-                           sequences, mixed.data<float>());
+  backend_.gated_delta_net(m.shape(), params, u.ptr<float>(), z.ptr<float>(), a.ptr<float>(), b.ptr<float>(),
+                           sequences, mixed.ptr<float>());
   const Buffer projected = activations(num_tokens * dim);
-  backend_.linear(w.out.weight, mixed.data<float>(), num_tokens, nullptr, projected.data<float>());
-  backend_.add(x, projected.data<float>(), num_tokens * dim);
+  backend_.linear(w.out.weight, mixed.ptr<float>(), num_tokens, nullptr, projected.ptr<float>());
+  backend_.add(x, projected.ptr<float>(), num_tokens * dim);
 }
 
 // DeepSeek Sparse Attention (docs/sparse-attention.md): the lightning indexer of `layer` (none
@@ -395,8 +396,9 @@ void TransformerForward::linear_attention_block(int layer, const ForwardBatch& b
 // over the selected positions. h: [T, D] normed input; qr: [T, q_lora]; absorbed: [T, H, R];
 // latent: [T, R] (RoPE'd); out: [T, H, R]. The cache row is [latent | kI].
 void TransformerForward::sparse_attention(int layer, const ForwardBatch& batch, AttentionContext& attention,
-                                          const float* h, const float* qr, const float* absorbed, const float* latent,
-                                          float* out) const {
+                                          DevicePtr<const float> h, DevicePtr<const float> qr,
+                                          DevicePtr<const float> absorbed, DevicePtr<const float> latent,
+                                          DevicePtr<float> out) const {
   const ModelConfig& c = config_;
   const SparseAttentionDims& s = c.dsa;
   const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
@@ -411,44 +413,45 @@ void TransformerForward::sparse_attention(int layer, const ForwardBatch& batch, 
   const IndexerWeights& ix = weights_.layers[static_cast<size_t>(layer)].attention.indexer;
   const int64_t ni = s.index_n_heads, di = s.index_head_dim;
   const Buffer index_q = activations(num_tokens * ni * di);  // [T, NI, DI]
-  backend_.linear(ix.wq_b.weight, qr, num_tokens, nullptr, index_q.data<float>());
+  backend_.linear(ix.wq_b.weight, qr, num_tokens, nullptr, index_q.ptr<float>());
   const Buffer index_k = activations(num_tokens * di);       // [T, DI]
   const Buffer index_w = activations(num_tokens * ni);       // [T, NI]
-  const backend::Backend::LinearOfX from_h[] = {{&ix.wk.weight, nullptr, index_k.data<float>()},
-                                                {&ix.weights_proj.weight, nullptr, index_w.data<float>()}};
+  const backend::Backend::LinearOfX from_h[] = {{&ix.wk.weight, nullptr, index_k.ptr<float>()},
+                                                {&ix.weights_proj.weight, nullptr, index_w.ptr<float>()}};
   backend_.linears_of(h, num_tokens, from_h);
-  backend_.layer_norm(index_k.data<float>(), num_tokens, di, ix.k_norm_weight.data(), ix.k_norm_bias.data(),
+  backend_.layer_norm(index_k.ptr<float>(), num_tokens, di, ix.k_norm_weight.data(), ix.k_norm_bias.data(),
                       s.key_norm_eps);
-  backend_.rope(*index_rope_, index_q.data<float>(), num_tokens, static_cast<int>(ni), batch.positions_for_ops());
-  backend_.rope(*index_rope_, index_k.data<float>(), num_tokens, 1, batch.positions_for_ops());
+  backend_.rope(*index_rope_, index_q.ptr<float>(), num_tokens, static_cast<int>(ni), batch.positions_for_ops());
+  backend_.rope(*index_rope_, index_k.ptr<float>(), num_tokens, 1, batch.positions_for_ops());
   const Buffer rows = activations(num_tokens * (row + di));  // [T, R + DI] = [c | k_pe | kI]
-  backend_.copy_rows(rows.data<float>(), row + di, latent, row, num_tokens, row);
-  backend_.copy_rows(rows.data<float>() + row, row + di, index_k.data<float>(), di, num_tokens, di);
+  backend_.copy_rows(rows.ptr<float>(), row + di, latent, row, num_tokens, row);
+  backend_.copy_rows(rows.ptr<float>() + row, row + di, index_k.ptr<float>(), di, num_tokens, di);
   index.queries = index_q.data<float>();
   index.weights = index_w.data<float>();
+  index.device = index_q.view().device;
   index.num_heads = static_cast<int>(ni);
   index.head_dim = static_cast<int>(di);
   index.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(ni)));
   index.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(di)));
   attention.attend_sparse(backend_, layer, layer_variants_[static_cast<size_t>(layer)], absorbed,
-                          rows.data<float>(), static_cast<int>(row), index, num_tokens, out);
+                          rows.ptr<float>(), static_cast<int>(row), index, num_tokens, out);
 }
 
-void TransformerForward::ffn_block(int layer, int64_t num_tokens, float* x) const {
+void TransformerForward::ffn_block(int layer, int64_t num_tokens, DevicePtr<float> x) const {
   const ModelConfig& c = config_;
   const LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
   const int64_t dim = c.hidden_size;
   const Buffer h = activations(num_tokens * dim);
-  backend_.copy(h.data<float>(), x, num_tokens * dim);
-  backend_.rms_norm(h.data<float>(), num_tokens, dim, l.post_attention_norm.data(), c.rms_norm_eps);
+  backend_.copy(h.ptr<float>(), x, num_tokens * dim);
+  backend_.rms_norm(h.ptr<float>(), num_tokens, dim, l.post_attention_norm.data(), c.rms_norm_eps);
   const Buffer out = activations(num_tokens * dim);
   if (l.is_moe) {
-    moe_ffn(layer, l.moe, h.data<float>(), num_tokens, out.data<float>());
+    moe_ffn(layer, l.moe, h.ptr<float>(), num_tokens, out.ptr<float>());
   } else {
-    backend_.swiglu_ffn(h.data<float>(), num_tokens, l.dense_mlp.gate.weight, l.dense_mlp.up.weight,
-                        l.dense_mlp.down.weight, out.data<float>());
+    backend_.swiglu_ffn(h.ptr<float>(), num_tokens, l.dense_mlp.gate.weight, l.dense_mlp.up.weight,
+                        l.dense_mlp.down.weight, out.ptr<float>());
   }
-  backend_.add(x, out.data<float>(), num_tokens * dim);
+  backend_.add(x, out.ptr<float>(), num_tokens * dim);
 }
 
 std::function<backend::Backend::ExpertWeights(int)> routed_expert_weights(const MoeWeights& moe) {
@@ -462,8 +465,9 @@ std::function<backend::Backend::ExpertWeights(int)> routed_expert_weights(const 
 
 // Grouped by expert, then each token's contributions summed in ascending expert id
 // (backend::routed_experts_on; the ids may be device memory).
-void LocalRoutedExperts::run(backend::Backend& backend, int /*layer*/, const MoeWeights& moe, const float* h, int64_t num_tokens,
-                             const int32_t* expert_ids, const float* gate_weights, float* out,
+void LocalRoutedExperts::run(backend::Backend& backend, int /*layer*/, const MoeWeights& moe, DevicePtr<const float> h,
+                             int64_t num_tokens, DevicePtr<const int32_t> expert_ids,
+                             DevicePtr<const float> gate_weights, DevicePtr<float> out,
                              const std::function<void()>& overlapped) {
   overlapped();  // nothing is in flight here
   backend::routed_experts_on(backend, h, num_tokens, config_.hidden_size, expert_ids, gate_weights, config_.top_k(),
@@ -473,14 +477,15 @@ void LocalRoutedExperts::run(backend::Backend& backend, int /*layer*/, const Moe
 // out[t] = sum over t's selected experts in ascending expert id of w * expert(h[t]),
 // then + the (gated) shared expert. The fixed order is what lets expert-parallel runs
 // reproduce this bit for bit.
-void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens, float* out) const {
+void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, DevicePtr<const float> h, int64_t num_tokens,
+                                 DevicePtr<float> out) const {
   const ModelConfig& c = config_;
   const int64_t dim = c.hidden_size;
   const int num_experts = c.num_experts();
   const int top_k = c.top_k();
   const Buffer router_logits = activations(num_tokens * num_experts);  // [T, E]
   backend_.linear(quant::LinearWeight::from_dense(moe.router), h, num_tokens,
-                  moe.router_bias.empty() ? nullptr : moe.router_bias.data(), router_logits.data<float>());
+                  moe.router_bias.empty() ? nullptr : moe.router_bias.data(), router_logits.ptr<float>());
   // The routing [T, K]: on the backend's device when the routed experts take it there (the
   // backend may plan their layout there, and a step graph must), else on the host for the
   // expert-parallel dispatch plan.
@@ -493,8 +498,8 @@ void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, const float* 
     device_ids = backend_.allocate(DType::kI32, {num_entries});
     device_weights = activations(num_entries);
   }
-  int32_t* expert_ids = on_device ? device_ids.data<int32_t>() : host_ids.data();
-  float* gate_weights = on_device ? device_weights.data<float>() : host_weights.data();
+  const DevicePtr<int32_t> expert_ids = on_device ? device_ids.ptr<int32_t>() : DevicePtr<int32_t>(host_ids);
+  const DevicePtr<float> gate_weights = on_device ? device_weights.ptr<float>() : DevicePtr<float>(host_weights);
   // Selection bias: the model's correction bias plus the balancer's, if any.
   const float* bias = moe.correction_bias.empty() ? nullptr : moe.correction_bias.data();
   std::vector<float> combined_bias;
@@ -509,7 +514,7 @@ void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, const float* 
     }
     bias = combined_bias.data();
   }
-  backend::route_on(backend_, c.router, router_logits.data<float>(), num_tokens, bias, expert_ids, gate_weights);
+  backend::route_on(backend_, c.router, router_logits.ptr<float>(), num_tokens, bias, expert_ids, gate_weights);
 
   // The shared expert (and its gate) runs while the routed experts' dispatch is in flight.
   Buffer shared, gate_logits;
@@ -518,16 +523,17 @@ void TransformerForward::moe_ffn(int layer, const MoeWeights& moe, const float* 
     if (!moe.shared_expert.has_value()) return;
     shared = activations(num_tokens * dim);
     backend_.swiglu_ffn(h, num_tokens, moe.shared_expert->gate.weight, moe.shared_expert->up.weight,
-                        moe.shared_expert->down.weight, shared.data<float>());
+                        moe.shared_expert->down.weight, shared.ptr<float>());
     if (gated) {
       gate_logits = activations(num_tokens);
       backend_.linear(quant::LinearWeight::from_dense(moe.shared_expert_gate), h, num_tokens, nullptr,
-                      gate_logits.data<float>());
+                      gate_logits.ptr<float>());
     }
   };
   routed_experts_->run(backend_, layer, moe, h, num_tokens, expert_ids, gate_weights, out, shared_expert);
   if (moe.shared_expert.has_value()) {
-    backend_.gated_add(out, shared.data<float>(), gated ? gate_logits.data<float>() : nullptr, num_tokens, dim);
+    backend_.gated_add(out, shared.ptr<float>(), gated ? gate_logits.ptr<float>() : DevicePtr<float>(), num_tokens,
+                       dim);
   }
 }
 

@@ -35,7 +35,8 @@ class AttentionContext {
   // Computes through `backend` (the model's), under the layer's `variant` (window, sinks,
   // scale, soft-cap: the model's knowledge of the layer).
   virtual void attend(backend::Backend& backend, int layer, const attention::AttentionVariant& variant,
-                      const float* q, const float* k, const float* v, int64_t num_tokens, float* out) = 0;
+                      DevicePtr<const float> q, DevicePtr<const float> k, DevicePtr<const float> v,
+                      int64_t num_tokens, DevicePtr<float> out) = 0;
   // Linear-attention layers (docs/gated-deltanet.md): each sequence's rows of the step, in row
   // order and covering every row, with the state of `layer` it carries from step to step
   // (on the backend's device). A context that keeps no recurrent state refuses (checked).
@@ -50,8 +51,8 @@ class AttentionContext {
   // from the last layer of this step that had one. Contexts without sparse attention fail
   // (the default).
   virtual void attend_sparse(backend::Backend& backend, int layer, const attention::AttentionVariant& variant,
-                             const float* q, const float* rows, int key_width, const attention::SparseIndexQuery& index,
-                             int64_t num_tokens, float* out);
+                             DevicePtr<const float> q, DevicePtr<const float> rows, int key_width,
+                             const attention::SparseIndexQuery& index, int64_t num_tokens, DevicePtr<float> out);
 };
 
 // Runs the routed experts of one MoE layer for this rank's tokens:
@@ -66,9 +67,9 @@ class RoutedExperts {
   // `overlapped` is work that does not depend on `out` (the shared experts): run() calls
   // it exactly once, on this thread, while its exchange is in flight where it has one.
   // Compute goes through `backend` (the model's).
-  virtual void run(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
-                   const int32_t* expert_ids, const float* weights, float* out,
-                   const std::function<void()>& overlapped) = 0;
+  virtual void run(backend::Backend& backend, int layer, const MoeWeights& moe, DevicePtr<const float> h,
+                   int64_t num_tokens, DevicePtr<const int32_t> expert_ids, DevicePtr<const float> weights,
+                   DevicePtr<float> out, const std::function<void()>& overlapped) = 0;
   // Whether run() takes expert_ids and weights in the backend's device memory and issues
   // device work only (no host reads, nothing kept on the host per step): then the routing
   // stays on the device and a step graph may record the layer. Otherwise they are host data.
@@ -82,8 +83,8 @@ std::function<backend::Backend::ExpertWeights(int)> routed_expert_weights(const 
 class LocalRoutedExperts : public RoutedExperts {
  public:
   explicit LocalRoutedExperts(const ModelConfig& config) : config_(config) {}
-  void run(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
-           const int32_t* expert_ids, const float* weights, float* out,
+  void run(backend::Backend& backend, int layer, const MoeWeights& moe, DevicePtr<const float> h, int64_t num_tokens,
+           DevicePtr<const int32_t> expert_ids, DevicePtr<const float> weights, DevicePtr<float> out,
            const std::function<void()>& overlapped) override;
   bool routes_on_device() const override { return true; }
 
@@ -98,11 +99,15 @@ struct ForwardBatch {
   // A step graph's copies of tokens and positions in the backend's device memory (what its
   // ops read; the vectors above still hold the same values for the checks); null otherwise.
   // Positions on the device need Backend::prepare_device_positions (prepare_step_graphs).
-  const int32_t* device_tokens = nullptr;
-  const int64_t* device_positions = nullptr;
+  DevicePtr<const int32_t> device_tokens;
+  DevicePtr<const int64_t> device_positions;
 
-  const int32_t* tokens_for_ops() const { return device_tokens != nullptr ? device_tokens : tokens.data(); }
-  const int64_t* positions_for_ops() const { return device_positions != nullptr ? device_positions : positions.data(); }
+  DevicePtr<const int32_t> tokens_for_ops() const {
+    return device_tokens != nullptr ? device_tokens : DevicePtr<const int32_t>(tokens);
+  }
+  DevicePtr<const int64_t> positions_for_ops() const {
+    return device_positions != nullptr ? device_positions : DevicePtr<const int64_t>(positions);
+  }
 };
 
 class TransformerForward {
@@ -136,7 +141,7 @@ class TransformerForward {
   // hidden state's), at batch.positions[i], and hidden[i] ([T, D] host, a g row or a chained
   // draft's block output). Returns the logits of batch.logit_rows, [R, V]; `block_out`
   // (may be null) receives the block's output y ([T, D], before shared_head.norm).
-  Result<std::vector<float>> mtp_forward(int module, const ForwardBatch& batch, const float* hidden,
+  Result<std::vector<float>> mtp_forward(int module, const ForwardBatch& batch, DevicePtr<const float> hidden,
                                          AttentionContext& attention, std::vector<float>* block_out) const;
   int num_mtp_modules() const { return static_cast<int>(weights_.mtp.size()); }
 
@@ -146,7 +151,7 @@ class TransformerForward {
   // The same forward writing the logits into `logits` ([logit_rows.size(), V], the backend's
   // device memory), so that it can run inside Backend::capture (nothing is returned to the
   // host and every buffer it allocates is released before it returns).
-  Status forward_into(const ForwardBatch& batch, AttentionContext& attention, float* logits) const;
+  Status forward_into(const ForwardBatch& batch, AttentionContext& attention, DevicePtr<float> logits) const;
 
   // Step graphs (docs/cuda-backend.md, Step graphs). Why this model's steps cannot be
   // recorded whatever the batch (empty: they can): the routed experts need the routing on
@@ -161,25 +166,29 @@ class TransformerForward {
 
  private:
   // x: [T, D] residual stream on the backend's device, updated in place.
-  void attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
-  void latent_attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
-  void linear_attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
-  void sparse_attention(int layer, const ForwardBatch& batch, AttentionContext& attention, const float* h,
-                        const float* qr, const float* absorbed, const float* latent, float* out) const;
-  void ffn_block(int layer, int64_t num_tokens, float* x) const;
+  void attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention, DevicePtr<float> x) const;
+  void latent_attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention,
+                              DevicePtr<float> x) const;
+  void linear_attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention,
+                              DevicePtr<float> x) const;
+  void sparse_attention(int layer, const ForwardBatch& batch, AttentionContext& attention, DevicePtr<const float> h,
+                        DevicePtr<const float> qr, DevicePtr<const float> absorbed, DevicePtr<const float> latent,
+                        DevicePtr<float> out) const;
+  void ffn_block(int layer, int64_t num_tokens, DevicePtr<float> x) const;
   // The logits of batch.logit_rows on the backend's device, [logit_rows.size(), V];
   // final_hidden (device [T, D], may be null) receives g (forward_with_hidden).
   Result<Buffer> device_logits(const ForwardBatch& batch, AttentionContext& attention,
-                               float* final_hidden = nullptr) const;
+                               DevicePtr<float> final_hidden = nullptr) const;
   // The logits of batch.logit_rows from x ([T, D] device, unnormalised; left unchanged
   // unless every row is a logit row): head(RMSNorm(x[rows], norm)).
-  Buffer head_logits(const ForwardBatch& batch, float* x, const std::vector<float>& norm,
+  Buffer head_logits(const ForwardBatch& batch, DevicePtr<float> x, const std::vector<float>& norm,
                      const quant::LinearWeight& head) const;
   // One decoder layer on the residual stream x ([T, D] device, updated in place).
-  void decoder_layer(int layer, const ForwardBatch& batch, AttentionContext& attention, float* x) const;
+  void decoder_layer(int layer, const ForwardBatch& batch, AttentionContext& attention, DevicePtr<float> x) const;
   // Scratch F32 storage of `count` values allocated by the backend.
   Buffer activations(int64_t count) const;
-  void moe_ffn(int layer, const MoeWeights& moe, const float* h, int64_t num_tokens, float* out) const;
+  void moe_ffn(int layer, const MoeWeights& moe, DevicePtr<const float> h, int64_t num_tokens,
+               DevicePtr<float> out) const;
 
   const ModelConfig& config_;
   const ModelWeights& weights_;

@@ -14,6 +14,44 @@
 
 namespace moert::weight_regions {
 
+// The regions of one view / F32 vector / linear weight / linear with its bias / gated MLP,
+// as walk() visits them (below).
+template <typename View, typename Visit>
+void walk_view(View& v, Visit&& visit) {
+  if (v.data == nullptr) return;
+  const std::optional<uint64_t> bytes = dtype_storage_bytes(v.dtype, static_cast<uint64_t>(v.numel()));
+  if (bytes.has_value()) visit(v.data, static_cast<int64_t>(*bytes));
+}
+template <typename Visit>
+void walk_floats(const std::vector<float>& values, Visit&& visit) {
+  const float* data = values.data();
+  if (!values.empty()) visit(data, static_cast<int64_t>(values.size() * sizeof(float)));
+}
+template <typename Weight, typename Visit>
+void walk_weight(Weight& w, Visit&& visit) {
+  if (!w.packed.has_value()) {
+    walk_view(w.dense, visit);
+    return;
+  }
+  // The whole packed storage of the weight: data, then the scales its format uses.
+  auto& q = *w.packed;
+  const quant::QuantizedWeightSizes sizes = quant::quantized_weight_sizes(q);
+  visit(q.data, sizes.data);
+  if (sizes.scales > 0) visit(q.scales, sizes.scales);
+  if (sizes.block_scales > 0) visit(q.block_scale_inv, sizes.block_scales);
+}
+template <typename Linear, typename Visit>
+void walk_linear(Linear& l, Visit&& visit) {
+  walk_weight(l.weight, visit);
+  walk_floats(l.bias, visit);
+}
+template <typename Mlp, typename Visit>
+void walk_mlp(Mlp& m, Visit&& visit) {
+  walk_linear(m.gate, visit);
+  walk_linear(m.up, visit);
+  walk_linear(m.down, visit);
+}
+
 // Calls visit(pointer, bytes) for each region: `pointer` is the view's or the packed weight's
 // own member (void*, const uint8_t* or const float*; const when `Weights` is const), so a
 // visitor of a mutable ModelWeights may point it elsewhere. The F32 vectors (norms, biases)
@@ -23,36 +61,11 @@ namespace moert::weight_regions {
 // per-head matrices, router, the attention and MLP linears (weight, then bias).
 template <typename Weights, typename Visit, typename SkipRoutedExpert>
 void walk(Weights& weights, Visit&& visit, SkipRoutedExpert&& skip_routed_expert) {
-  auto view = [&](auto& v) {
-    if (v.data == nullptr) return;
-    const std::optional<uint64_t> bytes = dtype_storage_bytes(v.dtype, static_cast<uint64_t>(v.numel()));
-    if (bytes.has_value()) visit(v.data, static_cast<int64_t>(*bytes));
-  };
-  auto floats = [&](const std::vector<float>& values) {
-    const float* data = values.data();
-    if (!values.empty()) visit(data, static_cast<int64_t>(values.size() * sizeof(float)));
-  };
-  auto weight = [&](auto& w) {
-    if (!w.packed.has_value()) {
-      view(w.dense);
-      return;
-    }
-    // The whole packed storage of the weight: data, then the scales its format uses.
-    auto& q = *w.packed;
-    const quant::QuantizedWeightSizes sizes = quant::quantized_weight_sizes(q);
-    visit(q.data, sizes.data);
-    if (sizes.scales > 0) visit(q.scales, sizes.scales);
-    if (sizes.block_scales > 0) visit(q.block_scale_inv, sizes.block_scales);
-  };
-  auto linear = [&](auto& l) {
-    weight(l.weight);
-    floats(l.bias);
-  };
-  auto mlp = [&](auto& m) {
-    linear(m.gate);
-    linear(m.up);
-    linear(m.down);
-  };
+  auto view = [&](auto& v) { walk_view(v, visit); };
+  auto floats = [&](const std::vector<float>& values) { walk_floats(values, visit); };
+  auto weight = [&](auto& w) { walk_weight(w, visit); };
+  auto linear = [&](auto& l) { walk_linear(l, visit); };
+  auto mlp = [&](auto& m) { walk_mlp(m, visit); };
   view(weights.embed_tokens);
   floats(weights.final_norm);
   weight(weights.lm_head);

@@ -774,10 +774,15 @@ Result<std::unique_ptr<LoadedModel>> load_model(const std::string& model_dir, co
 }
 
 void for_each_weight_region(const ModelWeights& weights,
-                            const std::function<void(const void* data, int64_t bytes)>& visit) {
+                            const std::function<void(const void* data, int64_t bytes)>& visit,
+                            const std::function<bool(int layer, int expert)>& routed_expert_here) {
   weight_regions::walk(
       weights, [&](const auto& pointer, int64_t bytes) { visit(pointer, bytes); },
-      [](int /*layer*/, int /*expert*/) { return false; });
+      [&](int layer, int expert) { return routed_expert_here && !routed_expert_here(layer, expert); });
+}
+
+void for_each_weight_region(const GatedMlp& mlp, const std::function<void(const void* data, int64_t bytes)>& visit) {
+  weight_regions::walk_mlp(mlp, [&](const auto& pointer, int64_t bytes) { visit(pointer, bytes); });
 }
 
 }  // namespace moert

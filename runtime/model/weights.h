@@ -149,10 +149,15 @@ std::string model_digest(const ModelConfig& config, const io::Checkpoint& checkp
 Status check_checkpoint_values(const io::Checkpoint& checkpoint);
 
 // Calls visit(data, bytes) for every host region the forward reads: each matrix (dense, or
-// a packed weight's data and scales), norm, bias and per-head matrix. Backends that keep
-// device copies register these (Backend::register_host_weights).
+// a packed weight's data and scales), norm, bias and per-head matrix; routed experts only
+// where routed_expert_here(layer, expert) holds (every one when it is empty). A device
+// backend places these in its memory (Backend::prepare_weights).
 void for_each_weight_region(const ModelWeights& weights,
-                            const std::function<void(const void* data, int64_t bytes)>& visit);
+                            const std::function<void(const void* data, int64_t bytes)>& visit,
+                            const std::function<bool(int layer, int expert)>& routed_expert_here = {});
+
+// The same for one gated MLP (a routed expert's gate, up and down weights and biases).
+void for_each_weight_region(const GatedMlp& mlp, const std::function<void(const void* data, int64_t bytes)>& visit);
 
 // With `mtp`, also the config's multi-token prediction modules (an error naming the missing
 // tensor when the config has none or the checkpoint lacks them).

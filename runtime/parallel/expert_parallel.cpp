@@ -71,6 +71,20 @@ void ExpertParallelExperts::set_micro_batches(int micro_batches) {
 void ExpertParallelExperts::set_placement(experts::ExpertPlacement placement) {
   check_placement(placement);
   placement_ = std::move(placement);
+  ++placement_version_;
+}
+
+void ExpertParallelExperts::place_hosted_experts(backend::Backend& backend, int layer, const MoeWeights& moe) {
+  if (placed_version_.size() <= static_cast<size_t>(layer)) placed_version_.resize(static_cast<size_t>(layer) + 1, 0);
+  int& placed = placed_version_[static_cast<size_t>(layer)];
+  if (placed == placement_version_) return;
+  placed = placement_version_;
+  const experts::LayerPlacement& hosts = placement_.for_model_layer(layer);
+  for (int expert = 0; expert < static_cast<int>(moe.experts.size()); ++expert) {
+    if (!hosts.rank_hosts(transport_.rank(), expert)) continue;
+    for_each_weight_region(moe.experts[static_cast<size_t>(expert)],
+                           [&](const void* data, int64_t bytes) { backend.place_host_weights(data, bytes); });
+  }
 }
 
 // The device counters only grow; what is new since the last collection is the difference to
@@ -79,7 +93,7 @@ void ExpertParallelExperts::collect_device_loads() {
   if (loads_backend_ == nullptr) return;
   const auto num_experts = static_cast<size_t>(config_.num_experts());
   std::vector<int64_t> totals(routed_loads_.size());
-  loads_backend_->copy_bytes(totals.data(), device_loads_.data<int64_t>(),
+  loads_backend_->copy_bytes(totals, device_loads_.ptr<const void>(),
                              static_cast<int64_t>(totals.size() * sizeof(int64_t)));
   for (size_t i = 0; i < totals.size(); ++i) {
     const int64_t added = totals[i] - device_loads_seen_[i];
@@ -156,8 +170,9 @@ class PayloadRows {
       host_.resize(static_cast<size_t>(count_));
     }
   }
-  float* data() { return host_.empty() ? device_.data<float>() : host_.data(); }
-  std::span<float> span() { return {data(), static_cast<size_t>(count_)}; }
+  float* data() { return ptr().get(); }
+  DevicePtr<float> ptr() { return host_.empty() ? device_.ptr<float>() : DevicePtr<float>(host_); }
+  DeviceSpan<float> span() { return {ptr(), static_cast<size_t>(count_)}; }
 
  private:
   int64_t count_ = 0;
@@ -184,7 +199,8 @@ class PayloadRows {
 class ExpertParallelLayerStep {
  public:
   ExpertParallelLayerStep(ExpertParallelExperts& executor, backend::Backend& backend, int layer, const MoeWeights& moe,
-                          const float* h, int64_t num_tokens, const int32_t* expert_ids, const float* weights)
+                          DevicePtr<const float> h, int64_t num_tokens, DevicePtr<const int32_t> expert_ids,
+                          DevicePtr<const float> weights)
       : x_(executor),
         backend_(backend),
         layer_(layer),
@@ -209,28 +225,29 @@ class ExpertParallelLayerStep {
 
   void prepare() {
     const int num_experts = x_.config_.num_experts();
+    const int32_t* expert_ids = expert_ids_.host("the expert-parallel routing");  // routes_on_device() is false
     for (int64_t i = 0; i < num_tokens_ * top_k_; ++i) {
-      const int32_t e = expert_ids_[i];
+      const int32_t e = expert_ids[i];
       MOERT_CHECK(e >= 0 && e < num_experts, "expert id " << e << " outside [0, " << num_experts << ")");
       ++x_.routed_loads_[static_cast<size_t>(layer_) * static_cast<size_t>(num_experts) + static_cast<size_t>(e)];
     }
     Result<experts::DispatchPlan> plan = experts::build_dispatch_plan(
-        placement_, rank_, {expert_ids_, static_cast<size_t>(num_tokens_ * top_k_)},
-        {weights_, static_cast<size_t>(num_tokens_ * top_k_)}, num_tokens_, top_k_);
+        placement_, rank_, {expert_ids, static_cast<size_t>(num_tokens_ * top_k_)},
+        {weights_.host("the expert-parallel routing"), static_cast<size_t>(num_tokens_ * top_k_)}, num_tokens_, top_k_);
     if (!plan.is_ok()) fail(plan.status());
     plan_ = std::move(plan).value();
     const int64_t num_send = plan_.num_send_rows();
     send_ = PayloadRows(row_device_, num_send, dim_);
     if (rows_on_device_) {
-      backend_.gather_rows(h_, dim_, plan_.send_token_idx.data(), num_send, send_.data());
+      backend_.gather_rows(h_, dim_, plan_.send_token_idx.data(), num_send, send_.ptr());
       backend_.synchronize();  // the payload transport's stream reads what the compute stream wrote
     } else if (backend_on_device_) {
       std::vector<float> host_h(static_cast<size_t>(num_tokens_ * dim_));
       backend_.to_host(h_, num_tokens_ * dim_, host_h.data());
-      experts::gather_send_rows(plan_, host_h, static_cast<int>(dim_), send_.span());
+      experts::gather_send_rows(plan_, host_h, static_cast<int>(dim_), send_.span().host());
     } else {
-      experts::gather_send_rows(plan_, {h_, static_cast<size_t>(num_tokens_ * dim_)}, static_cast<int>(dim_),
-                                send_.span());
+      experts::gather_send_rows(plan_, {h_.host("h"), static_cast<size_t>(num_tokens_ * dim_)}, static_cast<int>(dim_),
+                                send_.span().host());
     }
     routing_send_ = pack_row_routing(plan_, routing_format());
     if (dtypes_.dispatch != PayloadDType::kF32) {
@@ -320,7 +337,7 @@ class ExpertParallelLayerStep {
     combine_started_ = start;
   }
 
-  void finish(float* out) {
+  void finish(DevicePtr<float> out) {
     const auto start = std::chrono::steady_clock::now();
     const Status combined = combine_->wait();
     if (!combined.is_ok()) fail(combined);
@@ -332,7 +349,7 @@ class ExpertParallelLayerStep {
       decode_payload_rows(dtypes_.combine, returned_wire_.data(), plan_.num_return_rows(), dim_, returned_.data());
     }
     backend_.combine_rows(plan_.combine_src_rows, top_k_, returned_.span(), static_cast<int>(dim_),
-                          {out, static_cast<size_t>(num_tokens_ * dim_)});
+                          DeviceSpan<float>(out, static_cast<size_t>(num_tokens_ * dim_)));
   }
 
  private:
@@ -347,10 +364,10 @@ class ExpertParallelLayerStep {
   backend::Backend& backend_;
   const int layer_;
   const MoeWeights& moe_;
-  const float* h_;
+  const DevicePtr<const float> h_;
   const int64_t num_tokens_;
-  const int32_t* expert_ids_;
-  const float* weights_;
+  const DevicePtr<const int32_t> expert_ids_;
+  const DevicePtr<const float> weights_;
   const int rank_;
   const int top_k_;
   const int64_t dim_;
@@ -381,13 +398,14 @@ class ExpertParallelLayerStep {
   std::chrono::steady_clock::time_point dispatch_started_, combine_started_;
 };
 
-void ExpertParallelExperts::run(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
-                                const int32_t* expert_ids, const float* weights, float* out,
-                                const std::function<void()>& overlapped) {
+void ExpertParallelExperts::run(backend::Backend& backend, int layer, const MoeWeights& moe, DevicePtr<const float> h,
+                                int64_t num_tokens, DevicePtr<const int32_t> expert_ids, DevicePtr<const float> weights,
+                                DevicePtr<float> out, const std::function<void()>& overlapped) {
   if (routes_on_device()) {  // every expert here: the routing and the loads stay on the device
     run_on_device(backend, layer, moe, h, num_tokens, expert_ids, weights, out, overlapped);
     return;
   }
+  place_hosted_experts(backend, layer, moe);
   auto run_overlapped = [&] {
     const auto overlap_start = std::chrono::steady_clock::now();
     overlapped();  // the shared experts, while a dispatch is in flight
@@ -427,9 +445,10 @@ void ExpertParallelExperts::run(backend::Backend& backend, int layer, const MoeW
   b.finish(out + first * dim);
 }
 
-void ExpertParallelExperts::run_on_device(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h,
-                                          int64_t num_tokens, const int32_t* expert_ids, const float* weights, float* out,
-                                          const std::function<void()>& overlapped) {
+void ExpertParallelExperts::run_on_device(backend::Backend& backend, int layer, const MoeWeights& moe,
+                                          DevicePtr<const float> h, int64_t num_tokens,
+                                          DevicePtr<const int32_t> expert_ids, DevicePtr<const float> weights,
+                                          DevicePtr<float> out, const std::function<void()>& overlapped) {
   const int top_k = config_.top_k();
   const int num_experts = config_.num_experts();
   overlapped();
@@ -438,11 +457,11 @@ void ExpertParallelExperts::run_on_device(backend::Backend& backend, int layer, 
     loads_backend_ = &backend;
     device_loads_ = backend.allocate(DType::kI64, {static_cast<int64_t>(routed_loads_.size())});
     device_loads_seen_.assign(routed_loads_.size(), 0);
-    backend.copy_bytes(device_loads_.data<int64_t>(), device_loads_seen_.data(),
+    backend.copy_bytes(device_loads_.ptr<void>(), device_loads_seen_,
                        static_cast<int64_t>(device_loads_seen_.size() * sizeof(int64_t)));
   }
   backend.count_experts(expert_ids, num_tokens * top_k, num_experts,
-                        device_loads_.data<int64_t>() + static_cast<int64_t>(layer) * num_experts);
+                        device_loads_.ptr<int64_t>() + static_cast<int64_t>(layer) * num_experts);
   backend::routed_experts_on(backend, h, num_tokens, static_cast<int>(config_.hidden_size), expert_ids, weights, top_k,
                              num_experts, routed_expert_weights(moe), out);
 }

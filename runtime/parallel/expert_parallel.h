@@ -53,8 +53,8 @@ class ExpertParallelExperts : public RoutedExperts {
   ExpertParallelExperts(const ModelConfig& config, experts::ExpertPlacement placement, comm::Transport& transport,
                         comm::Transport* payload_transport = nullptr, PayloadDTypes payload_dtypes = {});
   // A transport failure aborts the whole job with a message naming this rank (no hang).
-  void run(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
-           const int32_t* expert_ids, const float* weights, float* out,
+  void run(backend::Backend& backend, int layer, const MoeWeights& moe, DevicePtr<const float> h, int64_t num_tokens,
+           DevicePtr<const int32_t> expert_ids, DevicePtr<const float> weights, DevicePtr<float> out,
            const std::function<void()>& overlapped) override;
   // One rank computes every expert with f32 payloads: the routing stays on the device (no
   // exchange, the loads counted there), so a step graph may record the layer. Narrower
@@ -72,7 +72,8 @@ class ExpertParallelExperts : public RoutedExperts {
   int micro_batches() const { return micro_batches_; }
 
   // Swaps the placement between steps (every rank must swap to the same one before the
-  // next step). Same checks as the constructor (MOERT_CHECK).
+  // next step). Same checks as the constructor (MOERT_CHECK). An expert that moves here is
+  // placed on the backend (Backend::place_host_weights) at its layer's next run().
   void set_placement(experts::ExpertPlacement placement);
   const experts::ExpertPlacement& placement() const { return placement_; }
 
@@ -87,11 +88,14 @@ class ExpertParallelExperts : public RoutedExperts {
   friend class ExpertParallelLayerStep;  // one layer's stages over this executor's state
   void check_placement(const experts::ExpertPlacement& placement) const;
   // One rank computes every expert: routing, layout and loads stay on the device.
-  void run_on_device(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
-                     const int32_t* expert_ids, const float* weights, float* out,
+  void run_on_device(backend::Backend& backend, int layer, const MoeWeights& moe, DevicePtr<const float> h,
+                     int64_t num_tokens, DevicePtr<const int32_t> expert_ids, DevicePtr<const float> weights,
+                     DevicePtr<float> out,
                      const std::function<void()>& overlapped);
   // Moves the loads counted on the device (one rank) into routed_loads_ / computed_loads_.
   void collect_device_loads();
+  // After a placement change: places the weights of the experts `layer` now hosts here.
+  void place_hosted_experts(backend::Backend& backend, int layer, const MoeWeights& moe);
 
   const ModelConfig& config_;
   experts::ExpertPlacement placement_;
@@ -99,6 +103,10 @@ class ExpertParallelExperts : public RoutedExperts {
   comm::Transport& payload_;
   const PayloadDTypes payload_dtypes_;
   int micro_batches_ = 1;
+  // The placement's version (set_placement counts up; the initial one, 0, was laid out with
+  // the model) and the version each layer's hosted experts were placed for.
+  int placement_version_ = 0;
+  std::vector<int> placed_version_;  // [L]
   ExpertParallelStats stats_;
   std::vector<int64_t> routed_loads_;    // [L, E]
   std::vector<int64_t> computed_loads_;  // [L]

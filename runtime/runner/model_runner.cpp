@@ -19,7 +19,11 @@ struct GroupStep {
   std::vector<int64_t> slots;
   std::vector<int32_t> page_indptr{0}, page_indices, last_page_len;
   attention::PagedAttentionPlan plan;
-  const int64_t* device_slots = nullptr;
+  DevicePtr<const int64_t> device_slots;  // a step graph's copy of slots
+
+  DevicePtr<const int64_t> slots_for_ops() const {
+    return device_slots != nullptr ? device_slots : DevicePtr<const int64_t>(slots);
+  }
 };
 
 // Linear-attention layers read their sequences' state slots instead (recurrent[layer], empty
@@ -42,11 +46,12 @@ class PagedAttentionContext : public AttentionContext {
     return sequences;
   }
 
-  void attend(backend::Backend& backend, int layer, const attention::AttentionVariant& variant, const float* q,
-              const float* k, const float* v, int64_t num_tokens, float* out) override {
+  void attend(backend::Backend& backend, int layer, const attention::AttentionVariant& variant,
+              DevicePtr<const float> q, DevicePtr<const float> k, DevicePtr<const float> v, int64_t num_tokens,
+              DevicePtr<float> out) override {
     const attention::PagedKvLayer& kv = layers_[static_cast<size_t>(layer)];
     const GroupStep& group = groups_[static_cast<size_t>(layer_group_[static_cast<size_t>(layer)])];
-    backend.write_kv(kv, k, v, group.device_slots != nullptr ? group.device_slots : group.slots.data(), num_tokens);
+    backend.write_kv(kv, k, v, group.slots_for_ops(), num_tokens);
     attention::PagedAttentionPlan plan = group.plan;
     plan.variant = variant;
     backend.paged_attention(q, kv, plan, num_heads_, out);
@@ -54,16 +59,15 @@ class PagedAttentionContext : public AttentionContext {
 
   // DSA (docs/sparse-attention.md): the rows [c | k_pe | kI] fill the latent layer's slots;
   // the selection and the attention read them through the step's causal plan.
-  void attend_sparse(backend::Backend& backend, int layer, const attention::AttentionVariant& variant, const float* q,
-                     const float* rows, int key_width, const attention::SparseIndexQuery& index, int64_t num_tokens,
-                     float* out) override {
+  void attend_sparse(backend::Backend& backend, int layer, const attention::AttentionVariant& variant,
+                     DevicePtr<const float> q, DevicePtr<const float> rows, int key_width,
+                     const attention::SparseIndexQuery& index, int64_t num_tokens, DevicePtr<float> out) override {
     const attention::PagedKvLayer& kv = layers_[static_cast<size_t>(layer)];
     const GroupStep& group = groups_[static_cast<size_t>(layer_group_[static_cast<size_t>(layer)])];
     MOERT_CHECK(kv.head_dim == key_width + index.head_dim,
                 "layer " << layer << ": cache rows of " << kv.head_dim << " values, expected " << key_width << " + "
                          << index.head_dim);
-    backend.write_kv(kv, rows, rows, group.device_slots != nullptr ? group.device_slots : group.slots.data(),
-                     num_tokens);
+    backend.write_kv(kv, rows, rows, group.slots_for_ops(), num_tokens);
     attention::PagedAttentionPlan plan = group.plan;
     plan.variant = variant;
     // The selection is per query row of the step (positions, not slots), so a later layer
@@ -71,11 +75,11 @@ class PagedAttentionContext : public AttentionContext {
     if (num_tokens == 0) return;  // a rank's empty step (expert parallelism): nothing to select
     if (index.num_heads > 0) {
       selected_ = backend.allocate(DType::kI32, {std::max<int64_t>(1, num_tokens * index.top_k)});
-      backend.sparse_index_select(index, kv, key_width, plan, selected_.data<int32_t>());
+      backend.sparse_index_select(index, kv, key_width, plan, selected_.ptr<int32_t>());
     }
     MOERT_CHECK(selected_.view().data != nullptr && selected_.view().numel() >= num_tokens * index.top_k,
                 "layer " << layer << " shares an indexer selection that no earlier layer of this step made");
-    backend.sparse_paged_attention(q, kv, key_width, plan, num_heads_, selected_.data<int32_t>(), index.top_k, out);
+    backend.sparse_paged_attention(q, kv, key_width, plan, num_heads_, selected_.ptr<int32_t>(), index.top_k, out);
   }
 
  private:
@@ -183,6 +187,7 @@ PagedModelRunner::PagedModelRunner(const TransformerForward& model, std::vector<
       attention::PagedKvLayer& view = storage.view;
       view = {storage.keys.view().data, values.view().data, kv.num_blocks, kv.block_size,
               group.num_kv_heads, group.head_dim, group.dtype};
+      view.device = storage.keys.view().device;
       if (group.dtype == DType::kF8E4M3) {
         storage.key_scales = backend.allocate(DType::kF32, {kv.num_blocks, group.num_kv_heads});
         if (!latent) storage.value_scales = backend.allocate(DType::kF32, {kv.num_blocks, group.num_kv_heads});
@@ -276,7 +281,7 @@ Result<T> PagedModelRunner::run_step(const RunnerBatch& batch, Eager&& eager, Fr
   apply_state_work(batch);
   StepPlan step = plan_step(batch);
   if (step_graph_max_batch_ > 0 && batch.final_hidden == nullptr) {
-    MOERT_ASSIGN_OR_RETURN(const float* logits, replay_decode_graph(step));
+    MOERT_ASSIGN_OR_RETURN(const DevicePtr<const float> logits, replay_decode_graph(step));
     if (logits != nullptr) return from_device_logits(logits, static_cast<int64_t>(step.forward.logit_rows.size()));
   }
   const std::vector<attention::PagedKvLayer> views = layer_views();
@@ -304,10 +309,10 @@ void PagedModelRunner::apply_state_work(const RunnerBatch& batch) {
     MOERT_CHECK(first != candidate_rows_.end(), "rollback of slot " << rollback.slot << " that kept no candidates");
     const int64_t row = first->second + rollback.row;
     for (StateStorage& storage : states_) {
-      backend.copy_bytes(storage.conv.data<float>() + rollback.slot * conv, storage.conv_candidates.data<float>() + row * conv,
+      backend.copy_bytes(storage.conv.ptr<float>() + rollback.slot * conv, storage.conv_candidates.ptr<float>() + row * conv,
                          conv * f32);
-      backend.copy_bytes(storage.recurrent.data<float>() + rollback.slot * recurrent,
-                         storage.recurrent_candidates.data<float>() + row * recurrent, recurrent * f32);
+      backend.copy_bytes(storage.recurrent.ptr<float>() + rollback.slot * recurrent,
+                         storage.recurrent_candidates.ptr<float>() + row * recurrent, recurrent * f32);
     }
   }
   const std::vector<float> zeros(static_cast<size_t>(std::max(conv, recurrent)), 0.0f);
@@ -315,14 +320,14 @@ void PagedModelRunner::apply_state_work(const RunnerBatch& batch) {
     check_slot(op.dst);
     if (op.src != attention::kNoSlot) check_slot(op.src);
     for (StateStorage& storage : states_) {
-      float* conv_dst = storage.conv.data<float>() + op.dst * conv;
-      float* recurrent_dst = storage.recurrent.data<float>() + op.dst * recurrent;
+      const DevicePtr<float> conv_dst = storage.conv.ptr<float>() + op.dst * conv;
+      const DevicePtr<float> recurrent_dst = storage.recurrent.ptr<float>() + op.dst * recurrent;
       if (op.src == attention::kNoSlot) {
-        backend.copy_bytes(conv_dst, zeros.data(), conv * f32);
-        backend.copy_bytes(recurrent_dst, zeros.data(), recurrent * f32);
+        backend.copy_bytes(conv_dst, zeros, conv * f32);
+        backend.copy_bytes(recurrent_dst, zeros, recurrent * f32);
       } else {
-        backend.copy_bytes(conv_dst, storage.conv.data<float>() + op.src * conv, conv * f32);
-        backend.copy_bytes(recurrent_dst, storage.recurrent.data<float>() + op.src * recurrent, recurrent * f32);
+        backend.copy_bytes(conv_dst, storage.conv.ptr<float>() + op.src * conv, conv * f32);
+        backend.copy_bytes(recurrent_dst, storage.recurrent.ptr<float>() + op.src * recurrent, recurrent * f32);
       }
     }
   }
@@ -368,12 +373,12 @@ PagedModelRunner::StepRecurrent PagedModelRunner::plan_recurrent(const RunnerBat
       backend::Backend::RecurrentSequence sequence;
       sequence.first_row = row;
       sequence.num_rows = static_cast<int64_t>(chunk.tokens.size());
-      sequence.conv_state = storage.conv.data<float>() + chunk.state_slot * conv;
-      sequence.recurrent_state = storage.recurrent.data<float>() + chunk.state_slot * values;
+      sequence.conv_state = storage.conv.ptr<float>() + chunk.state_slot * conv;
+      sequence.recurrent_state = storage.recurrent.ptr<float>() + chunk.state_slot * values;
       if (chunk.keep_state_candidates) {
         const int64_t first = candidate_rows_.at(chunk.state_slot);
-        sequence.conv_states_after = storage.conv_candidates.data<float>() + first * conv;
-        sequence.recurrent_states_after = storage.recurrent_candidates.data<float>() + first * values;
+        sequence.conv_states_after = storage.conv_candidates.ptr<float>() + first * conv;
+        sequence.recurrent_states_after = storage.recurrent_candidates.ptr<float>() + first * values;
       }
       std::vector<attention::StateCopy>& copies = recurrent.copies.emplace_back();
       for (const SequenceChunk::StateSnapshot& snapshot : chunk.state_snapshots) {
@@ -431,8 +436,8 @@ struct PagedModelRunner::DecodeGraph {
     std::memcpy(host.data() + offset, values.data(), values.size() * sizeof(T));
   }
   template <typename T>
-  T* device(size_t offset) const {
-    return reinterpret_cast<T*>(inputs.data<uint8_t>() + offset);
+  DevicePtr<T> device(size_t offset) const {
+    return {reinterpret_cast<T*>(inputs.data<uint8_t>() + offset), inputs.view().device};
   }
   // The step on the device arrays: what the recorded ops read.
   void bind(StepPlan& step) const {
@@ -441,25 +446,26 @@ struct PagedModelRunner::DecodeGraph {
     for (size_t g = 0; g < groups.size(); ++g) {
       GroupStep& group = step.groups[g];
       group.device_slots = device<int64_t>(groups[g].slots);
-      group.plan.qo_indptr = device<int32_t>(qo_indptr);
-      group.plan.kv_page_indptr = device<int32_t>(groups[g].page_indptr);
-      group.plan.kv_last_page_len = device<int32_t>(groups[g].last_page_len);
-      group.plan.kv_page_indices = device<int32_t>(groups[g].page_indices);
+      group.plan.qo_indptr = device<int32_t>(qo_indptr).get();
+      group.plan.kv_page_indptr = device<int32_t>(groups[g].page_indptr).get();
+      group.plan.kv_last_page_len = device<int32_t>(groups[g].last_page_len).get();
+      group.plan.kv_page_indices = device<int32_t>(groups[g].page_indices).get();
+      group.plan.device = inputs.view().device;
       group.plan.num_rows_when_on_device = batch;
     }
   }
 };
 
-Result<const float*> PagedModelRunner::replay_decode_graph(const StepPlan& plan) {
+Result<DevicePtr<const float>> PagedModelRunner::replay_decode_graph(const StepPlan& plan) {
   const auto batch = static_cast<int>(plan.forward.tokens.size());
-  if (!plan.decode_only || batch > step_graph_max_batch_ || !model_.step_graph_blocker().empty()) return nullptr;
+  if (!plan.decode_only || batch > step_graph_max_batch_ || !model_.step_graph_blocker().empty()) return DevicePtr<const float>();
   const ModelConfig& config = model_.config();
   const int64_t max_pages = std::min<int64_t>(
       (config.max_position_embeddings + kv_.block_size - 1) / kv_.block_size, kv_.num_blocks);
   for (const GroupStep& group : plan.groups) {
     for (int b = 0; b < batch; ++b) {
       if (group.page_indptr[static_cast<size_t>(b) + 1] - group.page_indptr[static_cast<size_t>(b)] > max_pages) {
-        return nullptr;  // past the model's positions: the eager forward reports it
+        return DevicePtr<const float>();  // past the model's positions: the eager forward reports it
       }
     }
   }
@@ -467,10 +473,10 @@ Result<const float*> PagedModelRunner::replay_decode_graph(const StepPlan& plan)
   std::unique_ptr<DecodeGraph>& graph = decode_graphs_[batch];
   if (graph == nullptr) graph = std::make_unique<DecodeGraph>(batch, max_pages, plan.groups.size());
   DecodeGraph& g = *graph;
-  if (g.failed) return nullptr;
+  if (g.failed) return DevicePtr<const float>();
   if (!g.warmed_up) {
     g.warmed_up = true;
-    return nullptr;
+    return DevicePtr<const float>();
   }
   backend::Backend& backend = model_.backend();
   if (g.graph == nullptr) {
@@ -483,7 +489,7 @@ Result<const float*> PagedModelRunner::replay_decode_graph(const StepPlan& plan)
     Status forward_status;
     Result<std::unique_ptr<backend::Backend::StepGraph>> captured = backend.capture([&] {
       PagedAttentionContext context(views, layer_group_, recorded.groups, config.num_heads);
-      forward_status = model_.forward_into(recorded.forward, context, g.logits.data<float>());
+      forward_status = model_.forward_into(recorded.forward, context, g.logits.ptr<float>());
     });
     if (!forward_status.is_ok() || !captured.is_ok()) {
       g.failed = true;
@@ -492,7 +498,7 @@ Result<const float*> PagedModelRunner::replay_decode_graph(const StepPlan& plan)
       ++step_graph_stats_.failed;
       MOERT_WARN("decode steps of " << batch << " sequence(s) run without a step graph: "
                                     << (forward_status.is_ok() ? captured.status().message() : forward_status.message()));
-      return nullptr;
+      return DevicePtr<const float>();
     }
     g.graph = std::move(captured).value();
     ++step_graph_stats_.captured;
@@ -507,10 +513,10 @@ Result<const float*> PagedModelRunner::replay_decode_graph(const StepPlan& plan)
     g.pack(g.groups[i].last_page_len, group.last_page_len);
     g.pack(g.groups[i].page_indices, group.page_indices);
   }
-  backend.copy_bytes(g.inputs.data<uint8_t>(), g.host.data(), static_cast<int64_t>(g.bytes));
+  backend.copy_bytes(g.inputs.ptr<void>(), g.host, static_cast<int64_t>(g.bytes));
   g.graph->replay();
   ++step_graph_stats_.replayed;
-  return g.logits.data<float>();
+  return DevicePtr<const float>(g.logits.ptr<float>());
 }
 
 Result<std::vector<float>> PagedModelRunner::run(const RunnerBatch& batch) {
@@ -520,7 +526,7 @@ Result<std::vector<float>> PagedModelRunner::run(const RunnerBatch& batch) {
         if (batch.final_hidden != nullptr) return model_.forward_with_hidden(forward, attention, batch.final_hidden);
         return model_.forward(forward, attention);
       },
-      [&](const float* logits, int64_t num_rows) -> Result<std::vector<float>> {
+      [&](DevicePtr<const float> logits, int64_t num_rows) -> Result<std::vector<float>> {
         std::vector<float> host(static_cast<size_t>(num_rows * model_.config().vocab_size));
         model_.backend().to_host(logits, static_cast<int64_t>(host.size()), host.data());
         return host;
@@ -534,7 +540,7 @@ Result<std::vector<int32_t>> PagedModelRunner::run_and_sample(const RunnerBatch&
       [&](const ForwardBatch& forward, AttentionContext& attention) {
         return model_.forward_and_sample(forward, attention, rows);
       },
-      [&](const float* logits, int64_t num_rows) -> Result<std::vector<int32_t>> {
+      [&](DevicePtr<const float> logits, int64_t num_rows) -> Result<std::vector<int32_t>> {
         if (static_cast<int64_t>(rows.size()) != num_rows) {
           return invalid_argument(std::to_string(rows.size()) + " sampling rows for " + std::to_string(num_rows) +
                                   " logit rows");

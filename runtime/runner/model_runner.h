@@ -153,7 +153,7 @@ class PagedModelRunner final : public ModelRunner {
   std::vector<attention::PagedKvLayer> layer_views() const;
   // The device logits [B, V] of a decode step run as a step graph, or null when the step
   // runs eagerly (not a decode step, graphs off or failed, or the batch size's first step).
-  Result<const float*> replay_decode_graph(const StepPlan& plan);
+  Result<DevicePtr<const float>> replay_decode_graph(const StepPlan& plan);
   // Applies the batch's block copies, then replays the step's graph (from_device_logits
   // turns its device logits [rows, V] into the result) or hands `eager` the step's tokens
   // and attention.

@@ -59,7 +59,7 @@ Result<std::vector<Draft>> MtpProposer::propose(std::span<const DraftRequest> re
   // Padding calls: no rows, but this rank's part of every exchange of the module's MoE layer.
   for (int64_t call = num_calls; call < agreed_calls; ++call) {
     const float no_rows = 0.0f;
-    MOERT_RETURN_IF_ERROR(model_.mtp_forward(0, ForwardBatch{}, &no_rows, empty_cache_, nullptr).status());
+    MOERT_RETURN_IF_ERROR(model_.mtp_forward(0, ForwardBatch{}, host_ptr(&no_rows), empty_cache_, nullptr).status());
   }
   return drafts;
 }
@@ -115,7 +115,7 @@ Result<Draft> MtpProposer::propose_one(const DraftRequest& request, SeqState& st
   batch.logit_rows = {last - rows};
   std::vector<float> block_out;
   MOERT_ASSIGN_OR_RETURN(std::vector<float> logits,
-                         model_.mtp_forward(0, batch, state.g.data() + (rows - state.g_base) * dim, *state.cache,
+                         model_.mtp_forward(0, batch, host_ptr(state.g.data() + (rows - state.g_base) * dim), *state.cache,
                                             &block_out));
   state.cache->advance(last + 1 - rows);  // cache slot i holds position row_base + i
   state.row_tokens.insert(state.row_tokens.end(), batch.tokens.begin(), batch.tokens.end());
@@ -144,7 +144,7 @@ Result<Draft> MtpProposer::propose_one(const DraftRequest& request, SeqState& st
     chained.tokens = {token};
     chained.positions = {last + 1 + j};
     chained.logit_rows = {0};
-    MOERT_ASSIGN_OR_RETURN(logits, model_.mtp_forward(0, chained, hidden.data(), *state.cache, &hidden));
+    MOERT_ASSIGN_OR_RETURN(logits, model_.mtp_forward(0, chained, host_ptr(hidden.data()), *state.cache, &hidden));
     state.cache->advance(1);
   }
   // The chained rows used drafts: only rows of known tokens stay.

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/death_test.h"
+
 namespace moert {
 namespace {
 
@@ -45,6 +47,45 @@ TEST(Tensor, BufferMoves) {
   EXPECT_EQ(b.view().data, data);
   EXPECT_EQ(b.size_bytes(), 10u);
   EXPECT_EQ(a.view().data, nullptr);
+}
+
+// A device view keeps its device through arithmetic and const conversion; host memory by
+// type (vectors) and by name (host_ptr) is the CPU's; a Buffer names the device it was
+// allocated on (core/device.h).
+TEST(DeviceViews, CarryTheirDeviceAndCheckIt) {
+  std::vector<float> host(8, 1.0f);
+  const DevicePtr<float> from_vector = host;
+  EXPECT_EQ(from_vector.get(), host.data());
+  EXPECT_TRUE(from_vector.on_host());
+  EXPECT_EQ(host_ptr(host.data() + 3).get(), from_vector.get() + 3);
+  const Device gpu{DeviceKind::kCuda, 1};
+  float cell = 0.0f;
+  const DevicePtr<float> elsewhere(&cell, gpu);
+  const DevicePtr<const void> moved = elsewhere + 2;  // arithmetic, then to const void
+  EXPECT_EQ(moved.device(), gpu);
+  EXPECT_EQ(moved.get(), static_cast<const void*>(&cell + 2));
+  EXPECT_FALSE(moved.on_host());
+  EXPECT_EQ(elsewhere.on(gpu, "x"), &cell);
+  const DevicePtr<float> null = nullptr;
+  EXPECT_TRUE(null == nullptr);
+  EXPECT_FALSE(static_cast<bool>(null));
+
+  Buffer buffer(DType::kF32, {2, 3});
+  EXPECT_TRUE(buffer.ptr<float>().on_host());
+  EXPECT_EQ(buffer.span<float>().size(), 6u);
+  const DeviceSpan<const float> rows = buffer.span<float>().subspan(3, 3);
+  EXPECT_EQ(rows.data().get(), buffer.data<float>() + 3);
+  EXPECT_EQ(rows.host().size(), 3u);
+  const DeviceSpan<const float> of_vector = host;
+  EXPECT_EQ(of_vector.size(), 8u);
+}
+
+TEST(DeviceViews, HostCodeRefusesAnotherDevicesMemoryNamingBoth) {
+  float cell = 0.0f;
+  const DevicePtr<float> on_gpu(&cell, Device{DeviceKind::kCuda, 0});
+  MOERT_EXPECT_DEATH((void)on_gpu.host("rms_norm x"), "rms_norm x is memory of cuda:0, expected cpu:0");
+  MOERT_EXPECT_DEATH((void)host_ptr(&cell).on(Device{DeviceKind::kCuda, 1}, "copy_bytes src"),
+                     "copy_bytes src is memory of cpu:0, expected cuda:1");
 }
 
 }  // namespace

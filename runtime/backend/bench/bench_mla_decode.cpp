@@ -135,41 +135,41 @@ int main(int argc, char** argv) {
     std::vector<float> latent_storage(static_cast<size_t>(plan.num_blocks) * kBlockSize * kRow);
     attention::PagedKvLayer latent{latent_storage.data(), latent_storage.data(), plan.num_blocks, kBlockSize, 1,
                                    static_cast<int>(kRow), DType::kF32};
-    cpu.write_kv(latent, rows.data(), rows.data(), plan.slots.data(), positions);
+    cpu.write_kv(latent, rows, rows, plan.slots, positions);
 
     // Absorbed.
     std::vector<float> q_abs(static_cast<size_t>(batch * heads * kRow)), o_lat(q_abs.size());
     std::vector<float> absorbed_out(static_cast<size_t>(batch * heads * kValue));
     auto absorbed = [&] {
-      cpu.per_head_linear(key_absorb.data(), heads, kLatent, kNope, q.data(), kQkHead, batch, q_abs.data(), kRow);
-      cpu.copy_rows(q_abs.data() + kLatent, kRow, q.data() + kNope, kQkHead, batch * heads, kRope);
-      cpu.paged_attention(q_abs.data(), latent, plan.plan, heads, o_lat.data());
-      cpu.per_head_linear(value_up.data(), heads, kValue, kLatent, o_lat.data(), kRow, batch, absorbed_out.data(), kValue);
+      cpu.per_head_linear(key_absorb.data(), heads, kLatent, kNope, host_ptr(q.data()), kQkHead, batch, host_ptr(q_abs.data()), kRow);
+      cpu.copy_rows(host_ptr(q_abs.data() + kLatent), kRow, host_ptr(q.data() + kNope), kQkHead, batch * heads, kRope);
+      cpu.paged_attention(host_ptr(q_abs.data()), latent, plan.plan, heads, host_ptr(o_lat.data()));
+      cpu.per_head_linear(value_up.data(), heads, kValue, kLatent, host_ptr(o_lat.data()), kRow, batch, host_ptr(absorbed_out.data()), kValue);
     };
 
     // Materialise K/V of every position from the latent rows: kv = kv_b_proj c.
     std::vector<float> compressed(static_cast<size_t>(positions * kLatent)), kv(static_cast<size_t>(positions * heads * (kNope + kValue)));
     std::vector<float> keys(static_cast<size_t>(positions * heads * kQkHead)), values(keys.size(), 0.0f);
     auto expand = [&] {
-      cpu.copy_rows(compressed.data(), kLatent, rows.data(), kRow, positions, kLatent);
-      cpu.linear(kv_b_weight, compressed.data(), positions, nullptr, kv.data());
-      cpu.copy_rows(keys.data(), kQkHead, kv.data(), kNope + kValue, positions * heads, kNope);
+      cpu.copy_rows(host_ptr(compressed.data()), kLatent, host_ptr(rows.data()), kRow, positions, kLatent);
+      cpu.linear(kv_b_weight, host_ptr(compressed.data()), positions, nullptr, host_ptr(kv.data()));
+      cpu.copy_rows(host_ptr(keys.data()), kQkHead, host_ptr(kv.data()), kNope + kValue, positions * heads, kNope);
       for (int h = 0; h < heads; ++h) {
-        cpu.copy_rows(keys.data() + h * kQkHead + kNope, heads * kQkHead, rows.data() + kLatent, kRow, positions, kRope);
+        cpu.copy_rows(host_ptr(keys.data()) + h * kQkHead + kNope, heads * kQkHead, host_ptr(rows.data() + kLatent), kRow, positions, kRope);
       }
-      cpu.copy_rows(values.data(), kQkHead, kv.data() + kNope, kNope + kValue, positions * heads, kValue);
+      cpu.copy_rows(host_ptr(values.data()), kQkHead, host_ptr(kv.data() + kNope), kNope + kValue, positions * heads, kValue);
     };
     std::vector<float> k_storage(static_cast<size_t>(plan.num_blocks) * kBlockSize * heads * kQkHead), v_storage(k_storage.size());
     attention::PagedKvLayer expanded_layer{k_storage.data(), v_storage.data(), plan.num_blocks, kBlockSize, heads,
                                            static_cast<int>(kQkHead), DType::kF32};
     std::vector<float> mha_out(static_cast<size_t>(batch * heads * kQkHead)), expanded_out(absorbed_out.size());
     auto mha = [&] {
-      cpu.paged_attention(q.data(), expanded_layer, plan.plan, heads, mha_out.data());
-      cpu.copy_rows(expanded_out.data(), kValue, mha_out.data(), kQkHead, batch * heads, kValue);
+      cpu.paged_attention(host_ptr(q.data()), expanded_layer, plan.plan, heads, host_ptr(mha_out.data()));
+      cpu.copy_rows(host_ptr(expanded_out.data()), kValue, host_ptr(mha_out.data()), kQkHead, batch * heads, kValue);
     };
     auto reexpand = [&] {
       expand();
-      cpu.write_kv(expanded_layer, keys.data(), values.data(), plan.slots.data(), positions);
+      cpu.write_kv(expanded_layer, keys, values, plan.slots, positions);
       mha();
     };
     reexpand();  // also fills the expanded cache for the expanded form

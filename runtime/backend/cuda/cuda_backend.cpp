@@ -20,6 +20,7 @@
 #include "core/cuda/cuda_api.h"
 #include "runtime/backend/cuda/device_memory.h"
 #include "runtime/backend/cuda/device_weights.h"
+#include "runtime/model/weights.h"
 #include "core/cuda/elementwise.h"
 #include "quant/cuda/linear.h"
 #include "core/cuda/rms_norm.h"
@@ -65,31 +66,40 @@ class CudaBackend : public backend::Backend {
   // BF16: half the bytes of F32 and what GPU serving stacks keep by default (docs/kv-cache.md).
   DType preferred_kv_cache_dtype() const override { return DType::kBF16; }
 
-  void register_host_weights(const void* data, int64_t bytes) override { weights_.add_region(data, bytes); }
+  // Places every weight region this rank computes with (docs/cuda-backend.md "Weights"): the
+  // ops then find each weight's device copy by its host view, and nothing is uploaded on use.
+  Status prepare_weights(ModelWeights& weights, const io::Checkpoint& /*checkpoint*/,
+                         const backend::WeightPreparation& how) override {
+    for_each_weight_region(weights, [this](const void* data, int64_t bytes) { weights_.place(data, bytes); },
+                           how.routed_expert_here);
+    return Status::ok();
+  }
+  void place_host_weights(const void* data, int64_t bytes) override { weights_.place(data, bytes); }
 
-  void embedding_gather(const TensorView& table, const int32_t* tokens, int64_t num_tokens, float* out) override {
-    Staging s(weights_);
+  void embedding_gather(const TensorView& table, DevicePtr<const int32_t> tokens, int64_t num_tokens,
+                        DevicePtr<float> out) override {
+    Staging s(weights_, device());
     const int64_t dim = table.dim(1);
     MOERT_CHECK(table.dtype == DType::kF32 || table.dtype == DType::kBF16 || table.dtype == DType::kF16,
                 "embedding dtype " << dtype_name(table.dtype) << " (F32, BF16 or F16 expected)");
     const TableType type = table.dtype == DType::kF32    ? TableType::kF32
                            : table.dtype == DType::kBF16 ? TableType::kBF16
                                                          : TableType::kF16;
-    const void* device_table = s.weight(table.data, table.numel() * dtype_bytes(table.dtype));
+    const void* device_table = s.weight(table, table.numel() * dtype_bytes(table.dtype));
     s.finish(MOERT_CUDA_NS::embedding_gather(device_table, type, dim, s.in(tokens, num_tokens), num_tokens,
                                              s.out(out, num_tokens * dim), stream()),
              "embedding_gather");
   }
 
-  void rms_norm(float* x, int64_t num_rows, int64_t dim, const float* weight, float eps) override {
-    Staging s(weights_);
+  void rms_norm(DevicePtr<float> x, int64_t num_rows, int64_t dim, const float* weight, float eps) override {
+    Staging s(weights_, device());
     s.finish(rms_norm_rows(s.inout(x, num_rows * dim), num_rows, dim, s.weight(weight, dim), eps, stream()),
              "rms_norm");
   }
 
-  void linear(const quant::LinearWeight& weight, const float* x, int64_t num_rows, const float* bias,
-              float* y) override {
-    Staging s(weights_);
+  void linear(const quant::LinearWeight& weight, DevicePtr<const float> x, int64_t num_rows, const float* bias,
+              DevicePtr<float> y) override {
+    Staging s(weights_, device());
     const DeviceWeight w = device_weight(weight, s);
     const bool resident = s.all_weights_resident();
     const Fp4Activations fp4 = fp4_activations_of(weight);
@@ -146,9 +156,9 @@ class CudaBackend : public backend::Backend {
   // expert, its rows gathered, gate and up GEMMs, the activation, the down GEMM, each row
   // times its routing weight into its contribution row. False (nothing written) where they do
   // not apply.
-  bool block_scaled_experts(const experts::ExpertDispatchLayout& layout, std::span<const float> x, int hidden_size,
+  bool block_scaled_experts(const experts::ExpertDispatchLayout& layout, DeviceSpan<const float> x, int hidden_size,
                             const ExpertSet& set, const std::vector<DeviceExpert>& table, bool resident,
-                            std::span<float> contributions, Staging& s) {
+                            DeviceSpan<float> contributions, Staging& s) {
     const Fp4Activations fp4 = set.fp4_activations;
     if (fp4 == Fp4Activations::kNone || !block_scaled_) return false;
     const int64_t num_entries = layout.num_entries(), width = set.intermediate_size, dim = hidden_size;
@@ -168,7 +178,7 @@ class CudaBackend : public backend::Backend {
       source_rows[static_cast<size_t>(j)] = layout.entry_row[static_cast<size_t>(layout.expert_entry_idx[static_cast<size_t>(j)])];
     }
     float* rows = s.temporary_array<float>(num_entries * dim);
-    check(MOERT_CUDA_NS::gather_rows(s.in(x.data(), static_cast<int64_t>(x.size())), dim, s.in(source_rows.data(), num_entries),
+    check(MOERT_CUDA_NS::gather_rows(s.in(x.data(), static_cast<int64_t>(x.size())), dim, s.in(source_rows, num_entries),
                       num_entries, rows, stream()),
           "gather_rows");
     float* gate = s.temporary_array<float>(num_entries * width);
@@ -190,8 +200,8 @@ class CudaBackend : public backend::Backend {
         return false;
       }
     }
-    s.finish(scatter_weighted_rows(down, dim, s.in(layout.expert_entry_idx.data(), num_entries), num_entries,
-                                   s.in(layout.entry_weight.data(), num_entries),
+    s.finish(scatter_weighted_rows(down, dim, s.in(layout.expert_entry_idx, num_entries), num_entries,
+                                   s.in(layout.entry_weight, num_entries),
                                    s.out(contributions.data(), num_entries * dim), stream()),
              "scatter_weighted_rows");
     return true;
@@ -237,10 +247,11 @@ class CudaBackend : public backend::Backend {
   // (its shape and its factors at position 1, which tell its frequencies and attention factor)
   // and the positions stay the same. Positions in device memory (a step graph's) index the
   // table of every position made by prepare_device_positions.
-  void rope(const attention::RotaryEmbedding& rope, float* heads, int64_t num_tokens, int num_heads,
-            const int64_t* positions) override {
+  void rope(const attention::RotaryEmbedding& rope, DevicePtr<float> heads, int64_t num_tokens, int num_heads,
+            DevicePtr<const int64_t> positions_on) override {
     if (num_tokens == 0) return;
-    const bool device_positions = is_device_pointer(positions);
+    const bool device_positions = !positions_on.on_host();
+    const int64_t* positions = positions_on.on(device_positions ? device() : Device{}, "rope positions");
     RopeTables* found = device_positions ? position_table(rope) : &rope_tables_;
     MOERT_CHECK(found != nullptr, "rope with positions in device memory needs prepare_device_positions for this rotation");
     RopeTables& tables = *found;
@@ -248,7 +259,7 @@ class CudaBackend : public backend::Backend {
                                                                          tables.positions.begin(), tables.positions.end()))) {
       tables = make_rope_tables(rope, std::vector<int64_t>(positions, positions + num_tokens));
     }
-    Staging s(weights_);
+    Staging s(weights_, device());
     s.finish(MOERT_CUDA_NS::rope(s.inout(heads, num_tokens * num_heads * rope.head_dim()), num_tokens, num_heads,
                                  rope.head_dim(), rope.rotary_dim(), rope.first_channel(),
                                  rope.pairing() == attention::RopePairing::kInterleaved, tables.cos.data<float>(),
@@ -268,31 +279,35 @@ class CudaBackend : public backend::Backend {
     position_tables_.push_back(make_rope_tables(rope, std::move(every_position)));
   }
 
-  void write_kv(const attention::PagedKvLayer& layer, const float* k, const float* v, const int64_t* slots,
-                int64_t num_tokens) override {
-    Staging s(weights_);
+  void write_kv(const attention::PagedKvLayer& layer, DevicePtr<const float> k, DevicePtr<const float> v,
+                DevicePtr<const int64_t> slots, int64_t num_tokens) override {
+    check_device(device(), layer.device, "write_kv cache");
+    Staging s(weights_, device());
     const int64_t width = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
     s.finish(MOERT_CUDA_NS::write_kv(layer, s.in(k, num_tokens * width), s.in(v, num_tokens * width),
                                      s.in(slots, num_tokens), num_tokens, stream()),
              "write_kv");
   }
 
-  void paged_attention(const float* q, const attention::PagedKvLayer& layer, const attention::PagedAttentionPlan& plan,
-                       int num_heads, float* out) override {
+  void paged_attention(DevicePtr<const float> q, const attention::PagedKvLayer& layer,
+                       const attention::PagedAttentionPlan& plan, int num_heads, DevicePtr<float> out) override {
     const int num_seqs = plan.num_seqs;
     if (num_seqs == 0) return;
+    check_device(device(), layer.device, "paged_attention cache");
     // The plan is host data (the scheduler's), whose sizes are read here, or a step graph's
     // device arrays with the row count beside them.
-    const bool on_device = is_device_pointer(plan.qo_indptr);
+    const bool on_device = !(plan.device == Device{});
+    if (on_device) check_device(device(), plan.device, "paged_attention plan");
     const int64_t num_rows = on_device ? plan.num_rows_when_on_device : plan.qo_indptr[num_seqs];
     const int64_t num_pages = on_device ? 0 : plan.kv_page_indptr[num_seqs];
     if (num_rows == 0) return;
-    Staging s(weights_);
+    Staging s(weights_, device());
     attention::PagedAttentionPlan device_plan = plan;
-    device_plan.qo_indptr = s.in(plan.qo_indptr, num_seqs + 1);
-    device_plan.kv_page_indptr = s.in(plan.kv_page_indptr, num_seqs + 1);
-    device_plan.kv_page_indices = s.in(plan.kv_page_indices, num_pages);
-    device_plan.kv_last_page_len = s.in(plan.kv_last_page_len, num_seqs);
+    device_plan.qo_indptr = s.in(DevicePtr<const int32_t>(plan.qo_indptr, plan.device), num_seqs + 1);
+    device_plan.kv_page_indptr = s.in(DevicePtr<const int32_t>(plan.kv_page_indptr, plan.device), num_seqs + 1);
+    device_plan.kv_page_indices = s.in(DevicePtr<const int32_t>(plan.kv_page_indices, plan.device), num_pages);
+    device_plan.kv_last_page_len = s.in(DevicePtr<const int32_t>(plan.kv_last_page_len, plan.device), num_seqs);
+    device_plan.device = device();
     device_plan.variant.sinks = s.weight(plan.variant.sinks, num_heads);
     const int64_t width = static_cast<int64_t>(num_heads) * layer.head_dim;
     s.finish(MOERT_CUDA_NS::paged_attention(s.in(q, num_rows * width), layer, device_plan, num_rows, num_heads,
@@ -300,11 +315,11 @@ class CudaBackend : public backend::Backend {
              "paged_attention");
   }
 
-  void contiguous_attention(const float* q, int64_t num_tokens, const float* keys, const float* values,
-                            int64_t first_position, int num_heads, int num_kv_heads, int head_dim,
-                            const attention::AttentionVariant& variant, float* out) override {
+  void contiguous_attention(DevicePtr<const float> q, int64_t num_tokens, DevicePtr<const float> keys,
+                            DevicePtr<const float> values, int64_t first_position, int num_heads, int num_kv_heads,
+                            int head_dim, const attention::AttentionVariant& variant, DevicePtr<float> out) override {
     if (num_tokens == 0) return;
-    Staging s(weights_);
+    Staging s(weights_, device());
     const int64_t width = static_cast<int64_t>(num_heads) * head_dim;
     const int64_t history = (first_position + num_tokens) * num_kv_heads * head_dim;
     attention::AttentionVariant device_variant = variant;
@@ -318,16 +333,19 @@ class CudaBackend : public backend::Backend {
   // The sequences' table and snapshot copies go to the device with the call; the states
   // are device memory the caller allocated here (docs/gated-deltanet.md).
   void gated_delta_net(const attention::GatedDeltaShape& shape, const attention::GatedDeltaParams& params,
-                       const float* u, const float* z, const float* a, const float* b,
-                       std::span<const RecurrentSequence> sequences, float* out) override {
+                       DevicePtr<const float> u, DevicePtr<const float> z, DevicePtr<const float> a,
+                       DevicePtr<const float> b, std::span<const RecurrentSequence> sequences,
+                       DevicePtr<float> out) override {
     if (sequences.empty()) return;
-    Staging s(weights_);
+    Staging s(weights_, device());
     std::vector<GatedDeltaSequence> table;
     std::vector<attention::StateCopy> copies;
     int64_t rows = 0;
     for (const RecurrentSequence& seq : sequences) {
-      table.push_back({seq.first_row, seq.num_rows, seq.conv_state, seq.recurrent_state, seq.conv_states_after,
-                       seq.recurrent_states_after, static_cast<int64_t>(copies.size()),
+      table.push_back({seq.first_row, seq.num_rows, seq.conv_state.on(device(), "conv_state"),
+                       seq.recurrent_state.on(device(), "recurrent_state"),
+                       seq.conv_states_after.on(device(), "conv_states_after"),
+                       seq.recurrent_states_after.on(device(), "recurrent_states_after"), static_cast<int64_t>(copies.size()),
                        static_cast<int64_t>(seq.copies_after.size())});
       copies.insert(copies.end(), seq.copies_after.begin(), seq.copies_after.end());
       rows = std::max(rows, seq.first_row + seq.num_rows);
@@ -340,44 +358,46 @@ class CudaBackend : public backend::Backend {
     device.norm_weight = s.weight(params.norm_weight, shape.value_head_dim);
     float* conv_rows = s.temporary_array<float>(std::max<int64_t>(rows * channels, 1));
     s.finish(MOERT_CUDA_NS::gated_delta_net(shape, device, s.in(u, rows * channels), s.in(z, rows * width),
-                                            s.in(a, rows * nv), s.in(b, rows * nv), s.in(table.data(), static_cast<int64_t>(table.size())),
+                                            s.in(a, rows * nv), s.in(b, rows * nv), s.in(table, static_cast<int64_t>(table.size())),
                                             static_cast<int64_t>(table.size()),
-                                            s.in(copies.data(), static_cast<int64_t>(copies.size())), rows, conv_rows,
+                                            s.in(copies, static_cast<int64_t>(copies.size())), rows, conv_rows,
                                             s.inout(out, rows * width), stream()),
              "gated_delta_net");
   }
 
-  void sigmoid_mul(float* x, const float* gate, int64_t count) override {
-    Staging s(weights_);
+  void sigmoid_mul(DevicePtr<float> x, DevicePtr<const float> gate, int64_t count) override {
+    Staging s(weights_, device());
     s.finish(MOERT_CUDA_NS::sigmoid_mul(s.inout(x, count), s.in(gate, count), count, stream()), "sigmoid_mul");
   }
 
   void copy_kv_blocks(const attention::PagedKvLayer& layer, const int32_t* src, const int32_t* dst,
                       int64_t num_copies) override {
     if (num_copies == 0) return;
-    Staging s(weights_);
-    s.finish(MOERT_CUDA_NS::copy_kv_blocks(layer, s.in(src, num_copies), s.in(dst, num_copies), num_copies, stream()),
+    check_device(device(), layer.device, "copy_kv_blocks cache");
+    Staging s(weights_, device());
+    s.finish(MOERT_CUDA_NS::copy_kv_blocks(layer, s.in(host_ptr(src), num_copies), s.in(host_ptr(dst), num_copies),
+                                           num_copies, stream()),
              "copy_kv_blocks");
   }
 
-  void swiglu_ffn(const float* x, int64_t num_rows, const quant::LinearWeight& gate, const quant::LinearWeight& up,
-                  const quant::LinearWeight& down, float* out) override {
+  void swiglu_ffn(DevicePtr<const float> x, int64_t num_rows, const quant::LinearWeight& gate,
+                  const quant::LinearWeight& up, const quant::LinearWeight& down, DevicePtr<float> out) override {
     if (num_rows == 0) return;
     const int64_t width = gate.out_features();
     Buffer gate_out = allocate(DType::kF32, {num_rows, width});
     Buffer up_out = allocate(DType::kF32, {num_rows, width});
-    linear(gate, x, num_rows, nullptr, gate_out.data<float>());
-    linear(up, x, num_rows, nullptr, up_out.data<float>());
+    linear(gate, x, num_rows, nullptr, gate_out.ptr<float>());
+    linear(up, x, num_rows, nullptr, up_out.ptr<float>());
     check(glu(gate_out.data<float>(), up_out.data<float>(), num_rows * width, experts::GluActivation{}, stream()), "glu");
-    linear(down, gate_out.data<float>(), num_rows, nullptr, out);
+    linear(down, gate_out.ptr<float>(), num_rows, nullptr, out);
   }
 
-  void grouped_expert_ffn(const experts::ExpertDispatchLayout& layout, std::span<const float> x, int hidden_size,
+  void grouped_expert_ffn(const experts::ExpertDispatchLayout& layout, DeviceSpan<const float> x, int hidden_size,
                           const std::function<ExpertWeights(int expert)>& expert_weights,
-                          std::span<float> contributions) override {
+                          DeviceSpan<float> contributions) override {
     const int64_t num_entries = layout.num_entries();
     if (num_entries == 0) return;
-    Staging s(weights_);
+    Staging s(weights_, device());
     // The expert table, indexed by expert id, holds the experts with work (others stay empty).
     const int32_t max_expert = layout.experts.empty() ? 0 : layout.experts.back();
     std::vector<DeviceExpert> table(static_cast<size_t>(max_expert) + 1);
@@ -394,14 +414,13 @@ class CudaBackend : public backend::Backend {
     args.intermediate_size = set.intermediate_size;
     args.fp4_activations = set.fp4_activations;
     args.num_entries = num_entries;
-    args.entry_row = s.in(layout.entry_row.data(), num_entries);
-    args.entry_weight = s.in(layout.entry_weight.data(), num_entries);
+    args.entry_row = s.in(layout.entry_row, num_entries);
+    args.entry_weight = s.in(layout.entry_weight, num_entries);
     args.num_active = static_cast<int32_t>(layout.experts.size());
-    args.active_experts = s.in(layout.experts.data(), args.num_active);
-    args.cu_expert_entries = s.in(layout.cu_expert_entries.data(), args.num_active + 1);
-    args.expert_entry_idx = s.in(layout.expert_entry_idx.data(), num_entries);
-    args.experts = static_cast<const DeviceExpert*>(
-        s.in_bytes(table.data(), static_cast<int64_t>(table.size() * sizeof(DeviceExpert))));
+    args.active_experts = s.in(layout.experts, args.num_active);
+    args.cu_expert_entries = s.in(layout.cu_expert_entries, args.num_active + 1);
+    args.expert_entry_idx = s.in(layout.expert_entry_idx, num_entries);
+    args.experts = s.in(table, static_cast<int64_t>(table.size()));
     args.activation = set.activation;
     args.tensor_core_weights = set.tensor_core_weights;
     args.workspace =
@@ -418,8 +437,8 @@ class CudaBackend : public backend::Backend {
   }
 
   // On the device (experts/cuda/router.h), within capabilities().
-  void route(const experts::RouterConfig& config, const float* logits, int64_t num_tokens,
-             const float* selection_bias, int32_t* expert_ids, float* weights) override {
+  void route(const experts::RouterConfig& config, DevicePtr<const float> logits, int64_t num_tokens,
+             const float* selection_bias, DevicePtr<int32_t> expert_ids, DevicePtr<float> weights) override {
     if (num_tokens == 0) return;
     const Status valid = experts::validate_router_config(config);
     MOERT_CHECK(valid.is_ok(), "route with an invalid RouterConfig: " << valid.message());
@@ -431,7 +450,7 @@ class CudaBackend : public backend::Backend {
                                            config.score_func == experts::ScoreFunc::kSigmoid,
                                            config.norm_topk_prob,   config.routed_scaling_factor,
                                            config.n_group,          config.topk_group};
-    Staging s(weights_);
+    Staging s(weights_, device());
     s.finish(MOERT_CUDA_NS::route_tokens(device_config, s.in(logits, num_tokens * config.num_experts), num_tokens,
                                          s.weight(selection_bias, config.num_experts), s.out(expert_ids, count),
                                          s.out(weights, count), stream()),
@@ -443,20 +462,20 @@ class CudaBackend : public backend::Backend {
   // the host. Every group then has at most that many rows, so the grouped FFN runs the warp
   // kernel, as the host-planned path does for the same groups: the same bits. Routing in host
   // memory (the ids are already there) is planned on the host.
-  void routed_experts(const float* h, int64_t num_tokens, int hidden_size, const int32_t* expert_ids,
-                      const float* weights, int top_k, int num_experts,
-                      const std::function<ExpertWeights(int expert)>& expert_weights, float* out) override {
+  void routed_experts(DevicePtr<const float> h, int64_t num_tokens, int hidden_size,
+                      DevicePtr<const int32_t> expert_ids, DevicePtr<const float> weights, int top_k, int num_experts,
+                      const std::function<ExpertWeights(int expert)>& expert_weights, DevicePtr<float> out) override {
     const int64_t num_entries = num_tokens * top_k;
     if (num_tokens == 0) return;
     MOERT_CHECK(num_tokens <= kDeviceLayoutMaxTokens && num_entries <= kMaxDeviceLayoutEntries,
                 "routed_experts of " << num_tokens << " tokens x " << top_k << ": beyond this backend's device "
                                      << "planning (backend::routed_experts_on plans on the host)");
-    if (!is_device_pointer(expert_ids) || !is_device_pointer(weights)) {
+    if (expert_ids.on_host() || weights.on_host()) {
       routed_experts_planned_on_host(h, num_tokens, hidden_size, expert_ids, weights, top_k, num_experts,
                                      expert_weights, out);
       return;
     }
-    Staging s(weights_);
+    Staging s(weights_, device());
     const ExpertTable& table = expert_table(expert_weights, num_experts, s);
     const int64_t num_groups = std::min<int64_t>(num_entries, num_experts);
     DeviceLayoutArrays layout;
@@ -465,7 +484,7 @@ class CudaBackend : public backend::Backend {
     layout.cu_expert_entries = s.temporary_array<int64_t>(num_groups + 1);
     layout.entry_row = s.temporary_array<int64_t>(num_entries);
     layout.src_rows = s.temporary_array<int64_t>(num_entries);
-    check(plan_routed_layout(expert_ids, num_tokens, top_k, num_experts, layout, stream()), "plan_routed_layout");
+    check(plan_routed_layout(expert_ids.on(device(), "routed_experts expert_ids"), num_tokens, top_k, num_experts, layout, stream()), "plan_routed_layout");
     GroupedExpertArgs args;
     args.x = rounded_activations(table.set.fp4_activations, s.in(h, num_tokens * hidden_size), num_tokens, hidden_size, s);
     args.hidden_size = hidden_size;
@@ -473,7 +492,7 @@ class CudaBackend : public backend::Backend {
     args.fp4_activations = table.set.fp4_activations;
     args.num_entries = num_entries;
     args.entry_row = layout.entry_row;
-    args.entry_weight = weights;
+    args.entry_weight = weights.on(device(), "routed_experts weights");
     args.num_active = static_cast<int32_t>(num_groups);  // empty slots past the experts with work
     args.active_experts = layout.active_experts;
     args.cu_expert_entries = layout.cu_expert_entries;
@@ -491,78 +510,51 @@ class CudaBackend : public backend::Backend {
              "combine_rows");
   }
 
-  void count_experts(const int32_t* expert_ids, int64_t num_entries, int num_experts, int64_t* counts) override {
+  void count_experts(DevicePtr<const int32_t> expert_ids, int64_t num_entries, int num_experts,
+                     DevicePtr<int64_t> counts) override {
     if (num_entries == 0) return;
-    Staging s(weights_);
+    Staging s(weights_, device());
     s.finish(count_expert_ids(s.in(expert_ids, num_entries), num_entries, num_experts, s.inout(counts, num_experts),
                               stream()),
              "count_experts");
   }
 
   Result<std::unique_ptr<StepGraph>> capture(const std::function<void()>& record) override {
-    MOERT_CUDA_CHECK(cudaStreamSynchronize(copy_stream()));  // weight uploads in flight land first
-    MOERT_CUDA_CHECK(cudaStreamSynchronize(stream()));
-    CaptureState& c = capture_state();
-    MOERT_CHECK(!c.open, "a step graph capture is already open");
-    c = CaptureState{};
-    c.arena = std::make_unique<CaptureArena>();
-    MOERT_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed));
-    c.open = true;
-    record();
-    c.open = false;
-    cudaGraph_t graph = nullptr;
-    const cudaError_t ended = cudaStreamEndCapture(stream(), &graph);
-    std::string failure = c.failure;
-    if (failure.empty() && ended != cudaSuccess) failure = std::string("capture ended with: ") + cudaGetErrorString(ended);
-    if (failure.empty() && c.arena->live_blocks() != 0) failure = "a buffer allocated during the capture outlived it";
-    for (void* data : c.deferred_frees) cudaFreeAsync(data, stream());
-    std::unique_ptr<CaptureArena> arena = std::move(c.arena);
-    c = CaptureState{};
-    cudaGraphExec_t exec = nullptr;
-    if (failure.empty()) {
-      const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
-      if (made != cudaSuccess) failure = std::string("graph instantiation: ") + cudaGetErrorString(made);
-    }
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    if (!failure.empty()) {
-      cudaGetLastError();  // a failed capture leaves its error sticky on some drivers
-      return unsupported("step graph: " + failure);
-    }
-    return std::unique_ptr<StepGraph>(new CudaStepGraph(exec, std::move(arena)));
+    return capture_step_graph(record);
   }
 
-  void combine_rows(std::span<const int64_t> src_rows, int top_k, std::span<const float> rows, int hidden_size,
-                    std::span<float> out) override {
+  void combine_rows(std::span<const int64_t> src_rows, int top_k, DeviceSpan<const float> rows, int hidden_size,
+                    DeviceSpan<float> out) override {
     const auto num_tokens = static_cast<int64_t>(src_rows.size()) / top_k;
     if (num_tokens == 0) return;
-    Staging s(weights_);
-    s.finish(MOERT_CUDA_NS::combine_rows(s.in(src_rows.data(), static_cast<int64_t>(src_rows.size())), num_tokens,
+    Staging s(weights_, device());
+    s.finish(MOERT_CUDA_NS::combine_rows(s.in(host_ptr(src_rows.data()), static_cast<int64_t>(src_rows.size())), num_tokens,
                                          top_k, s.in(rows.data(), static_cast<int64_t>(rows.size())), hidden_size,
                                          s.out(out.data(), num_tokens * hidden_size), stream()),
              "combine_rows");
   }
 
-  void add(float* x, const float* y, int64_t count) override {
-    Staging s(weights_);
+  void add(DevicePtr<float> x, DevicePtr<const float> y, int64_t count) override {
+    Staging s(weights_, device());
     s.finish(MOERT_CUDA_NS::add(s.inout(x, count), s.in(y, count), count, stream()), "add");
   }
 
-  void gated_add(float* x, const float* y, const float* gate_logits, int64_t num_rows, int64_t dim) override {
-    Staging s(weights_);
+  void gated_add(DevicePtr<float> x, DevicePtr<const float> y, DevicePtr<const float> gate_logits, int64_t num_rows,
+                 int64_t dim) override {
+    Staging s(weights_, device());
     s.finish(MOERT_CUDA_NS::gated_add(s.inout(x, num_rows * dim), s.in(y, num_rows * dim), s.in(gate_logits, num_rows),
                                       num_rows, dim, stream()),
              "gated_add");
   }
 
-  void copy(float* dst, const float* src, int64_t count) override {
-    copy_bytes(dst, src, count * static_cast<int64_t>(sizeof(float)));
-  }
-
-  void copy_bytes(void* dst, const void* src, int64_t bytes) override {
+  // Each side is this device's memory or host memory (checked).
+  void copy_bytes(DevicePtr<void> dst, DevicePtr<const void> src, int64_t bytes) override {
     if (bytes <= 0) return;
-    const bool device_only = is_device_pointer(dst) && is_device_pointer(src);
+    if (!dst.on_host()) check_device(device(), dst.device(), "copy_bytes dst");
+    if (!src.on_host()) check_device(device(), src.device(), "copy_bytes src");
+    const bool device_only = !dst.on_host() && !src.on_host();
     if (capturing() && !device_only) return capture_fails("a copy has a host side");
-    MOERT_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, stream()));
+    MOERT_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), static_cast<size_t>(bytes), cudaMemcpyDefault, stream()));
     if (!device_only) MOERT_CUDA_CHECK(cudaStreamSynchronize(stream()));
   }
 
@@ -571,20 +563,21 @@ class CudaBackend : public backend::Backend {
     MOERT_CUDA_CHECK(cudaStreamSynchronize(stream()));
   }
 
-  void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t num_rows,
-                 int64_t width) override {
+  void copy_rows(DevicePtr<float> dst, int64_t dst_stride, DevicePtr<const float> src, int64_t src_stride,
+                 int64_t num_rows, int64_t width) override {
     if (num_rows == 0 || width == 0) return;
-    Staging s(weights_);
+    Staging s(weights_, device());
     s.finish(MOERT_CUDA_NS::copy_rows(s.inout(dst, (num_rows - 1) * dst_stride + width), dst_stride,
                                       s.in(src, (num_rows - 1) * src_stride + width), src_stride, num_rows, width,
                                       stream()),
              "copy_rows");
   }
 
-  void per_head_linear(const float* weights, int num_heads, int64_t out_features, int64_t in_features, const float* x,
-                       int64_t x_head_stride, int64_t num_tokens, float* y, int64_t y_head_stride) override {
+  void per_head_linear(const float* weights, int num_heads, int64_t out_features, int64_t in_features,
+                       DevicePtr<const float> x, int64_t x_head_stride, int64_t num_tokens, DevicePtr<float> y,
+                       int64_t y_head_stride) override {
     if (num_tokens == 0) return;
-    Staging s(weights_);
+    Staging s(weights_, device());
     const int64_t heads = num_tokens * num_heads;
     s.finish(MOERT_CUDA_NS::per_head_linear(s.weight(weights, num_heads * out_features * in_features), num_heads,
                                             out_features, in_features, s.in(x, (heads - 1) * x_head_stride + in_features),
@@ -594,39 +587,35 @@ class CudaBackend : public backend::Backend {
              "per_head_linear");
   }
 
-  void to_host(const float* src, int64_t count, float* host_dst) override {
-    copy_bytes(host_dst, src, count * static_cast<int64_t>(sizeof(float)));
-  }
-
-  void gather_rows(const float* src, int64_t dim, const int64_t* rows, int64_t num_rows, float* dst) override {
+  void gather_rows(DevicePtr<const float> src, int64_t dim, const int64_t* rows, int64_t num_rows,
+                   DevicePtr<float> dst) override {
     if (num_rows == 0) return;
-    Staging s(weights_);
+    Staging s(weights_, device());
     const int64_t src_rows = *std::max_element(rows, rows + num_rows) + 1;  // rows is host data
-    s.finish(MOERT_CUDA_NS::gather_rows(s.in(src, src_rows * dim), dim, s.in(rows, num_rows), num_rows,
+    s.finish(MOERT_CUDA_NS::gather_rows(s.in(src, src_rows * dim), dim, s.in(host_ptr(rows), num_rows), num_rows,
                                         s.out(dst, num_rows * dim), stream()),
              "gather_rows");
   }
 
-  void argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, int32_t* out) override {
+  void argmax_rows(DevicePtr<const float> logits, int64_t num_rows, int64_t vocab, DevicePtr<int32_t> out) override {
     if (num_rows == 0) return;
-    Staging s(weights_);
-    int32_t* device_out = s.temporary_array<int32_t>(num_rows);
-    s.finish(MOERT_CUDA_NS::argmax_rows(s.in(logits, num_rows * vocab), num_rows, vocab, device_out, stream()),
+    Staging s(weights_, device());
+    s.finish(MOERT_CUDA_NS::argmax_rows(s.in(logits, num_rows * vocab), num_rows, vocab, s.out(out, num_rows), stream()),
              "argmax_rows");
-    copy_bytes(out, device_out, num_rows * static_cast<int64_t>(sizeof(int32_t)));
   }
 
-  void sample_rows(const float* logits, int64_t vocab, std::span<const RowSampling> rows, int32_t* out) override {
+  void sample_rows(DevicePtr<const float> logits, int64_t vocab, std::span<const RowSampling> rows,
+                   int32_t* out) override {
     const auto num_rows = static_cast<int64_t>(rows.size());
     if (num_rows == 0) return;
     std::vector<SampleRowParams> params(rows.size());
     for (size_t r = 0; r < rows.size(); ++r) {
       params[r] = {rows[r].temperature, rows[r].top_k, rows[r].top_p, rows[r].uniform};
     }
-    Staging s(weights_);
+    Staging s(weights_, device());
     double* workspace = s.temporary_array<double>(num_rows * vocab);
-    s.finish(MOERT_CUDA_NS::sample_rows(s.in(logits, num_rows * vocab), num_rows, vocab, s.in(params.data(), num_rows),
-                                        workspace, s.out(out, num_rows), stream()),
+    s.finish(MOERT_CUDA_NS::sample_rows(s.in(logits, num_rows * vocab), num_rows, vocab, s.in(params, num_rows),
+                                        workspace, s.out(host_ptr(out), num_rows), stream()),
              "sample_rows");
   }
 
@@ -666,21 +655,21 @@ class CudaBackend : public backend::Backend {
     RopeTables tables{rope.head_dim(), rope.rotary_dim(), rope.first_channel(), rope.pairing(),
                       std::move(probe_cos), std::move(probe_sin), std::move(positions),
                       allocate(DType::kF32, {rows, half}), allocate(DType::kF32, {rows, half})};
-    copy(tables.cos.data<float>(), cos.data(), rows * half);
-    copy(tables.sin.data<float>(), sin.data(), rows * half);
+    copy(tables.cos.ptr<float>(), cos, rows * half);
+    copy(tables.sin.ptr<float>(), sin, rows * half);
     return tables;
   }
 
   // Every routed expert of one MoE layer as the kernels read them, resident on the device:
-  // made once per layer (the experts' weights are registered, so their copies stay).
+  // made once per layer (the experts' weights are placed, so their copies stay).
   struct ExpertTable {
     Buffer storage;                   // DeviceExpert [E]
     const DeviceExpert* experts = nullptr;
     ExpertSet set;
   };
   // The layer is told by its first expert's gate weight (the model's weights outlive the
-  // backend's use of them: register_host_weights). A table with a weight that is not
-  // registered lives in `s` for this call only.
+  // backend's use of them). A table with a weight that is not placed (prepare_weights) lives
+  // in `s` for this call only.
   const ExpertTable& expert_table(const std::function<ExpertWeights(int expert)>& expert_weights, int num_experts,
                                   Staging& s) {
     const ExpertWeights first = expert_weights(0);
@@ -694,11 +683,11 @@ class CudaBackend : public backend::Backend {
     const auto bytes = static_cast<int64_t>(host.size() * sizeof(DeviceExpert));
     if (!s.all_weights_resident()) {
       call_table_ = std::move(table);
-      call_table_.experts = static_cast<const DeviceExpert*>(s.in_bytes(host.data(), bytes));
+      call_table_.experts = s.in(host, num_experts);
       return call_table_;
     }
     table.storage = allocate(DType::kU8, {bytes});
-    copy_bytes(table.storage.data<uint8_t>(), host.data(), bytes);
+    copy_bytes(table.storage.ptr<void>(), host, bytes);
     table.experts = reinterpret_cast<const DeviceExpert*>(table.storage.data<uint8_t>());
     return expert_tables_.emplace(key, std::move(table)).first->second;
   }

@@ -2,12 +2,13 @@
 // the domain folders (core/cuda, attention/cuda, quant/cuda, experts/cuda, runtime/sampling/cuda),
 // one GPU and one stream per process (docs/cuda-backend.md). No CUDA headers.
 //
-// Memory: allocate() returns device memory from the stream-ordered pool. Every op also
-// accepts host memory wherever the table says "device" (index arrays such as tokens,
-// positions, slots, plans and expert ids are host data in the model; tests pass host
-// vectors): host inputs are staged to the device for the call, host outputs copied back
-// before the op returns. Weights the model registered (register_host_weights) are uploaded
-// once, on first use, and stay resident; unregistered host weights are staged per call.
+// Memory: allocate() returns device memory from the stream-ordered pool. Every array
+// argument names its device (core/device.h): this GPU's memory passes through; host arrays
+// (index arrays the model builds on the host, tests' vectors) are staged to the device for
+// the call and host outputs copied back before the op returns; another device's memory
+// fails the op. Weights are uploaded when placed (prepare_weights: the regions this rank
+// computes with; place_host_weights) and stay resident; host weights never placed are staged
+// per call.
 // Ops run asynchronously on the stream; those that hand results to the host (to_host,
 // route, argmax_rows, copy_bytes, any op with a host output) synchronise before returning.
 //

@@ -50,29 +50,36 @@ void* device_alloc(int64_t bytes) {
   return data;
 }
 
-bool is_device_pointer(const void* ptr) {
-  if (ptr == nullptr) return false;
-  cudaPointerAttributes attributes;
-  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
-    cudaGetLastError();  // plain host memory on old drivers: clear the sticky error
-    return false;
+Result<std::unique_ptr<backend::Backend::StepGraph>> capture_step_graph(const std::function<void()>& record) {
+  MOERT_CUDA_CHECK(cudaStreamSynchronize(copy_stream()));  // weight uploads in flight land first
+  MOERT_CUDA_CHECK(cudaStreamSynchronize(process_stream()));
+  CaptureState& c = capture_state();
+  MOERT_CHECK(!c.open, "a step graph capture is already open");
+  c = CaptureState{};
+  c.arena = std::make_unique<CaptureArena>();
+  MOERT_CUDA_CHECK(cudaStreamBeginCapture(process_stream(), cudaStreamCaptureModeRelaxed));
+  c.open = true;
+  record();
+  c.open = false;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(process_stream(), &graph);
+  std::string failure = c.failure;
+  if (failure.empty() && ended != cudaSuccess) failure = std::string("capture ended with: ") + cudaGetErrorString(ended);
+  if (failure.empty() && c.arena->live_blocks() != 0) failure = "a buffer allocated during the capture outlived it";
+  for (void* data : c.deferred_frees) cudaFreeAsync(data, process_stream());
+  std::unique_ptr<CaptureArena> arena = std::move(c.arena);
+  c = CaptureState{};
+  cudaGraphExec_t exec = nullptr;
+  if (failure.empty()) {
+    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+    if (made != cudaSuccess) failure = std::string("graph instantiation: ") + cudaGetErrorString(made);
   }
-  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
-}
-
-// Host copy of a float array that may live on the device.
-std::vector<float> host_floats(const float* data, int64_t count) {
-  std::vector<float> host(static_cast<size_t>(count));
-  if (capturing()) {
-    capture_fails("an op brings device data to the host");
-    return host;
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (!failure.empty()) {
+    cudaGetLastError();  // a failed capture leaves its error sticky on some drivers
+    return unsupported("step graph: " + failure);
   }
-  if (count > 0) {
-    MOERT_CUDA_CHECK(cudaMemcpyAsync(host.data(), data, static_cast<size_t>(count) * sizeof(float), cudaMemcpyDefault,
-                                     process_stream()));
-    MOERT_CUDA_CHECK(cudaStreamSynchronize(process_stream()));
-  }
-  return host;
+  return std::unique_ptr<backend::Backend::StepGraph>(new CudaStepGraph(exec, std::move(arena)));
 }
 
 }  // namespace moert::MOERT_CUDA_NS::backend_detail

@@ -1,6 +1,6 @@
 // The CUDA backend's device memory (docs/cuda-backend.md): the process's streams, step-graph
-// capture and its arena, device allocation, resident copies of registered weights, and the
-// per-op staging of host arguments. Private to runtime/backend/cuda (includes the CUDA
+// capture and its arena, device allocation, the placed weights, and the per-op staging of
+// host arguments. Private to runtime/backend/cuda (includes the CUDA
 // runtime, or its emulation: core/cuda/cuda_api.h).
 #pragma once
 
@@ -88,33 +88,21 @@ void capture_fails(const std::string& reason);
 // Device memory on the process stream (from the capture's arena while one is open).
 void release_device(void* data);
 void* device_alloc(int64_t bytes);
-// Whether `ptr` is device (or managed) memory.
-bool is_device_pointer(const void* ptr);
 
-// Host weight regions the model registered, and the device copies of the parts used so far.
+// The backend's placed weights: device copies of host weight regions, made when placed
+// (Backend::prepare_weights, place_host_weights), found again by the host view's address.
+// Nothing is uploaded on use: a weight that was not placed is staged per call (Staging).
 class ResidentWeights {
  public:
-  void add_region(const void* data, int64_t bytes) {
+  // Uploads host [data, data + bytes) now (again if it was placed smaller before).
+  void place(const void* data, int64_t bytes) {
     if (data == nullptr || bytes <= 0) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    regions_[reinterpret_cast<uintptr_t>(data)] = static_cast<uint64_t>(bytes);
-  }
-  // The device copy of host [data, data + bytes) when it lies in a registered region (made
-  // now if it is the first use), else null.
-  const void* find_or_upload(const void* data, int64_t bytes) {
     const auto address = reinterpret_cast<uintptr_t>(data);
     std::lock_guard<std::mutex> lock(mutex_);
-    if (auto copy = copies_.find(address); copy != copies_.end() && copy->second.bytes >= static_cast<uint64_t>(bytes)) {
-      return copy->second.device;
+    if (auto placed = copies_.find(address); placed != copies_.end() && placed->second.bytes >= static_cast<uint64_t>(bytes)) {
+      return;
     }
-    auto region = regions_.upper_bound(address);
-    if (region == regions_.begin()) return nullptr;
-    --region;
-    if (address + static_cast<uint64_t>(bytes) > region->first + region->second) return nullptr;
-    if (capturing()) {
-      capture_fails("a weight is used for the first time (it must be resident before a capture)");
-      return nullptr;
-    }
+    MOERT_CHECK(!capturing(), "a weight is placed while a step graph is recorded");
     void* device = nullptr;
     MOERT_CUDA_CHECK(cudaMalloc(&device, static_cast<size_t>(bytes)));
     MOERT_CUDA_CHECK(cudaMemcpyAsync(device, data, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, copy_stream()));
@@ -125,8 +113,19 @@ class ResidentWeights {
     MOERT_CUDA_CHECK(cudaEventDestroy(uploaded));  // released once the wait is done
     if (auto old = copies_.find(address); old != copies_.end()) cudaFree(old->second.device);
     copies_[address] = {device, static_cast<uint64_t>(bytes)};
-    return device;
+    placed_bytes_ += bytes;
   }
+  // The device copy of host [data, data + bytes) when it lies in a placed region, else null.
+  const void* find(const void* data, int64_t bytes) {
+    const auto address = reinterpret_cast<uintptr_t>(data);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto region = copies_.upper_bound(address);
+    if (region == copies_.begin()) return nullptr;
+    --region;
+    if (address + static_cast<uint64_t>(bytes) > region->first + region->second.bytes) return nullptr;
+    return static_cast<const uint8_t*>(region->second.device) + (address - region->first);
+  }
+  int64_t placed_bytes() const { return placed_bytes_; }
   ~ResidentWeights() {
     for (auto& [address, copy] : copies_) cudaFree(copy.device);
   }
@@ -137,55 +136,66 @@ class ResidentWeights {
     uint64_t bytes;
   };
   std::mutex mutex_;
-  std::map<uintptr_t, uint64_t> regions_;
-  std::map<uintptr_t, Copy> copies_;
+  std::map<uintptr_t, Copy> copies_;  // by host address
+  int64_t placed_bytes_ = 0;
 };
 
-// The device side of one op's arguments: device pointers pass through, registered weights
-// resolve to their resident copies, other host memory is staged for the call. Outputs in
-// host memory are copied back (and the stream synchronised) by finish(); temporaries are
-// freed onto the stream, after the work that reads them.
+// The device side of one op's arguments, by the device each names (core/device.h): arrays on
+// this backend's device pass through, host arrays are staged for the call (outputs copied
+// back, and the stream synchronised, by finish()), arrays of another device fail. Weights
+// (host views by the op contract) resolve to their placed copies, or are staged. Temporaries
+// are freed onto the stream, after the work that reads them.
 class Staging {
  public:
-  explicit Staging(ResidentWeights& weights) : weights_(weights) {}
+  Staging(ResidentWeights& weights, Device device) : weights_(weights), device_(device) {}
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
   ~Staging() {
     for (void* temporary : temporaries_) release_device(temporary);
   }
 
+  // An input array of `count` T.
   template <typename T>
-  const T* in(const T* data, int64_t count) {
-    return static_cast<const T*>(in_bytes(data, count * static_cast<int64_t>(sizeof(T))));
+  const T* in(DevicePtr<T> data, int64_t count) {
+    const int64_t bytes = count * static_cast<int64_t>(sizeof(T));
+    if (data == nullptr || bytes <= 0) return data.get();  // nothing is read
+    if (!data.on_host()) return data.on(device_, "an op's input");
+    return static_cast<const T*>(upload(data.get(), bytes));
   }
-  const void* in_bytes(const void* data, int64_t bytes) {
-    if (data == nullptr || bytes <= 0 || is_device_pointer(data)) return data;
-    return upload(data, bytes);
+  template <typename T>
+  const T* in(const std::vector<T>& host, int64_t count) {
+    return in(DevicePtr<const T>(host), count);
   }
-  // A weight: resident when registered, staged otherwise.
+  // A weight: its placed copy, else staged for this call.
   const void* weight(const void* data, int64_t bytes) {
-    if (data == nullptr || bytes <= 0 || is_device_pointer(data)) return data;
-    if (const void* resident = weights_.find_or_upload(data, bytes)) return resident;
+    if (data == nullptr || bytes <= 0) return data;
+    if (const void* resident = weights_.find(data, bytes)) return resident;
     all_weights_resident_ = false;
     return upload(data, bytes);
   }
-  // Whether every weight() so far resolved to device memory that outlives this staging.
-  bool all_weights_resident() const { return all_weights_resident_; }
   template <typename T>
   const T* weight(const T* data, int64_t count) {
     return static_cast<const T*>(weight(static_cast<const void*>(data), count * static_cast<int64_t>(sizeof(T))));
   }
+  // A weight view: on this device as it is, else a host weight (above).
+  const void* weight(const TensorView& view, int64_t bytes) {
+    if (!(view.device == Device{})) return DevicePtr<const void>(view.data, view.device).on(device_, "a weight");
+    return weight(static_cast<const void*>(view.data), bytes);
+  }
+  // Whether every weight() so far resolved to device memory that outlives this staging.
+  bool all_weights_resident() const { return all_weights_resident_; }
   // An output (read_back_only) or an in/out array.
   template <typename T>
-  T* out(T* data, int64_t count, bool also_input = false) {
+  T* out(DevicePtr<T> data, int64_t count, bool also_input = false) {
     const int64_t bytes = count * static_cast<int64_t>(sizeof(T));
-    if (data == nullptr || bytes <= 0 || is_device_pointer(data)) return data;
-    void* device = also_input ? const_cast<void*>(upload(data, bytes)) : temporary(bytes);
-    pending_downloads_.push_back({data, device, bytes});
+    if (data == nullptr || bytes <= 0) return data.get();  // nothing is written
+    if (!data.on_host()) return data.on(device_, "an op's output");
+    void* device = also_input ? const_cast<void*>(upload(data.get(), bytes)) : temporary(bytes);
+    pending_downloads_.push_back({data.get(), device, bytes});
     return static_cast<T*>(device);
   }
   template <typename T>
-  T* inout(T* data, int64_t count) {
+  T* inout(DevicePtr<T> data, int64_t count) {
     return out(data, count, true);
   }
   void* temporary(int64_t bytes) {
@@ -232,14 +242,13 @@ class Staging {
     int64_t bytes;
   };
   ResidentWeights& weights_;
+  Device device_;
   std::vector<void*> temporaries_;
   std::vector<Download> pending_downloads_;
   bool all_weights_resident_ = true;
   bool reads_host_ = false;
 };
 
-// Host copy of a float array that may live on the device.
-std::vector<float> host_floats(const float* data, int64_t count);
 
 class CudaStepGraph : public backend::Backend::StepGraph {
  public:
@@ -256,5 +265,9 @@ class CudaStepGraph : public backend::Backend::StepGraph {
   cudaGraphExec_t exec_;
   std::unique_ptr<CaptureArena> arena_;  // the memory the recorded ops use
 };
+
+// Backend::capture: records the ops `record` issues on the process stream into a graph with
+// its own arena, or says why it could not (the first forbidden call), having run nothing.
+Result<std::unique_ptr<backend::Backend::StepGraph>> capture_step_graph(const std::function<void()>& record);
 
 }  // namespace moert::MOERT_CUDA_NS::backend_detail

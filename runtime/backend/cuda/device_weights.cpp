@@ -29,7 +29,7 @@ DeviceWeight device_weight(const quant::LinearWeight& weight, Staging& staging) 
   if (!weight.packed.has_value()) {
     MOERT_CHECK(weight.dense.is_contiguous(), "linear weight must be contiguous");
     w.kind = dense_kind(weight.dense.dtype);
-    w.data = staging.weight(weight.dense.data, weight.dense.numel() * dtype_bytes(weight.dense.dtype));
+    w.data = staging.weight(weight.dense, weight.dense.numel() * dtype_bytes(weight.dense.dtype));
     return w;
   }
   const quant::QuantizedWeightView& q = *weight.packed;

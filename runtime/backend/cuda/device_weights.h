@@ -16,7 +16,7 @@
 namespace moert::MOERT_CUDA_NS::backend_detail {
 
 int64_t dtype_bytes(DType dtype);
-// The device view of `weight` (its regions resident when registered, else staged in `staging`).
+// The device view of `weight` (its regions resident when placed, else staged in `staging`).
 // The kernels read FP4 codes in checkpoint order (checked).
 DeviceWeight device_weight(const quant::LinearWeight& weight, Staging& staging);
 // The format a weight's activations are rounded to before its product (`--fp4-activations fp4`).
@@ -29,7 +29,7 @@ struct ExpertSet {
   bool tensor_core_weights = true;     // every gate, up and down weight runs on the tensor cores
   Fp4Activations fp4_activations = Fp4Activations::kNone;  // the same for every weight
 };
-// table[id] = the device view of expert `id`'s weights (resident when registered, else staged
+// table[id] = the device view of expert `id`'s weights (resident when placed, else staged
 // in `s`), for each of `ids`.
 ExpertSet fill_device_experts(std::span<const int32_t> ids,
                               const std::function<backend::Backend::ExpertWeights(int expert)>& expert_weights,

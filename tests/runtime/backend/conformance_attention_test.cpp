@@ -52,16 +52,17 @@ double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, c
   // The storage is on the backend's device: filled and read through copy_bytes.
   const int64_t block_bytes = static_cast<int64_t>(k_cache.size_bytes()) / num_blocks;
   const std::vector<unsigned char> nan_block(static_cast<size_t>(block_bytes), 0xFF);  // NaN in every dtype
-  backend.copy_bytes(k_cache.view().data, nan_block.data(), block_bytes);  // the null block
-  backend.copy_bytes(v_cache.view().data, nan_block.data(), block_bytes);
+  backend.copy_bytes(k_cache.ptr<void>(), nan_block, block_bytes);  // the null block
+  backend.copy_bytes(v_cache.ptr<void>(), nan_block, block_bytes);
   attention::PagedKvLayer layer{k_cache.view().data, values_storage.view().data, num_blocks, block_size, kv_heads,
                                 head_dim, dtype};
+  layer.device = backend.device();
   if (dtype == DType::kF8E4M3) {
     layer.k_scales = k_scales.data<float>();
     layer.v_scales = value_scales.data<float>();
     const std::vector<float> ones(static_cast<size_t>(kv_heads), 1.0f);
-    backend.copy_bytes(layer.k_scales, ones.data(), kv_heads * static_cast<int64_t>(sizeof(float)));
-    backend.copy_bytes(layer.v_scales, ones.data(), kv_heads * static_cast<int64_t>(sizeof(float)));
+    backend.copy_bytes(DevicePtr<float>(layer.k_scales, layer.device), ones, kv_heads * static_cast<int64_t>(sizeof(float)));
+    backend.copy_bytes(DevicePtr<float>(layer.v_scales, layer.device), ones, kv_heads * static_cast<int64_t>(sizeof(float)));
   }
   std::vector<int32_t> free_blocks(num_blocks - 1);
   std::iota(free_blocks.begin(), free_blocks.end(), 1);  // block 0 is the null block
@@ -92,8 +93,8 @@ double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, c
     // Sequence 3 arrives in two writes (prefill, then the rest), as the engine writes it.
     const int64_t split = b == 3 ? 6 : 0;
     const int64_t row_floats = kv_heads * head_dim;
-    if (split > 0) backend.write_kv(layer, k_rows.data(), v_rows.data(), slots.data(), split);
-    backend.write_kv(layer, k_rows.data() + split * row_floats, v_rows.data() + split * row_floats, slots.data() + split,
+    if (split > 0) backend.write_kv(layer, k_rows, v_rows, slots, split);
+    backend.write_kv(layer, host_ptr(k_rows.data() + split * row_floats), host_ptr(v_rows.data() + split * row_floats), host_ptr(slots.data() + split),
                      static_cast<int64_t>(slots.size()) - split);
     if (variant.sliding_window > 0) {  // pages wholly behind the first row's window: null
       const int first_key = std::max(0, kv_lens[b] - q_lens[b] + 1 - variant.sliding_window);
@@ -112,7 +113,7 @@ double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, c
                                      pages.data(), last_len.data(), {}};
   plan.variant = {variant.softmax_scale, variant.soft_cap, variant.sliding_window,
                   variant.sinks ? sinks.data() : nullptr};
-  backend.paged_attention(q.data(), layer, plan, heads, out.data());
+  backend.paged_attention(q, layer, plan, heads, out);
 
   auto stored = [&](float x) { return round_to_bf16 ? quant::bf16_to_f32(quant::f32_to_bf16(x)) : x; };
   std::vector<double> expected(out.size());
@@ -153,9 +154,9 @@ double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, c
       const int64_t row = qo_indptr[b];
       const size_t width = static_cast<size_t>(heads * head_dim);
       std::vector<float> contiguous(static_cast<size_t>(q_lens[b]) * width);
-      backend.contiguous_attention(q.data() + static_cast<size_t>(row) * width, q_lens[b], seq_k[b].data(),
-                                   seq_v[b].data(), kv_lens[b] - q_lens[b], heads, kv_heads, head_dim,
-                                   plan.variant, contiguous.data());
+      backend.contiguous_attention(host_ptr(q.data() + static_cast<size_t>(row) * width), q_lens[b], seq_k[b],
+                                   seq_v[b], kv_lens[b] - q_lens[b], heads, kv_heads, head_dim,
+                                   plan.variant, contiguous);
       EXPECT_LT(relative_l2_error(contiguous.data(), expected.data() + static_cast<size_t>(row) * width,
                                   static_cast<int64_t>(contiguous.size())),
                 kTolerance)
@@ -168,7 +169,7 @@ double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, c
   backend.copy_kv_blocks(layer, &src, &dst, 1);
   for (const Buffer* cache : {static_cast<const Buffer*>(&k_cache), &values_storage}) {
     std::vector<char> bytes(cache->size_bytes());
-    backend.copy_bytes(bytes.data(), cache->view().data, static_cast<int64_t>(bytes.size()));
+    backend.copy_bytes(bytes, cache->ptr<const void>(), static_cast<int64_t>(bytes.size()));
     EXPECT_EQ(std::memcmp(bytes.data() + dst * block_bytes, bytes.data() + src * block_bytes,
                           static_cast<size_t>(block_bytes)),
               0);
@@ -176,7 +177,7 @@ double paged_attention_error(Backend& backend, std::mt19937& rng, DType dtype, c
   if (dtype == DType::kF8E4M3) {
     for (const float* scales : {layer.k_scales, layer.v_scales}) {
       std::vector<float> host(static_cast<size_t>(num_blocks * kv_heads));
-      backend.copy_bytes(host.data(), scales, static_cast<int64_t>(host.size() * sizeof(float)));
+      backend.copy_bytes(host, DevicePtr<const float>(scales, layer.device), static_cast<int64_t>(host.size() * sizeof(float)));
       for (int head = 0; head < kv_heads; ++head) {
         EXPECT_EQ(host[static_cast<size_t>(dst * kv_heads + head)], host[static_cast<size_t>(src * kv_heads + head)]);
       }

@@ -15,7 +15,7 @@ TEST_P(Conformance, SwigluAndGroupedExpertFfnMatchFloat64) {
   for (int64_t tokens : {int64_t{0}, int64_t{1}, int64_t{11}}) {
     std::vector<float> x = random_floats(tokens * dim);
     std::vector<float> out(static_cast<size_t>(tokens * dim));
-    backend_->swiglu_ffn(x.data(), tokens, gate_w[0], up_w[0], down_w[0], out.data());
+    backend_->swiglu_ffn(x, tokens, gate_w[0], up_w[0], down_w[0], out);
     if (tokens > 0) {
       EXPECT_LT(relative_l2_error(out.data(), reference_swiglu(x, tokens, dim, width, gates[0], ups[0], downs[0]).data(),
                                   tokens * dim),
@@ -51,7 +51,7 @@ TEST_P(Conformance, RoutedExpertsFromDeviceRoutingMatchFloat64AndTheHostPlan) {
     if (registered) {
       for (int e = 0; e < num_experts; ++e) {
         for (std::vector<float>* w : {&gates[static_cast<size_t>(e)], &ups[static_cast<size_t>(e)], &downs[static_cast<size_t>(e)]}) {
-          backend_->register_host_weights(w->data(), static_cast<int64_t>(w->size() * sizeof(float)));
+          backend_->place_host_weights(w->data(), static_cast<int64_t>(w->size() * sizeof(float)));
         }
       }
     }
@@ -74,17 +74,17 @@ TEST_P(Conformance, RoutedExpertsFromDeviceRoutingMatchFloat64AndTheHostPlan) {
         Buffer device_weights = backend_->allocate(DType::kF32, {entries});
         Buffer device_x = backend_->allocate(DType::kF32, {tokens, dim});
         Buffer device_out = backend_->allocate(DType::kF32, {tokens, dim});
-        backend_->copy_bytes(device_ids.data<int32_t>(), ids.data(), entries * 4);
-        backend_->copy(device_weights.data<float>(), weights.data(), entries);
-        backend_->copy(device_x.data<float>(), x.data(), tokens * dim);
-        routed_experts_on(*backend_, device_x.data<float>(), tokens, static_cast<int>(dim), device_ids.data<int32_t>(),
-                          device_weights.data<float>(), top_k, num_experts, expert_weights, device_out.data<float>());
+        backend_->copy_bytes(device_ids.ptr<int32_t>(), ids, entries * 4);
+        backend_->copy(device_weights.ptr<float>(), weights, entries);
+        backend_->copy(device_x.ptr<float>(), x, tokens * dim);
+        routed_experts_on(*backend_, device_x.ptr<float>(), tokens, static_cast<int>(dim), device_ids.ptr<int32_t>(),
+                          device_weights.ptr<float>(), top_k, num_experts, expert_weights, device_out.ptr<float>());
         std::vector<float> out(static_cast<size_t>(tokens * dim));
-        backend_->to_host(device_out.data<float>(), tokens * dim, out.data());
+        backend_->to_host(device_out.ptr<float>(), tokens * dim, out.data());
         std::vector<float> host_planned(out.size());
-        routed_experts_on(*backend_, device_x.data<float>(), tokens, static_cast<int>(dim), ids.data(), weights.data(),
-                          top_k, num_experts, expert_weights, device_out.data<float>());
-        backend_->to_host(device_out.data<float>(), tokens * dim, host_planned.data());
+        routed_experts_on(*backend_, device_x.ptr<float>(), tokens, static_cast<int>(dim), ids, weights,
+                          top_k, num_experts, expert_weights, device_out.ptr<float>());
+        backend_->to_host(device_out.ptr<float>(), tokens * dim, host_planned.data());
         EXPECT_EQ(out, host_planned) << tokens << " tokens, registered " << registered;
         std::vector<double> want(out.size(), 0.0);
         for (int64_t t = 0; t < tokens; ++t) {
@@ -162,8 +162,8 @@ void check_fp4_activations(Backend& backend, const std::function<std::vector<flo
     SCOPED_TRACE(quant::weight_format_name(format));
     auto register_weight = [&](const Fp4ActivationWeight& w) {
       if (!registered) return;
-      backend.register_host_weights(w.packed.data(), static_cast<int64_t>(w.packed.size()));
-      backend.register_host_weights(w.scales.data(), static_cast<int64_t>(w.scales.size()));
+      backend.place_host_weights(w.packed.data(), static_cast<int64_t>(w.packed.size()));
+      backend.place_host_weights(w.scales.data(), static_cast<int64_t>(w.scales.size()));
     };
     alive.push_back(std::make_unique<Fp4ActivationWeight>(format, random_floats(width * dim, 0.3f), width, dim));
     const Fp4ActivationWeight& linear = *alive.back();
@@ -171,7 +171,7 @@ void check_fp4_activations(Backend& backend, const std::function<std::vector<flo
     for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{20}}) {
       const std::vector<float> x = random_floats(rows * dim, 1.0f);
       std::vector<float> y(static_cast<size_t>(rows * width));
-      backend.linear(linear.weight, x.data(), rows, nullptr, y.data());
+      backend.linear(linear.weight, x, rows, nullptr, y);
       const std::vector<double> want = reference_linear(round_trip_rows(format, x, dim), rows, linear.values, width, dim, nullptr);
       EXPECT_LT(relative_l2_error(y.data(), want.data(), rows * width), kTolerance) << rows << " rows";
       const std::vector<double> unrounded = reference_linear(x, rows, linear.values, width, dim, nullptr);
@@ -215,16 +215,20 @@ void check_fp4_activations(Backend& backend, const std::function<std::vector<flo
       Buffer device_weights = backend.allocate(DType::kF32, {tokens * top_k});
       Buffer device_x = backend.allocate(DType::kF32, {tokens, dim});
       Buffer device_out = backend.allocate(DType::kF32, {tokens, dim});
-      backend.copy_bytes(device_ids.data<int32_t>(), ids.data(), tokens * top_k * 4);
-      backend.copy(device_weights.data<float>(), weights.data(), tokens * top_k);
-      backend.copy(device_x.data<float>(), x.data(), tokens * dim);
+      backend.copy_bytes(device_ids.ptr<int32_t>(), ids, tokens * top_k * 4);
+      backend.copy(device_weights.ptr<float>(), weights, tokens * top_k);
+      backend.copy(device_x.ptr<float>(), x, tokens * dim);
       for (const bool routing_on_device : {true, false}) {
-        routed_experts_on(backend, device_x.data<float>(), tokens, static_cast<int>(dim),
-                                 routing_on_device ? device_ids.data<int32_t>() : ids.data(),
-                                 routing_on_device ? device_weights.data<float>() : weights.data(), top_k, num_experts,
-                                 expert_weights, device_out.data<float>());
+        routed_experts_on(backend, device_x.ptr<float>(), tokens, static_cast<int>(dim),
+                                 routing_on_device ? DevicePtr<const int32_t>(device_ids.ptr<int32_t>())
+                                                   : DevicePtr<const int32_t>(ids),
+                                 routing_on_device ? DevicePtr<const float>(device_weights.ptr<float>())
+                                                   : DevicePtr<const float>(weights),
+                                 top_k,
+                                 num_experts,
+                                 expert_weights, device_out.ptr<float>());
         std::vector<float> out(static_cast<size_t>(tokens * dim));
-        backend.to_host(device_out.data<float>(), tokens * dim, out.data());
+        backend.to_host(device_out.ptr<float>(), tokens * dim, out.data());
         EXPECT_LT(relative_l2_error(out.data(), want.data(), tokens * dim), kTolerance)
             << tokens << " tokens, routing on the device " << routing_on_device;
       }
@@ -265,16 +269,16 @@ TEST_P(Conformance, CountExpertsAccumulatesExactly) {
   for (int32_t id : ids) want[static_cast<size_t>(id)] += 2;  // counted twice below
   Buffer device_ids = backend_->allocate(DType::kI32, {static_cast<int64_t>(ids.size())});
   Buffer counts = backend_->allocate(DType::kI64, {num_experts});
-  backend_->copy_bytes(device_ids.data<int32_t>(), ids.data(), static_cast<int64_t>(ids.size() * 4));
+  backend_->copy_bytes(device_ids.ptr<int32_t>(), ids, static_cast<int64_t>(ids.size() * 4));
   const std::vector<int64_t> start(num_experts, 5);
-  backend_->copy_bytes(counts.data<int64_t>(), start.data(), num_experts * 8);
+  backend_->copy_bytes(counts.ptr<int64_t>(), start, num_experts * 8);
   for (int pass = 0; pass < 2; ++pass) {
-    backend_->count_experts(device_ids.data<int32_t>(), static_cast<int64_t>(ids.size()), num_experts,
-                            counts.data<int64_t>());
+    backend_->count_experts(device_ids.ptr<int32_t>(), static_cast<int64_t>(ids.size()), num_experts,
+                            counts.ptr<int64_t>());
   }
-  backend_->count_experts(device_ids.data<int32_t>(), 0, num_experts, counts.data<int64_t>());
+  backend_->count_experts(device_ids.ptr<int32_t>(), 0, num_experts, counts.ptr<int64_t>());
   std::vector<int64_t> got(num_experts);
-  backend_->copy_bytes(got.data(), counts.data<int64_t>(), num_experts * 8);
+  backend_->copy_bytes(got, counts.ptr<int64_t>(), num_experts * 8);
   EXPECT_EQ(got, want);
 }
 

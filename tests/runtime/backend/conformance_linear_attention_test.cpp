@@ -13,13 +13,13 @@ namespace {
 // F32 storage on the backend's device holding `values`.
 Buffer on_device(Backend& backend, const std::vector<float>& values) {
   Buffer buffer = backend.allocate(DType::kF32, {std::max<int64_t>(static_cast<int64_t>(values.size()), 1)});
-  backend.copy_bytes(buffer.view().data, values.data(), static_cast<int64_t>(values.size() * sizeof(float)));
+  backend.copy_bytes(buffer.ptr<void>(), values, static_cast<int64_t>(values.size() * sizeof(float)));
   return buffer;
 }
 
 std::vector<float> to_host(Backend& backend, const Buffer& buffer, int64_t count) {
   std::vector<float> host(static_cast<size_t>(count));
-  backend.to_host(buffer.data<float>(), count, host.data());
+  backend.to_host(buffer.ptr<float>(), count, host.data());
   return host;
 }
 
@@ -49,11 +49,11 @@ TEST_P(Conformance, GatedDeltaNetCarriesEachSequencesStateAsFloat64) {
   const attention::GatedDeltaParams params{layer.conv_weight.data(), layer.a_log.data(), layer.dt_bias.data(),
                                            layer.norm_weight.data(), 1e-6f};
   // The parameters are model weights: host memory the backend may read or copy (Backend::
-  // register_host_weights).
-  backend_->register_host_weights(layer.conv_weight.data(), static_cast<int64_t>(layer.conv_weight.size() * 4));
-  backend_->register_host_weights(layer.a_log.data(), static_cast<int64_t>(layer.a_log.size() * 4));
-  backend_->register_host_weights(layer.dt_bias.data(), static_cast<int64_t>(layer.dt_bias.size() * 4));
-  backend_->register_host_weights(layer.norm_weight.data(), static_cast<int64_t>(layer.norm_weight.size() * 4));
+  // place_host_weights).
+  backend_->place_host_weights(layer.conv_weight.data(), static_cast<int64_t>(layer.conv_weight.size() * 4));
+  backend_->place_host_weights(layer.a_log.data(), static_cast<int64_t>(layer.a_log.size() * 4));
+  backend_->place_host_weights(layer.dt_bias.data(), static_cast<int64_t>(layer.dt_bias.size() * 4));
+  backend_->place_host_weights(layer.norm_weight.data(), static_cast<int64_t>(layer.norm_weight.size() * 4));
   std::vector<std::vector<float>> outputs(lengths.size());
   Buffer conv_candidates, state_candidates;
   int64_t last_rows = 0;
@@ -70,21 +70,21 @@ TEST_P(Conformance, GatedDeltaNetCarriesEachSequencesStateAsFloat64) {
       z.insert(z.end(), in.z.begin() + first * width, in.z.begin() + (first + count) * width);
       a.insert(a.end(), in.a.begin() + first * nv, in.a.begin() + (first + count) * nv);
       b.insert(b.end(), in.b.begin() + first * nv, in.b.begin() + (first + count) * nv);
-      sequences.push_back({rows, count, conv_states[s].data<float>(), states[s].data<float>(), nullptr, nullptr});
+      sequences.push_back({rows, count, conv_states[s].ptr<float>(), states[s].ptr<float>(), nullptr, nullptr});
       rows += count;
     }
     if (call == 1) {  // the last sequence keeps candidates
       last_rows = sequences.back().num_rows;
       conv_candidates = backend_->allocate(DType::kF32, {last_rows * shape.conv_state_size()});
       state_candidates = backend_->allocate(DType::kF32, {last_rows * shape.recurrent_state_size()});
-      sequences.back().conv_states_after = conv_candidates.data<float>();
-      sequences.back().recurrent_states_after = state_candidates.data<float>();
+      sequences.back().conv_states_after = conv_candidates.ptr<float>();
+      sequences.back().recurrent_states_after = state_candidates.ptr<float>();
     }
     const Buffer du = on_device(*backend_, u), dz = on_device(*backend_, z), da = on_device(*backend_, a);
     const Buffer db = on_device(*backend_, b);
     Buffer out = backend_->allocate(DType::kF32, {rows * width});
-    backend_->gated_delta_net(shape, params, du.data<float>(), dz.data<float>(), da.data<float>(), db.data<float>(),
-                              sequences, out.data<float>());
+    backend_->gated_delta_net(shape, params, du.ptr<float>(), dz.ptr<float>(), da.ptr<float>(), db.ptr<float>(),
+                              sequences, out.ptr<float>());
     const std::vector<float> host = to_host(*backend_, out, rows * width);
     size_t next = 0;
     for (size_t s = 0; s < lengths.size(); ++s) {
@@ -119,7 +119,7 @@ TEST_P(Conformance, SigmoidMulMatchesFloat64) {
   const std::vector<float> x = random_floats(count, 2.0f), gate = random_floats(count, 4.0f);
   Buffer dx = on_device(*backend_, x);
   const Buffer dgate = on_device(*backend_, gate);
-  backend_->sigmoid_mul(dx.data<float>(), dgate.data<float>(), count);
+  backend_->sigmoid_mul(dx.ptr<float>(), dgate.ptr<float>(), count);
   const std::vector<float> got = to_host(*backend_, dx, count);
   std::vector<double> want(static_cast<size_t>(count));
   for (size_t i = 0; i < want.size(); ++i) want[i] = x[i] / (1.0 + std::exp(-static_cast<double>(gate[i])));

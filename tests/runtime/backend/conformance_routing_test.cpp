@@ -16,7 +16,7 @@ TEST_P(Conformance, RouteSelectsTheTopKOfTheSoftmaxAndAddsAndArgmaxAreExact) {
   std::vector<float> logits = random_floats(tokens * config.num_experts, 2.0f);
   std::vector<int32_t> ids(static_cast<size_t>(tokens * config.top_k));
   std::vector<float> weights(ids.size());
-  backend_->route(config, logits.data(), tokens, nullptr, ids.data(), weights.data());
+  backend_->route(config, logits, tokens, nullptr, ids, weights);
   for (int64_t t = 0; t < tokens; ++t) {
     std::vector<int32_t> order(static_cast<size_t>(config.num_experts));
     std::iota(order.begin(), order.end(), 0);
@@ -35,13 +35,13 @@ TEST_P(Conformance, RouteSelectsTheTopKOfTheSoftmaxAndAddsAndArgmaxAreExact) {
   std::vector<float> a = random_floats(13), b = random_floats(13);
   std::vector<double> sum(a.size());
   for (size_t i = 0; i < a.size(); ++i) sum[i] = static_cast<double>(static_cast<float>(a[i] + b[i]));
-  backend_->add(a.data(), b.data(), 13);
+  backend_->add(a, b, 13);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], sum[i]);
 
   const std::vector<float> rows{0.5f, 2.0f, 2.0f, -1.0f,  // tie: the lowest id wins
                                 -3.0f, -2.0f, -7.0f, -2.5f};
   std::vector<int32_t> best(2, -1);
-  backend_->argmax_rows(rows.data(), 2, 4, best.data());
+  backend_->argmax_rows(rows, 2, 4, best);
   EXPECT_EQ(best, (std::vector<int32_t>{1, 1}));
 }
 
@@ -78,7 +78,7 @@ TEST_P(Conformance, RouteMatchesTheFloat64ReferenceForEveryRule) {
     const auto count = static_cast<size_t>(tokens * c.top_k);
     std::vector<int32_t> ids(count);
     std::vector<float> weights(count);
-    backend_->route(config, logits.data(), tokens, bias_or_null, ids.data(), weights.data());
+    backend_->route(config, logits, tokens, bias_or_null, ids, weights);
     const testing::ReferenceRoute expected = testing::reference_route(config, logits, bias_or_null);
     EXPECT_EQ(ids, expected.ids) << c.experts << " experts";
     EXPECT_LT(relative_l2_error(weights.data(), expected.weights.data(), static_cast<int64_t>(count)), 1e-6);
@@ -104,7 +104,7 @@ TEST_P(Conformance, RouteOnTakesRoutersBeyondTheBackendsCapabilities) {
   const auto count = static_cast<size_t>(tokens * config.top_k);
   std::vector<int32_t> ids(count, -1);
   std::vector<float> weights(count);
-  route_on(*backend_, config, logits.data(), tokens, bias.data(), ids.data(), weights.data());
+  route_on(*backend_, config, logits, tokens, bias.data(), ids, weights);
   const testing::ReferenceRoute expected = testing::reference_route(config, logits, bias.data());
   EXPECT_EQ(ids, expected.ids);
   EXPECT_LT(relative_l2_error(weights.data(), expected.weights.data(), static_cast<int64_t>(count)), 1e-6);
@@ -114,8 +114,8 @@ TEST_P(Conformance, RouteOnTakesRoutersBeyondTheBackendsCapabilities) {
   const std::vector<float> small = random_floats(tokens * config.num_experts, 2.0f);
   std::vector<int32_t> direct_ids(count), on_ids(count);
   std::vector<float> direct_weights(count), on_weights(count);
-  backend_->route(config, small.data(), tokens, nullptr, direct_ids.data(), direct_weights.data());
-  route_on(*backend_, config, small.data(), tokens, nullptr, on_ids.data(), on_weights.data());
+  backend_->route(config, small, tokens, nullptr, direct_ids, direct_weights);
+  route_on(*backend_, config, small, tokens, nullptr, on_ids, on_weights);
   EXPECT_EQ(direct_ids, on_ids);
   EXPECT_EQ(direct_weights, on_weights);
 }
@@ -141,7 +141,7 @@ TEST_P(Conformance, SampleRowsDrawWhatTheFloat64ReferenceDraws) {
     rows.push_back(setting);
   }
   std::vector<int32_t> drawn(rows.size(), -1);
-  backend_->sample_rows(logits.data(), vocab, rows, drawn.data());
+  backend_->sample_rows(logits, vocab, rows, drawn.data());
   for (size_t r = 0; r < rows.size(); ++r) {
     const std::vector<float> row(logits.begin() + static_cast<int64_t>(r) * vocab,
                                  logits.begin() + static_cast<int64_t>(r + 1) * vocab);
@@ -151,7 +151,7 @@ TEST_P(Conformance, SampleRowsDrawWhatTheFloat64ReferenceDraws) {
   }
   // One row alone draws the same as inside the batch.
   int32_t alone = -1;
-  backend_->sample_rows(logits.data() + 3 * vocab, vocab, std::span(rows).subspan(3, 1), &alone);
+  backend_->sample_rows(host_ptr(logits.data() + 3 * vocab), vocab, std::span(rows).subspan(3, 1), &alone);
   EXPECT_EQ(alone, drawn[3]);
 }
 

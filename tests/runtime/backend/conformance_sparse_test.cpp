@@ -50,6 +50,7 @@ void check_sparse_ops(Backend& backend, std::mt19937& rng, DType dtype) {
   const Shape shape{num_blocks, block_size, 1, width};
   Buffer cache = backend.allocate(dtype, shape);
   attention::PagedKvLayer layer{cache.view().data, cache.view().data, num_blocks, block_size, 1, width, dtype};
+  layer.device = backend.device();
   std::vector<int32_t> free_blocks(num_blocks - 1);
   std::iota(free_blocks.begin(), free_blocks.end(), 1);
   std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
@@ -72,10 +73,10 @@ void check_sparse_ops(Backend& backend, std::mt19937& rng, DType dtype) {
       slots.push_back(static_cast<int64_t>(table[static_cast<size_t>(t / block_size)]) * block_size + t % block_size);
     }
     const Buffer device_rows = backend.allocate(DType::kF32, {static_cast<int64_t>(flat.size())});
-    backend.copy_bytes(device_rows.view().data, flat.data(), static_cast<int64_t>(flat.size() * sizeof(float)));
+    backend.copy_bytes(device_rows.ptr<void>(), flat, static_cast<int64_t>(flat.size() * sizeof(float)));
     const Buffer device_slots = backend.allocate(DType::kI64, {static_cast<int64_t>(slots.size())});
-    backend.copy_bytes(device_slots.view().data, slots.data(), static_cast<int64_t>(slots.size() * sizeof(int64_t)));
-    backend.write_kv(layer, device_rows.data<float>(), device_rows.data<float>(), device_slots.data<int64_t>(),
+    backend.copy_bytes(device_slots.ptr<void>(), slots, static_cast<int64_t>(slots.size() * sizeof(int64_t)));
+    backend.write_kv(layer, device_rows.ptr<float>(), device_rows.ptr<float>(), device_slots.ptr<int64_t>(),
                        kv_lens[b]);
     for (std::vector<float>& r : rows) std::transform(r.begin(), r.end(), r.begin(), stored);
     seq_rows.push_back(std::move(rows));
@@ -100,7 +101,7 @@ void check_sparse_ops(Backend& backend, std::mt19937& rng, DType dtype) {
     using T = typename std::decay_t<decltype(host)>::value_type;
     Buffer buffer = backend.allocate(sizeof(T) == 4 && std::is_floating_point_v<T> ? DType::kF32 : DType::kI32,
                                        {static_cast<int64_t>(host.size())});
-    backend.copy_bytes(buffer.view().data, host.data(), static_cast<int64_t>(host.size() * sizeof(T)));
+    backend.copy_bytes(buffer.ptr<void>(), host, static_cast<int64_t>(host.size() * sizeof(T)));
     return buffer;
   };
   const Buffer d_index_q = upload(index_q), d_index_w = upload(index_w), d_q = upload(q);
@@ -109,18 +110,19 @@ void check_sparse_ops(Backend& backend, std::mt19937& rng, DType dtype) {
   attention::SparseIndexQuery index;
   index.queries = d_index_q.data<float>();
   index.weights = d_index_w.data<float>();
+  index.device = backend.device();
   index.num_heads = index_heads;
   index.head_dim = index_dim;
   index.weight_scale = 0.7f;
   index.scale = 0.35f;
   index.top_k = top_k;
-  backend.sparse_index_select(index, layer, key_width, plan, d_selected.data<int32_t>());
-  backend.sparse_paged_attention(d_q.data<float>(), layer, key_width, plan, heads, d_selected.data<int32_t>(), top_k,
-                                   d_out.data<float>());
+  backend.sparse_index_select(index, layer, key_width, plan, d_selected.ptr<int32_t>());
+  backend.sparse_paged_attention(d_q.ptr<float>(), layer, key_width, plan, heads, d_selected.ptr<int32_t>(), top_k,
+                                   d_out.ptr<float>());
   std::vector<int32_t> selected(static_cast<size_t>(rows * top_k));
   std::vector<float> out(static_cast<size_t>(rows * heads * key_width));
-  backend.copy_bytes(selected.data(), d_selected.view().data, static_cast<int64_t>(selected.size() * sizeof(int32_t)));
-  backend.copy_bytes(out.data(), d_out.view().data, static_cast<int64_t>(out.size() * sizeof(float)));
+  backend.copy_bytes(selected, d_selected.ptr<const void>(), static_cast<int64_t>(selected.size() * sizeof(int32_t)));
+  backend.copy_bytes(out, d_out.ptr<const void>(), static_cast<int64_t>(out.size() * sizeof(float)));
 
   std::vector<double> expected(out.size());
   int sparse_rows = 0;
@@ -181,11 +183,11 @@ TEST_P(Conformance, LayerNormWithBiasMatchesFloat64) {
     }
   }
   Buffer d_x = backend_->allocate(DType::kF32, {rows * dim});
-  backend_->copy_bytes(d_x.view().data, x.data(), static_cast<int64_t>(x.size() * sizeof(float)));
-  backend_->register_host_weights(weight.data(), dim * 4);
-  backend_->register_host_weights(bias.data(), dim * 4);
-  backend_->layer_norm(d_x.data<float>(), rows, dim, weight.data(), bias.data(), 1e-6f);
-  backend_->copy_bytes(x.data(), d_x.view().data, static_cast<int64_t>(x.size() * sizeof(float)));
+  backend_->copy_bytes(d_x.ptr<void>(), x, static_cast<int64_t>(x.size() * sizeof(float)));
+  backend_->place_host_weights(weight.data(), dim * 4);
+  backend_->place_host_weights(bias.data(), dim * 4);
+  backend_->layer_norm(d_x.ptr<float>(), rows, dim, weight.data(), bias.data(), 1e-6f);
+  backend_->copy_bytes(x, d_x.ptr<const void>(), static_cast<int64_t>(x.size() * sizeof(float)));
   EXPECT_LT(relative_l2_error(x.data(), expected.data(), rows * dim), kTolerance);
 }
 

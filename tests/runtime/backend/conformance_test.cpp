@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/runtime/backend/conformance_test_support.h"
+#include "tests/support/death_test.h"
 
 namespace moert::backend::conformance {
 namespace {
@@ -23,10 +24,10 @@ TEST_P(Conformance, EmbeddingGatherWidensEveryDtypeExactly) {
       for (int t = 0; t < 9; ++t) tokens.push_back(static_cast<int32_t>(rng_() % static_cast<unsigned>(vocab)));
       for (int64_t num_tokens : {int64_t{0}, int64_t{1}, int64_t{9}}) {
         std::vector<float> out(static_cast<size_t>(num_tokens * dim), -1.0f);
-        backend_->embedding_gather(f32_view(table, {vocab, dim}), tokens.data(), num_tokens, out.data());
+        backend_->embedding_gather(f32_view(table, {vocab, dim}), tokens, num_tokens, out);
         std::vector<float> out_bf16(out.size());
-        backend_->embedding_gather(TensorView::contiguous(DType::kBF16, {vocab, dim}, bf16.data()), tokens.data(),
-                                   num_tokens, out_bf16.data());
+        backend_->embedding_gather(TensorView::contiguous(DType::kBF16, {vocab, dim}, bf16.data()), tokens,
+                                   num_tokens, out_bf16);
         for (int64_t t = 0; t < num_tokens; ++t) {
           for (int64_t i = 0; i < dim; ++i) {
             const size_t src = static_cast<size_t>(tokens[static_cast<size_t>(t)] * dim + i);
@@ -50,7 +51,7 @@ TEST_P(Conformance, RmsNormMatchesFloat64) {
         const double inv = 1.0 / std::sqrt(ss / static_cast<double>(dim) + 1e-6);
         for (int64_t i = 0; i < dim; ++i) expected[static_cast<size_t>(r * dim + i)] = x[static_cast<size_t>(r * dim + i)] * inv * w[static_cast<size_t>(i)];
       }
-      backend_->rms_norm(x.data(), rows, dim, w.data(), 1e-6f);
+      backend_->rms_norm(x, rows, dim, w.data(), 1e-6f);
       EXPECT_LT(relative_l2_error(x.data(), expected.data(), rows * dim), kTolerance) << rows << "x" << dim;
     }
   }
@@ -68,10 +69,10 @@ TEST_P(Conformance, LinearMatchesFloat64ForF32AndBf16WeightsWithAndWithoutBias) 
     }
     for (const float* b : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
       std::vector<float> y(static_cast<size_t>(rows * n));
-      backend_->linear(quant::LinearWeight::from_dense(f32_view(w, {n, k})), x.data(), rows, b, y.data());
+      backend_->linear(quant::LinearWeight::from_dense(f32_view(w, {n, k})), x, rows, b, y);
       EXPECT_LT(relative_l2_error(y.data(), reference_linear(x, rows, w, n, k, b).data(), rows * n), kTolerance);
       backend_->linear(quant::LinearWeight::from_dense(TensorView::contiguous(DType::kBF16, {n, k}, w_bf16.data())),
-                       x.data(), rows, b, y.data());
+                       x, rows, b, y);
       EXPECT_LT(relative_l2_error(y.data(), reference_linear(x, rows, w_rounded, n, k, b).data(), rows * n), kTolerance);
     }
   }
@@ -94,11 +95,11 @@ TEST_P(Conformance, LinearOverMoreThan16RowsMatchesFloat64) {
     }
     std::vector<float> y(static_cast<size_t>(rows * n));
     const double tolerance = k >= 1000 ? 1e-5 : kTolerance;  // F32 sums over k products
-    backend_->linear(quant::LinearWeight::from_dense(f32_view(w, {n, k})), x.data(), rows, bias.data(), y.data());
+    backend_->linear(quant::LinearWeight::from_dense(f32_view(w, {n, k})), x, rows, bias.data(), y);
     EXPECT_LT(relative_l2_error(y.data(), reference_linear(x, rows, w, n, k, bias.data()).data(), rows * n), tolerance)
         << rows << "x" << n << "x" << k << " f32";
     backend_->linear(quant::LinearWeight::from_dense(TensorView::contiguous(DType::kBF16, {n, k}, w_bf16.data())),
-                     x.data(), rows, nullptr, y.data());
+                     x, rows, nullptr, y);
     EXPECT_LT(relative_l2_error(y.data(), reference_linear(x, rows, w_rounded, n, k, nullptr).data(), rows * n),
               tolerance)
         << rows << "x" << n << "x" << k << " bf16";
@@ -112,7 +113,7 @@ TEST_P(Conformance, LinearOverMoreThan16RowsMatchesFloat64) {
     const quant::LinearWeight fp8_weight = quant::LinearWeight::from_packed(view);
     std::vector<float> w_fp8(w.size());
     quant::dequantize_to_f32(fp8_weight, w_fp8.data());
-    backend_->linear(fp8_weight, x.data(), rows, bias.data(), y.data());
+    backend_->linear(fp8_weight, x, rows, bias.data(), y);
     EXPECT_LT(relative_l2_error(y.data(), reference_linear(x, rows, w_fp8, n, k, bias.data()).data(), rows * n),
               tolerance)
         << rows << "x" << n << "x" << k << " fp8 block";
@@ -138,10 +139,10 @@ TEST_P(Conformance, LinearsOfOneXEqualOneLinearEach) {
     const int64_t n = weights[i].out_features();
     together[i].assign(static_cast<size_t>(rows * n), -1.0f);
     alone[i].assign(static_cast<size_t>(rows * n), -2.0f);
-    calls.push_back({&weights[i], biases[i], together[i].data()});
-    backend_->linear(weights[i], x.data(), rows, biases[i], alone[i].data());
+    calls.push_back({&weights[i], biases[i], together[i]});
+    backend_->linear(weights[i], x, rows, biases[i], alone[i]);
   }
-  backend_->linears_of(x.data(), rows, calls);
+  backend_->linears_of(x, rows, calls);
   for (size_t i = 0; i < 3; ++i) {
     ASSERT_EQ(together[i].size(), alone[i].size());
     for (size_t e = 0; e < alone[i].size(); ++e) {
@@ -185,7 +186,7 @@ TEST_P(Conformance, RopeRotatesChannelPairsAtEachPositionAsFloat64) {
         }
       }
     }
-    backend_->rope(rope, x.data(), tokens, heads, positions.data());
+    backend_->rope(rope, x, tokens, heads, positions);
     EXPECT_LT(relative_l2_error(x.data(), expected.data(), tokens * heads * head_dim), kTolerance) << head_dim << " theta " << theta;
     backend_->rope(rope, nullptr, 0, heads, nullptr);
   }
@@ -201,17 +202,17 @@ TEST_P(Conformance, StepGraphsReplayOverNewInputsAndRefuseHostData) {
   Buffer x = backend_->allocate(DType::kF32, {rows, dim});
   Buffer y = backend_->allocate(DType::kF32, {rows, dim});
   Buffer positions = backend_->allocate(DType::kI64, {rows});
-  Buffer norm = backend_->allocate(DType::kF32, {dim});
-  backend_->copy(norm.data<float>(), norm_weight.data(), dim);
+  // A weight: placed on the backend's device before the capture (as prepare_weights does).
+  backend_->place_host_weights(norm_weight.data(), dim * static_cast<int64_t>(sizeof(float)));
   const attention::RotaryEmbedding rope(8, 8, 10000.0);
   backend_->prepare_device_positions(rope, 64);
   Result<std::unique_ptr<Backend::StepGraph>> graph = backend_->capture([&] {
-    backend_->add(x.data<float>(), y.data<float>(), rows * dim);
-    backend_->rms_norm(x.data<float>(), rows, dim, norm.data<float>(), 1e-6f);
+    backend_->add(x.ptr<float>(), y.ptr<float>(), rows * dim);
+    backend_->rms_norm(x.ptr<float>(), rows, dim, norm_weight.data(), 1e-6f);
     Buffer scratch = backend_->allocate(DType::kF32, {rows, dim});
-    backend_->copy(scratch.data<float>(), x.data<float>(), rows * dim);
-    backend_->rope(rope, scratch.data<float>(), rows, dim / 8, positions.data<int64_t>());
-    backend_->copy(x.data<float>(), scratch.data<float>(), rows * dim);
+    backend_->copy(scratch.ptr<float>(), x.ptr<float>(), rows * dim);
+    backend_->rope(rope, scratch.ptr<float>(), rows, dim / 8, positions.ptr<int64_t>());
+    backend_->copy(x.ptr<float>(), scratch.ptr<float>(), rows * dim);
   });
   if (!graph.is_ok()) {
     EXPECT_NE(std::string(backend_->name()).find("cpu"), std::string::npos) << graph.status().message();
@@ -221,23 +222,23 @@ TEST_P(Conformance, StepGraphsReplayOverNewInputsAndRefuseHostData) {
   for (int replay = 0; replay < 3; ++replay) {
     const std::vector<float> x0 = random_floats(rows * dim), y0 = random_floats(rows * dim);
     const std::vector<int64_t> step_positions{replay, 7 + replay, 63 - replay};
-    backend_->copy(x.data<float>(), x0.data(), rows * dim);
-    backend_->copy(y.data<float>(), y0.data(), rows * dim);
-    backend_->copy_bytes(positions.data<int64_t>(), step_positions.data(), rows * 8);
+    backend_->copy(x.ptr<float>(), x0, rows * dim);
+    backend_->copy(y.ptr<float>(), y0, rows * dim);
+    backend_->copy_bytes(positions.ptr<int64_t>(), step_positions, rows * 8);
     (*graph)->replay();
     std::vector<float> replayed(x0.size());
-    backend_->to_host(x.data<float>(), rows * dim, replayed.data());
+    backend_->to_host(x.ptr<float>(), rows * dim, replayed.data());
     // The same ops run eagerly, positions from the host.
     std::vector<float> eager = x0;
-    backend_->add(eager.data(), y0.data(), rows * dim);
-    backend_->rms_norm(eager.data(), rows, dim, norm_weight.data(), 1e-6f);
-    backend_->rope(rope, eager.data(), rows, dim / 8, step_positions.data());
+    backend_->add(eager, y0, rows * dim);
+    backend_->rms_norm(eager, rows, dim, norm_weight.data(), 1e-6f);
+    backend_->rope(rope, eager, rows, dim / 8, step_positions);
     EXPECT_EQ(replayed, eager) << "replay " << replay;
   }
   std::vector<float> host(static_cast<size_t>(rows * dim));
   for (const auto& [why, record] : std::vector<std::pair<std::string, std::function<void()>>>{
-           {"reads host memory", [&] { backend_->add(x.data<float>(), host.data(), rows * dim); }},
-           {"host", [&] { backend_->to_host(x.data<float>(), rows * dim, host.data()); }},
+           {"reads host memory", [&] { backend_->add(x.ptr<float>(), host, rows * dim); }},
+           {"host", [&] { backend_->to_host(x.ptr<float>(), rows * dim, host.data()); }},
            {"synchronises", [&] { backend_->synchronize(); }}}) {
     Result<std::unique_ptr<Backend::StepGraph>> refused = backend_->capture(record);
     ASSERT_FALSE(refused.is_ok()) << why;
@@ -245,35 +246,48 @@ TEST_P(Conformance, StepGraphsReplayOverNewInputsAndRefuseHostData) {
   }
   // Nothing of a refused capture ran, and eager ops work after it.
   std::vector<float> before(host.size()), after(host.size());
-  backend_->to_host(x.data<float>(), rows * dim, before.data());
+  backend_->to_host(x.ptr<float>(), rows * dim, before.data());
   Result<std::unique_ptr<Backend::StepGraph>> refused = backend_->capture([&] {
-    backend_->add(x.data<float>(), y.data<float>(), rows * dim);
+    backend_->add(x.ptr<float>(), y.ptr<float>(), rows * dim);
     backend_->synchronize();
   });
   ASSERT_FALSE(refused.is_ok());
-  backend_->to_host(x.data<float>(), rows * dim, after.data());
+  backend_->to_host(x.ptr<float>(), rows * dim, after.data());
   EXPECT_EQ(before, after);
 }
 
 // The data-movement and combine ops: exact (they copy, or add in a fixed order that the
 // float64 reference follows within F32 rounding).
+// Arrays name their device (core/device.h); a backend refuses memory of a device it is not,
+// naming the argument, instead of computing over it (or asking the driver what it is).
+TEST_P(Conformance, RefusesArraysOfAnotherDevice) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the backend's thread pool is running
+  std::vector<float> x(4, 1.0f), y(4, 2.0f);
+  const DevicePtr<float> elsewhere(x.data(), Device{DeviceKind::kCuda, 99});
+  MOERT_EXPECT_DEATH(backend_->add(elsewhere, y, 4), "is memory of cuda:99, expected");
+  MOERT_EXPECT_DEATH(backend_->copy_bytes(y, DevicePtr<const float>(elsewhere), 16), "is memory of cuda:99, expected");
+  // Host arrays are every backend's to take (a device stages them): the sum is exact.
+  backend_->add(x, y, 4);
+  EXPECT_EQ(x, std::vector<float>(4, 3.0f));
+}
+
 TEST_P(Conformance, CopyGatherToHostCombineAndGatedAddMatchFloat64) {
   const int64_t rows = 7, dim = 13;
   const std::vector<float> src = random_floats(rows * dim);
   Buffer device = backend_->allocate(DType::kF32, {rows, dim});
-  backend_->copy(device.data<float>(), src.data(), rows * dim);
+  backend_->copy(device.ptr<float>(), src, rows * dim);
   std::vector<float> back(src.size(), -1.0f);
-  backend_->to_host(device.data<float>(), rows * dim, back.data());
+  backend_->to_host(device.ptr<float>(), rows * dim, back.data());
   EXPECT_EQ(back, src);
   const std::vector<int64_t> picked{6, 0, 3, 3};
   Buffer gathered = backend_->allocate(DType::kF32, {4, dim});
-  backend_->gather_rows(device.data<float>(), dim, picked.data(), 4, gathered.data<float>());
+  backend_->gather_rows(device.ptr<float>(), dim, picked.data(), 4, gathered.ptr<float>());
   std::vector<float> host(static_cast<size_t>(4 * dim));
-  backend_->to_host(gathered.data<float>(), 4 * dim, host.data());
+  backend_->to_host(gathered.ptr<float>(), 4 * dim, host.data());
   for (size_t r = 0; r < picked.size(); ++r) {
     for (int64_t i = 0; i < dim; ++i) ASSERT_EQ(host[r * dim + i], src[static_cast<size_t>(picked[r] * dim + i)]);
   }
-  backend_->gather_rows(device.data<float>(), dim, nullptr, 0, nullptr);  // empty batch
+  backend_->gather_rows(device.ptr<float>(), dim, nullptr, 0, nullptr);  // empty batch
 
   // combine: out[t] = sum_j rows[src_rows[t * K + j]] in j order; 3 tokens, K = 2.
   const int top_k = 2;
@@ -299,7 +313,7 @@ TEST_P(Conformance, CopyGatherToHostCombineAndGatedAddMatchFloat64) {
       const double g = gated ? 1.0 / (1.0 + std::exp(-static_cast<double>(gate[static_cast<size_t>(t)]))) : 1.0;
       for (int64_t i = 0; i < dim; ++i) want[static_cast<size_t>(t * dim + i)] = x[static_cast<size_t>(t * dim + i)] + g * y[static_cast<size_t>(t * dim + i)];
     }
-    backend_->gated_add(x.data(), y.data(), gated ? gate.data() : nullptr, rows, dim);
+    backend_->gated_add(x, y, gated ? DevicePtr<const float>(gate) : nullptr, rows, dim);
     EXPECT_LT(relative_l2_error(x.data(), want.data(), static_cast<int64_t>(x.size())), kTolerance) << gated;
   }
 }
@@ -311,12 +325,12 @@ TEST_P(Conformance, CopyRowsAndPerHeadLinearMatchFloat64) {
   const std::vector<float> src = random_floats(rows * src_stride);
   Buffer src_device = backend_->allocate(DType::kF32, {rows, src_stride});
   Buffer dst_device = backend_->allocate(DType::kF32, {rows, dst_stride});
-  backend_->copy(src_device.data<float>(), src.data(), rows * src_stride);
+  backend_->copy(src_device.ptr<float>(), src, rows * src_stride);
   const std::vector<float> before = random_floats(rows * dst_stride);
-  backend_->copy(dst_device.data<float>(), before.data(), rows * dst_stride);
-  backend_->copy_rows(dst_device.data<float>() + 2, dst_stride, src_device.data<float>() + 3, src_stride, rows, width);
+  backend_->copy(dst_device.ptr<float>(), before, rows * dst_stride);
+  backend_->copy_rows(dst_device.ptr<float>() + 2, dst_stride, src_device.ptr<float>() + 3, src_stride, rows, width);
   std::vector<float> dst(before.size());
-  backend_->to_host(dst_device.data<float>(), rows * dst_stride, dst.data());
+  backend_->to_host(dst_device.ptr<float>(), rows * dst_stride, dst.data());
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 0; i < dst_stride; ++i) {
       const bool copied = i >= 2 && i < 2 + width;
@@ -334,13 +348,13 @@ TEST_P(Conformance, CopyRowsAndPerHeadLinearMatchFloat64) {
     Buffer w_device = backend_->allocate(DType::kF32, {heads, out, in});
     Buffer x_device = backend_->allocate(DType::kF32, {tokens, heads, x_stride});
     Buffer y_device = backend_->allocate(DType::kF32, {tokens, heads, y_stride});
-    backend_->copy(w_device.data<float>(), w.data(), heads * out * in);
-    backend_->copy(x_device.data<float>(), x.data(), tokens * heads * x_stride);
-    backend_->copy(y_device.data<float>(), y_before.data(), tokens * heads * y_stride);
-    backend_->per_head_linear(w_device.data<float>(), heads, out, in, x_device.data<float>(), x_stride, tokens,
-                              y_device.data<float>(), y_stride);
+    backend_->copy(w_device.ptr<float>(), w, heads * out * in);
+    backend_->copy(x_device.ptr<float>(), x, tokens * heads * x_stride);
+    backend_->copy(y_device.ptr<float>(), y_before, tokens * heads * y_stride);
+    backend_->per_head_linear(w_device.data<float>(), heads, out, in, x_device.ptr<float>(), x_stride, tokens,
+                              y_device.ptr<float>(), y_stride);
     std::vector<float> y(y_before.size());
-    backend_->to_host(y_device.data<float>(), tokens * heads * y_stride, y.data());
+    backend_->to_host(y_device.ptr<float>(), tokens * heads * y_stride, y.data());
     std::vector<float> got;
     std::vector<double> want;
     for (int64_t t = 0; t < tokens; ++t) {

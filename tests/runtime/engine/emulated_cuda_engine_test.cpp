@@ -68,6 +68,7 @@ TEST_P(EmulatedCudaEngine, ServesTheCpuTokensAndLogits) {
   ASSERT_TRUE(*cpu_model != nullptr);
   const ModelConfig& config = (*model)->config;
   std::unique_ptr<backend::Backend> cuda = cuda_emulated::make_cuda_backend(0).value();
+  ASSERT_TRUE(cuda->prepare_weights((*model)->weights, *(*model)->checkpoint, {}).is_ok());  // as moert run does
   const TransformerForward on_cuda(config, (*model)->weights, *cuda);
   const TransformerForward on_cpu(config, (*cpu_model)->weights, cpu);
 
@@ -147,6 +148,7 @@ TEST_P(EmulatedCudaEngine, StepGraphsGiveTheEagerStepsBits) {
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
   const ModelConfig& config = (*model)->config;
   std::unique_ptr<backend::Backend> cuda = cuda_emulated::make_cuda_backend(0).value();
+  ASSERT_TRUE(cuda->prepare_weights((*model)->weights, *(*model)->checkpoint, {}).is_ok());  // as moert run does
   const TransformerForward on_cuda(config, (*model)->weights, *cuda);
   const TransformerForward on_cpu(config, (*model)->weights, cpu);
 
@@ -241,6 +243,7 @@ TEST(EmulatedCudaSpeculation, DraftOnTheDeviceReplaysItsRoundsAndKeepsTheGreedyT
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
   const ModelConfig& config = (*model)->config;
   std::unique_ptr<backend::Backend> cuda = cuda_emulated::make_cuda_backend(0).value();
+  ASSERT_TRUE(cuda->prepare_weights((*model)->weights, *(*model)->checkpoint, {}).is_ok());  // as moert run does
   const TransformerForward target(config, (*model)->weights, *cuda);
   const TransformerForward draft(config, (*model)->weights, *cuda);
   const TransformerForward on_cpu(config, (*model)->weights, cpu);
@@ -289,6 +292,7 @@ TEST(EmulatedCudaSparseAttention, ServesTheCpuTokensAndLogitsWithoutStepGraphs) 
   const ModelConfig& config = (*model)->config;
   ASSERT_TRUE(config.dsa.enabled());
   std::unique_ptr<backend::Backend> cuda = cuda_emulated::make_cuda_backend(0).value();
+  ASSERT_TRUE(cuda->prepare_weights((*model)->weights, *(*model)->checkpoint, {}).is_ok());  // as moert run does
   const TransformerForward on_cuda(config, (*model)->weights, *cuda);
   const TransformerForward on_cpu(config, (*cpu_model)->weights, cpu);
   EXPECT_FALSE(on_cuda.step_graph_blocker().empty());

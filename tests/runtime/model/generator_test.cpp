@@ -146,9 +146,11 @@ class CountingExperts : public RoutedExperts {
  public:
   explicit CountingExperts(const ModelConfig& config)
       : local_(config), loads_(static_cast<size_t>(config.num_experts()), 0), top_k_(config.top_k()) {}
-  void run(backend::Backend& backend, int layer, const MoeWeights& moe, const float* h, int64_t num_tokens,
-           const int32_t* ids, const float* w, float* out, const std::function<void()>& overlapped) override {
-    for (int64_t i = 0; i < num_tokens * top_k_; ++i) ++loads_[static_cast<size_t>(ids[i])];
+  void run(backend::Backend& backend, int layer, const MoeWeights& moe, DevicePtr<const float> h, int64_t num_tokens,
+           DevicePtr<const int32_t> ids, DevicePtr<const float> w, DevicePtr<float> out,
+           const std::function<void()>& overlapped) override {
+    const int32_t* routed = ids.host("the routing");  // a CPU backend
+    for (int64_t i = 0; i < num_tokens * top_k_; ++i) ++loads_[static_cast<size_t>(routed[i])];
     local_.run(backend, layer, moe, h, num_tokens, ids, w, out, overlapped);
   }
   const std::vector<int64_t>& loads() const { return loads_; }

@@ -126,7 +126,7 @@ TEST(Mtp, RowsAppendedThroughItsCacheEqualTheTeacherForcedRows) {
       rows.logit_rows.push_back(i - begin);
     }
     Result<std::vector<float>> part =
-        forward.transformer().mtp_forward(0, rows, hidden.data() + begin * dim, mtp_cache, nullptr);
+        forward.transformer().mtp_forward(0, rows, host_ptr(hidden.data() + begin * dim), mtp_cache, nullptr);
     ASSERT_TRUE(part.is_ok()) << part.status().to_string();
     mtp_cache.advance(end - begin);
     stitched.insert(stitched.end(), part->begin(), part->end());

@@ -91,6 +91,7 @@ TEST_P(DeviceEpOverMpi, StagedAndDeviceRowsAreBitIdenticalToOneRank) {
   std::unique_ptr<LoadedModel> model = load_model(dir).value();
   const ModelConfig& config = model->config;
   std::unique_ptr<backend::Backend> device = cuda_emulated::make_cuda_backend(0).value();
+  ASSERT_TRUE(device->prepare_weights(model->weights, *model->checkpoint, {}).is_ok());  // every expert: `local` runs them all
   const ForwardBatch batch = batch_for_rank(transport.rank(), config.vocab_size, 3, 2);
 
   TransformerForward local(config, model->weights, *device);

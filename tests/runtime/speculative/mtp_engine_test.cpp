@@ -182,7 +182,7 @@ TEST_F(MtpOnGeneratedModel, MissingEarlyHiddenStatesRestartTheRowsWhereTheyBegin
     }
     rows.logit_rows = {static_cast<int64_t>(rows.tokens.size()) - 1};
     DenseKvCache fresh(model_->config);
-    const std::vector<float> logits = mtp_.mtp_forward(0, rows, hidden.data() + 5 * dim, fresh, nullptr).value();
+    const std::vector<float> logits = mtp_.mtp_forward(0, rows, host_ptr(hidden.data() + 5 * dim), fresh, nullptr).value();
     DraftRequest request;
     request.seq = 3;
     request.tokens = std::span(sequence).first(static_cast<size_t>(length));
