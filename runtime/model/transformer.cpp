@@ -225,9 +225,7 @@ Result<std::vector<float>> TransformerForward::mtp_forward(int module, const For
   backend_.embedding_gather(m.embed_tokens.data != nullptr ? m.embed_tokens : weights_.embed_tokens,
                             batch.tokens_for_ops(), num_tokens, embedded.ptr<float>());
   backend_.rms_norm(embedded.ptr<float>(), num_tokens, dim, m.enorm.data(), c.rms_norm_eps);
-  const Buffer h = activations(num_tokens * dim);  // [T, D]
-  backend_.copy_bytes(h.ptr<float>(), hidden, num_tokens * dim * static_cast<int64_t>(sizeof(float)));
-  backend_.rms_norm(h.ptr<float>(), num_tokens, dim, m.hnorm.data(), c.rms_norm_eps);
+  const Buffer h = normed_copy(hidden, num_tokens, m.hnorm);  // [T, D]
   const Buffer joined = activations(num_tokens * 2 * dim);  // [T, 2D] = [e | h]
   backend_.copy_rows(joined.ptr<float>(), 2 * dim, embedded.ptr<float>(), dim, num_tokens, dim);
   backend_.copy_rows(joined.ptr<float>() + dim, 2 * dim, h.ptr<float>(), dim, num_tokens, dim);
@@ -247,19 +245,32 @@ Result<std::vector<float>> TransformerForward::mtp_forward(int module, const For
 
 Buffer TransformerForward::activations(int64_t count) const { return backend_.allocate(DType::kF32, {count}); }
 
+Buffer TransformerForward::normed_copy(DevicePtr<const float> x, int64_t num_rows, const std::vector<float>& norm) const {
+  const int64_t dim = config_.hidden_size;
+  Buffer h = activations(num_rows * dim);
+  backend_.copy(h.ptr<float>(), x, num_rows * dim);
+  backend_.rms_norm(h.ptr<float>(), num_rows, dim, norm.data(), config_.rms_norm_eps);
+  return h;
+}
+
+void TransformerForward::add_projection(const quant::LinearWeight& weight, const float* bias, DevicePtr<const float> in,
+                                        int64_t num_rows, DevicePtr<float> x) const {
+  const int64_t dim = config_.hidden_size;
+  const Buffer projected = activations(num_rows * dim);
+  backend_.linear(weight, in, num_rows, bias, projected.ptr<float>());
+  backend_.add(x, projected.ptr<float>(), num_rows * dim);
+}
+
 void TransformerForward::attention_block(int layer, const ForwardBatch& batch, AttentionContext& attention,
                                          DevicePtr<float> x) const {
   const ModelConfig& c = config_;
   const LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
   const AttentionWeights& a = l.attention;
   const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
-  const int64_t dim = c.hidden_size;
   const int64_t q_width = static_cast<int64_t>(c.num_heads) * c.head_dim;
   const int64_t kv_width = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
 
-  const Buffer h = activations(num_tokens * dim);  // [T, D]
-  backend_.copy(h.ptr<float>(), x, num_tokens * dim);
-  backend_.rms_norm(h.ptr<float>(), num_tokens, dim, l.input_norm.data(), c.rms_norm_eps);
+  const Buffer h = normed_copy(x, num_tokens, l.input_norm);  // [T, D]
   const Buffer q = activations(num_tokens * q_width);   // [T, H, Dh]
   const Buffer k = activations(num_tokens * kv_width);  // [T, KVH, Dh]
   const Buffer v = activations(num_tokens * kv_width);  // [T, KVH, Dh]
@@ -288,9 +299,7 @@ void TransformerForward::attention_block(int layer, const ForwardBatch& batch, A
   attention.attend(backend_, layer, layer_variants_[static_cast<size_t>(layer)], q.ptr<float>(), k.ptr<float>(),
                    v.ptr<float>(), num_tokens, attn.ptr<float>());
   if (gated) backend_.sigmoid_mul(attn.ptr<float>(), gate.ptr<float>(), num_tokens * q_width);
-  const Buffer projected = activations(num_tokens * dim);
-  backend_.linear(a.o.weight, attn.ptr<float>(), num_tokens, bias_or_null(a.o), projected.ptr<float>());
-  backend_.add(x, projected.ptr<float>(), num_tokens * dim);
+  add_projection(a.o.weight, bias_or_null(a.o), attn.ptr<float>(), num_tokens, x);
 }
 
 // Multi-head latent attention in the absorbed form (docs/mla.md). Every head attends over
@@ -304,14 +313,12 @@ void TransformerForward::latent_attention_block(int layer, const ForwardBatch& b
   const LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
   const AttentionWeights& a = l.attention;
   const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
-  const int64_t dim = c.hidden_size, heads = c.num_heads;
+  const int64_t heads = c.num_heads;
   const int64_t dn = m.qk_nope_head_dim, dr = m.qk_rope_head_dim, dc = m.kv_lora_rank, dv = m.v_head_dim;
   const int64_t q_head = dn + dr, row = c.head_dim;  // row == dc + dr
   auto bias_or_null = [](const Linear& linear) { return linear.bias.empty() ? nullptr : linear.bias.data(); };
 
-  const Buffer h = activations(num_tokens * dim);  // [T, D]
-  backend_.copy(h.ptr<float>(), x, num_tokens * dim);
-  backend_.rms_norm(h.ptr<float>(), num_tokens, dim, l.input_norm.data(), c.rms_norm_eps);
+  const Buffer h = normed_copy(x, num_tokens, l.input_norm);  // [T, D]
   const Buffer q = activations(num_tokens * heads * q_head);  // [T, H, dn + dr]
   // latent: [T, R] = [c | k_pe]; the norm applies to c only.
   const Buffer latent = activations(num_tokens * row);
@@ -351,9 +358,7 @@ void TransformerForward::latent_attention_block(int layer, const ForwardBatch& b
   const Buffer values = activations(num_tokens * heads * dv);  // [T, H, dv]
   backend_.per_head_linear(a.value_up.as<const float>(), static_cast<int>(heads), dv, dc, attended.ptr<float>(), row,
                            num_tokens, values.ptr<float>(), dv);
-  const Buffer projected = activations(num_tokens * dim);
-  backend_.linear(a.o.weight, values.ptr<float>(), num_tokens, bias_or_null(a.o), projected.ptr<float>());
-  backend_.add(x, projected.ptr<float>(), num_tokens * dim);
+  add_projection(a.o.weight, bias_or_null(a.o), values.ptr<float>(), num_tokens, x);
 }
 
 // A Gated DeltaNet layer (docs/gated-deltanet.md): the four input projections of the normed
@@ -366,10 +371,8 @@ void TransformerForward::linear_attention_block(int layer, const ForwardBatch& b
   const LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
   const LinearAttentionWeights& w = l.linear_attention;
   const int64_t num_tokens = static_cast<int64_t>(batch.tokens.size());
-  const int64_t dim = c.hidden_size, nv = m.num_value_heads, width = nv * m.value_head_dim;
-  const Buffer h = activations(num_tokens * dim);  // [T, D]
-  backend_.copy(h.ptr<float>(), x, num_tokens * dim);
-  backend_.rms_norm(h.ptr<float>(), num_tokens, dim, l.input_norm.data(), c.rms_norm_eps);
+  const int64_t nv = m.num_value_heads, width = nv * m.value_head_dim;
+  const Buffer h = normed_copy(x, num_tokens, l.input_norm);  // [T, D]
   const Buffer u = activations(num_tokens * m.conv_channels());  // [T, C]
   const Buffer z = activations(num_tokens * width);              // [T, NV, DV]
   const Buffer a = activations(num_tokens * nv), b = activations(num_tokens * nv);
@@ -384,9 +387,7 @@ void TransformerForward::linear_attention_block(int layer, const ForwardBatch& b
   const Buffer mixed = activations(num_tokens * width);  // [T, NV, DV]
   backend_.gated_delta_net(m.shape(), params, u.ptr<float>(), z.ptr<float>(), a.ptr<float>(), b.ptr<float>(),
                            sequences, mixed.ptr<float>());
-  const Buffer projected = activations(num_tokens * dim);
-  backend_.linear(w.out.weight, mixed.ptr<float>(), num_tokens, nullptr, projected.ptr<float>());
-  backend_.add(x, projected.ptr<float>(), num_tokens * dim);
+  add_projection(w.out.weight, nullptr, mixed.ptr<float>(), num_tokens, x);
 }
 
 // DeepSeek Sparse Attention (docs/sparse-attention.md): the lightning indexer of `layer` (none
@@ -441,9 +442,7 @@ void TransformerForward::ffn_block(int layer, int64_t num_tokens, DevicePtr<floa
   const ModelConfig& c = config_;
   const LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
   const int64_t dim = c.hidden_size;
-  const Buffer h = activations(num_tokens * dim);
-  backend_.copy(h.ptr<float>(), x, num_tokens * dim);
-  backend_.rms_norm(h.ptr<float>(), num_tokens, dim, l.post_attention_norm.data(), c.rms_norm_eps);
+  const Buffer h = normed_copy(x, num_tokens, l.post_attention_norm);  // [T, D]
   const Buffer out = activations(num_tokens * dim);
   if (l.is_moe) {
     moe_ffn(layer, l.moe, h.ptr<float>(), num_tokens, out.ptr<float>());

@@ -187,6 +187,11 @@ class TransformerForward {
   void decoder_layer(int layer, const ForwardBatch& batch, AttentionContext& attention, DevicePtr<float> x) const;
   // Scratch F32 storage of `count` values allocated by the backend.
   Buffer activations(int64_t count) const;
+  // RMSNorm(x) with `norm` into new storage, x ([R, D]) unchanged: a block's normed input.
+  Buffer normed_copy(DevicePtr<const float> x, int64_t num_rows, const std::vector<float>& norm) const;
+  // x [R, D] += in . W^T (+ bias): a block's output projection into the residual stream.
+  void add_projection(const quant::LinearWeight& weight, const float* bias, DevicePtr<const float> in,
+                      int64_t num_rows, DevicePtr<float> x) const;
   void moe_ffn(int layer, const MoeWeights& moe, DevicePtr<const float> h, int64_t num_tokens,
                DevicePtr<float> out) const;
 
