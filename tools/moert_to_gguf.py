@@ -6,15 +6,18 @@ file of architecture `qwen3moe`, so both engines compute the same weights (bench
 
 Only the pure-Python `gguf` package of a llama.cpp source tree and numpy are needed (the
 upstream converter wants torch). What it writes:
-  * every tensor as BF16, unchanged bytes; each layer's routed experts stacked into
-    blk.N.ffn_{gate,up,down}_exps [E, rows, cols] (llama.cpp's merged expert tensors);
+  * every matrix as BF16, unchanged bytes; each layer's routed experts stacked into
+    blk.N.ffn_{gate,up,down}_exps [E, rows, cols] (llama.cpp's merged expert tensors); the norm
+    weights and the router as F32 (the same values, exactly: llama.cpp's CPU ops want F32 there,
+    and its converter writes them so);
   * the hyper-parameters of config.json under the `qwen3moe.` keys (heads, head dim, experts,
     top-k, expert width, RMS epsilon, RoPE base);
   * a vocabulary of `vocab_size` placeholder tokens (tokenizer model "none"): the benchmarks feed
     token ids, never text.
-`--shape PATH` prints one line of the model's dimensions and parameter count, for a moert
-checkpoint directory (BF16) or any GGUF file (quantized ones too: element counts do not change),
-so a caller can check that both engines run the same model.
+`--shape PATH` prints one line of the model's dimensions, parameter count, the weight MB one
+decode token reads and (BF16 checkpoints, any GGUF) the parameters one token's linear layers
+multiply, for a moert checkpoint directory or a GGUF file (quantized ones too: element counts do
+not change), so a caller can check that both engines run the same model.
 """
 import json
 import os
@@ -92,6 +95,11 @@ def plan(config, tensors):
     return out
 
 
+def as_f32(name, shape):
+    """The tensors written as F32: vectors (norm weights) and the router."""
+    return len(shape) == 1 or name.endswith("ffn_gate_inp.weight")
+
+
 def shape_of(tensors, sources):
     shape = list(tensors[sources[0]][3])
     for s in sources:
@@ -100,9 +108,33 @@ def shape_of(tensors, sources):
     return ([len(sources)] + shape) if len(sources) > 1 else shape
 
 
-def shape_line(dims, num_params):
+def shape_line(dims, num_params, tensor_bytes):
+    """tensor_bytes: [(name, bytes)]. Adds the weight bytes one decode token reads (all but the
+    embedding; routed experts weighted by top_k / experts) and the parameters one token's linear
+    layers multiply (the same weighting, without the embedding and the LM head)."""
     keys = ("layers", "hidden", "heads", "kv_heads", "head_dim", "experts", "top_k", "expert_width", "vocab")
-    return " ".join(f"{k}={dims[k]}" for k in keys) + f" params={num_params}"
+    share = dims["top_k"] / dims["experts"]
+    per_token = sum(b * (share if is_expert(n) else 1.0) for n, b in tensor_bytes if not is_embedding(n))
+    return " ".join(f"{k}={dims[k]}" for k in keys) + f" params={num_params} mb_per_token={per_token / 1e6:.1f}"
+
+
+def is_expert(name):
+    return ".mlp.experts." in name or "_exps." in name
+
+
+def is_embedding(name):
+    return "embed_tokens" in name or name.startswith("token_embd.")
+
+
+def is_linear(name):
+    return name.endswith("proj.weight") or name.endswith(".gate.weight") or name.endswith("_exps.weight") or \
+        any(name.endswith(f"{p}.weight") for p in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate_inp"))
+
+
+def active_linear_params(dims, counts):
+    """counts: [(name, elements)] of a BF16 checkpoint or GGUF file."""
+    share = dims["top_k"] / dims["experts"]
+    return int(sum(c * (share if is_expert(n) else 1.0) for n, c in counts if is_linear(n)))
 
 
 def checkpoint_shape(model_dir):
@@ -114,7 +146,11 @@ def checkpoint_shape(model_dir):
             "head_dim": config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"],
             "experts": config["num_experts"], "top_k": config["num_experts_per_tok"],
             "expert_width": config["moe_intermediate_size"], "vocab": config["vocab_size"]}
-    return shape_line(dims, sum(int(np.prod(t[3])) for t in tensors.values()))
+    counts = [(n, int(np.prod(t[3]))) for n, t in tensors.items()]
+    line = shape_line(dims, sum(c for _, c in counts), [(n, t[5] - t[4]) for n, t in tensors.items()])
+    if all(t[2] == "BF16" for t in tensors.values()):
+        line += f" active_linear_params={active_linear_params(dims, counts)}"
+    return line
 
 
 def gguf_shape(path):
@@ -132,7 +168,9 @@ def gguf_shape(path):
             "head_dim": field("attention.key_length"), "experts": field("expert_count"),
             "top_k": field("expert_used_count"), "expert_width": field("expert_feed_forward_length"),
             "vocab": field("vocab_size")}
-    return shape_line(dims, sum(int(t.n_elements) for t in reader.tensors))
+    counts = [(t.name, int(t.n_elements)) for t in reader.tensors]
+    return shape_line(dims, sum(c for _, c in counts), [(t.name, int(t.n_bytes)) for t in reader.tensors]) + \
+        f" active_linear_params={active_linear_params(dims, counts)}"
 
 
 def main(argv):
@@ -193,12 +231,19 @@ def main(argv):
         shape = shape_of(tensors, sources)
         count = int(np.prod(shape))
         num_params += count
-        writer.add_tensor_info(name, shape, np.dtype(np.uint16), 2 * count, raw_dtype=gguf.GGMLQuantizationType.BF16)
+        if as_f32(name, shape):
+            writer.add_tensor_info(name, shape, np.dtype(np.float32), 4 * count)
+        else:
+            writer.add_tensor_info(name, shape, np.dtype(np.uint16), 2 * count,
+                                   raw_dtype=gguf.GGMLQuantizationType.BF16)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
     for name, sources in layout:
-        if len(sources) == 1:
+        if as_f32(name, shape_of(tensors, sources)):
+            bits = np.ascontiguousarray(load_bf16(tensors[sources[0]])).astype(np.uint32) << 16
+            writer.write_tensor_data(bits.view(np.float32))
+        elif len(sources) == 1:
             writer.write_tensor_data(np.ascontiguousarray(load_bf16(tensors[sources[0]])))
         else:
             writer.write_tensor_data(np.stack([load_bf16(tensors[s]) for s in sources]))
