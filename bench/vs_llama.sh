@@ -147,12 +147,12 @@ for line in sys.stdin:
     r = json.loads(line)
     if "avg_ts" in r:
         if r["n_gen"] == 0:
-            print(f"pp{r[\"n_prompt\"]} {r[\"avg_ts\"]}")
+            print("pp%d %s" % (r["n_prompt"], r["avg_ts"]))
         elif r["n_prompt"] == 0:
-            print(f"tg{r[\"n_gen\"]} {r[\"avg_ts\"]}")
+            print("tg%d %s" % (r["n_gen"], r["avg_ts"]))
     elif "speed_tg" in r:
-        print(f"dec{r[\"pl\"]} {r[\"speed_tg\"]}")
-        print(f"tot{r[\"pl\"]} {r[\"speed\"]}")
+        print("dec%d %s" % (r["pl"], r["speed_tg"]))
+        print("tot%d %s" % (r["pl"], r["speed"]))
 '
 }
 measure_llama() {  # format round
@@ -175,9 +175,9 @@ for round in $(seq 1 "$rounds"); do
   for format in "${formats[@]}"; do
     measure_moert "$format" "$round"
     measure_llama "$format" "$round"
-    echo "round $round of $rounds, $format: pp512 moert ${result[moert,$format,pp512,$round]}" \
-      "llama.cpp ${result[llama,$format,pp512,$round]}, tg32 moert ${result[moert,$format,tg32,$round]}" \
-      "llama.cpp ${result[llama,$format,tg32,$round]} tok/s" >&2
+    line="round $round of $rounds, $format (moert / llama.cpp tok/s):"
+    for key in "${workloads[@]}"; do line+=" $key ${result[moert,$format,$key,$round]} / ${result[llama,$format,$key,$round]}"; done
+    echo "$line" >&2
   done
 done
 
