@@ -55,6 +55,36 @@ EngineConfig small_f32_engine() {
   return engine;
 }
 
+// The logits of one prefill chunk of `prompt` (its last `prefill_logit_rows` rows) and one
+// decode step through the paged runner, on the emulated device and on the CPU: within 1e-5.
+void expect_runner_logits_match(const TransformerForward& on_cuda, const TransformerForward& on_cpu,
+                                const EngineConfig& engine, const std::vector<int32_t>& prompt,
+                                int prefill_logit_rows, const std::vector<int32_t>& blocks) {
+  std::vector<std::vector<float>> logits;
+  for (const TransformerForward* forward : {&on_cuda, &on_cpu}) {
+    std::unique_ptr<runner::PagedModelRunner> runner =
+        runner::PagedModelRunner::create(*forward, {engine.num_kv_blocks, engine.block_size, DType::kF32}).value();
+    runner::SequenceChunk chunk;
+    chunk.tokens = prompt;
+    chunk.num_logit_rows = prefill_logit_rows;
+    chunk.block_tables.assign(runner->kv_cache_groups().size(), blocks);
+    Result<std::vector<float>> rows = runner->run({{}, {chunk}});
+    ASSERT_TRUE(rows.is_ok()) << rows.status().to_string();
+    runner::SequenceChunk next;
+    next.start = static_cast<int64_t>(prompt.size());
+    next.tokens = {5};
+    next.num_logit_rows = 1;
+    next.block_tables = chunk.block_tables;
+    Result<std::vector<float>> decoded = runner->run({{}, {next}});
+    ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
+    rows->insert(rows->end(), decoded->begin(), decoded->end());
+    logits.push_back(std::move(*rows));
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  std::vector<double> cpu_logits(logits[1].begin(), logits[1].end());
+  EXPECT_LT(testing::relative_l2_error(logits[0].data(), cpu_logits.data(), static_cast<int64_t>(cpu_logits.size())), 1e-5);
+}
+
 TEST_P(EmulatedCudaEngine, ServesTheCpuTokensAndLogits) {
   testing::ScratchDir scratch("emulated-cuda-" + GetParam().arch);
   const ModelShapeOverrides shape = small_moe_shape(128);
@@ -76,29 +106,7 @@ TEST_P(EmulatedCudaEngine, ServesTheCpuTokensAndLogits) {
   const EngineConfig engine = small_f32_engine();
   std::vector<int32_t> prompt;
   for (int i = 0; i < 7; ++i) prompt.push_back((37 * i + 11) % config.vocab_size);
-  std::vector<std::vector<float>> logits;
-  for (const TransformerForward* forward : {&on_cuda, &on_cpu}) {
-    std::unique_ptr<runner::PagedModelRunner> runner =
-        runner::PagedModelRunner::create(*forward, {engine.num_kv_blocks, engine.block_size, DType::kF32}).value();
-    runner::SequenceChunk chunk;
-    chunk.tokens = prompt;
-    chunk.num_logit_rows = 2;
-    chunk.block_tables.assign(runner->kv_cache_groups().size(), {1, 2, 3});
-    Result<std::vector<float>> rows = runner->run({{}, {chunk}});
-    ASSERT_TRUE(rows.is_ok()) << rows.status().to_string();
-    runner::SequenceChunk next;
-    next.start = static_cast<int64_t>(prompt.size());
-    next.tokens = {5};
-    next.num_logit_rows = 1;
-    next.block_tables.assign(runner->kv_cache_groups().size(), {1, 2, 3});
-    Result<std::vector<float>> decoded = runner->run({{}, {next}});
-    ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
-    rows->insert(rows->end(), decoded->begin(), decoded->end());
-    logits.push_back(std::move(*rows));
-  }
-  ASSERT_EQ(logits[0].size(), logits[1].size());
-  std::vector<double> cpu_logits(logits[1].begin(), logits[1].end());
-  EXPECT_LT(testing::relative_l2_error(logits[0].data(), cpu_logits.data(), static_cast<int64_t>(cpu_logits.size())), 1e-5);
+  expect_runner_logits_match(on_cuda, on_cpu, engine, prompt, 2, {1, 2, 3});
 
   // Greedy and sampled requests through the engine (draws on the backend).
   std::vector<Request> requests;
@@ -299,29 +307,7 @@ TEST(EmulatedCudaSparseAttention, ServesTheCpuTokensAndLogitsWithoutStepGraphs) 
   const EngineConfig engine = small_f32_engine();
   std::vector<int32_t> prompt;
   for (int i = 0; i < 20; ++i) prompt.push_back((37 * i + 11) % config.vocab_size);
-  std::vector<std::vector<float>> logits;
-  for (const TransformerForward* forward : {&on_cuda, &on_cpu}) {
-    std::unique_ptr<runner::PagedModelRunner> runner =
-        runner::PagedModelRunner::create(*forward, {engine.num_kv_blocks, engine.block_size, DType::kF32}).value();
-    runner::SequenceChunk chunk;
-    chunk.tokens = prompt;
-    chunk.num_logit_rows = 3;
-    chunk.block_tables.assign(runner->kv_cache_groups().size(), {1, 2, 3, 4, 5, 6});
-    Result<std::vector<float>> rows = runner->run({{}, {chunk}});
-    ASSERT_TRUE(rows.is_ok()) << rows.status().to_string();
-    runner::SequenceChunk next;
-    next.start = static_cast<int64_t>(prompt.size());
-    next.tokens = {5};
-    next.num_logit_rows = 1;
-    next.block_tables.assign(runner->kv_cache_groups().size(), {1, 2, 3, 4, 5, 6});
-    Result<std::vector<float>> decoded = runner->run({{}, {next}});
-    ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
-    rows->insert(rows->end(), decoded->begin(), decoded->end());
-    logits.push_back(std::move(*rows));
-  }
-  ASSERT_EQ(logits[0].size(), logits[1].size());
-  std::vector<double> cpu_logits(logits[1].begin(), logits[1].end());
-  EXPECT_LT(testing::relative_l2_error(logits[0].data(), cpu_logits.data(), static_cast<int64_t>(cpu_logits.size())), 1e-5);
+  expect_runner_logits_match(on_cuda, on_cpu, engine, prompt, 3, {1, 2, 3, 4, 5, 6});
 
   std::vector<Request> requests;
   for (int r = 0; r < 2; ++r) {
