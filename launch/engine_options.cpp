@@ -12,7 +12,7 @@
 #include "core/host_memory.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
-#include "runtime/backend/backend_factory.h"
+#include "runtime/backend/factory/backend_factory.h"
 #include "runtime/comm/mpi_transport.h"
 #include "runtime/runner/model_runner.h"
 

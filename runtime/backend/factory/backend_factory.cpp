@@ -1,4 +1,4 @@
-#include "runtime/backend/backend_factory.h"
+#include "runtime/backend/factory/backend_factory.h"
 
 #include "core/log.h"
 #include "runtime/backend/cpu/cpu_backend.h"
