@@ -3,6 +3,7 @@
 #include "core/regular_file.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -58,6 +59,15 @@ TEST_F(RegularFileTest, AFifoIsRefusedWithoutBlocking) {
   EXPECT_TRUE(testing::returns_without_blocking_on_fifo(
       [&] { status = RegularFile::open(path("fifo-link")).status(); }, path("fifo")));
   EXPECT_EQ(status.message(), path("fifo-link") + " is not a regular file (a FIFO)");
+}
+
+// The watchdog itself: a reader that does block on the FIFO is reported (false), not left hanging.
+TEST_F(RegularFileTest, TheFifoWatchdogReportsAReaderThatBlocks) {
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0);
+  int fd = -1;
+  EXPECT_FALSE(testing::returns_without_blocking_on_fifo([&] { fd = ::open(path("fifo").c_str(), O_RDONLY); },
+                                                         path("fifo"), 0.2));
+  if (fd >= 0) ::close(fd);
 }
 
 TEST_F(RegularFileTest, ReadsAreBounded) {
