@@ -113,7 +113,6 @@ class ResidentWeights {
     MOERT_CUDA_CHECK(cudaEventDestroy(uploaded));  // released once the wait is done
     if (auto old = copies_.find(address); old != copies_.end()) cudaFree(old->second.device);
     copies_[address] = {device, static_cast<uint64_t>(bytes)};
-    placed_bytes_ += bytes;
   }
   // The device copy of host [data, data + bytes) when it lies in a placed region, else null.
   const void* find(const void* data, int64_t bytes) {
@@ -125,7 +124,6 @@ class ResidentWeights {
     if (address + static_cast<uint64_t>(bytes) > region->first + region->second.bytes) return nullptr;
     return static_cast<const uint8_t*>(region->second.device) + (address - region->first);
   }
-  int64_t placed_bytes() const { return placed_bytes_; }
   ~ResidentWeights() {
     for (auto& [address, copy] : copies_) cudaFree(copy.device);
   }
@@ -137,7 +135,6 @@ class ResidentWeights {
   };
   std::mutex mutex_;
   std::map<uintptr_t, Copy> copies_;  // by host address
-  int64_t placed_bytes_ = 0;
 };
 
 // The device side of one op's arguments, by the device each names (core/device.h): arrays on
